@@ -1,0 +1,1 @@
+"""Transports and devices: serial transports, DUT clients, energy-monitor drivers."""

@@ -1,0 +1,112 @@
+"""The energy-monitor interface every driver implements.
+
+A monitor is configured (supply voltage within the bench limit, sample rate), started with a
+callback, and then delivers `Chunk`s on its own thread until stopped. Sample ids count from 0
+at `start()` and are contiguous unless the instrument dropped samples (drivers report drops).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from drivers.errors import VoltageLimitError
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive samples: current [A], voltage [V], and GPIO bits (bit 0 = the timestamp line)."""
+
+    first_sample_id: int
+    current: np.ndarray
+    voltage: np.ndarray
+    gpio: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.current)
+        if len(self.voltage) != n or len(self.gpio) != n:
+            raise ValueError("chunk arrays differ in length")
+
+    def __len__(self) -> int:
+        return len(self.current)
+
+    @property
+    def end_sample_id(self) -> int:
+        """One past the last sample id in this chunk."""
+        return self.first_sample_id + len(self.current)
+
+
+ChunkCallback = Callable[[Chunk], None]
+
+
+def check_voltage(requested_v: float, limit_v: float, *, who: str = "supply") -> None:
+    """Refuse a supply voltage above the bench limit. Call before any byte goes out."""
+    if not (requested_v > 0):
+        raise VoltageLimitError(f"{who}: supply voltage must be positive, got {requested_v} V")
+    if requested_v > limit_v + 1e-12:
+        raise VoltageLimitError(
+            f"{who}: {requested_v:g} V is above the bench voltage limit of {limit_v:g} V",
+            hint="lower the supply voltage in the bench file, or raise voltage_limit_v if the "
+            "DUT is rated for it",
+        )
+
+
+@dataclass
+class MonitorStats:
+    """Counters a driver keeps so that a run can prove it lost nothing."""
+
+    samples: int = 0
+    dropped: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class EnergyMonitor(ABC):
+    """Configure, power, start, stream chunks, stop. Drivers subclass this."""
+
+    #: Short driver name, e.g. "lpm01a".
+    driver: str = "?"
+
+    def __init__(self, *, voltage_limit_v: float) -> None:
+        self.voltage_limit_v = voltage_limit_v
+        self.stats = MonitorStats()
+
+    @property
+    @abstractmethod
+    def sample_rate(self) -> float:
+        """Samples per second of the delivered stream."""
+
+    @abstractmethod
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Set supply voltage [V] and sample rate [Hz]; must call `check_voltage` first."""
+
+    @abstractmethod
+    def power_on(self) -> None:
+        """Switch the DUT supply on."""
+
+    @abstractmethod
+    def power_off(self) -> None:
+        """Switch the DUT supply off. Safe to call at any time, also after errors."""
+
+    @abstractmethod
+    def start(self, on_chunk: ChunkCallback) -> None:
+        """Start acquiring; `on_chunk` is called on the driver's thread for every chunk."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop acquiring; every chunk acquired before has been delivered when this returns."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Power off, give control back, release the port. Safe to call twice."""
+
+    @abstractmethod
+    def settings(self) -> dict[str, Any]:
+        """A snapshot of every instrument setting, for the run manifest."""
+
+    def self_test(self) -> dict[str, Any]:
+        """Identify the instrument and check it answers; returns what was learnt."""
+        return {"driver": self.driver}

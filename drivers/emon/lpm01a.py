@@ -1,0 +1,473 @@
+"""Driver for the ST LPM01A (X-NUCLEO-LPM01A "PowerShield") energy monitor, ascii_dec streaming.
+
+One reader thread owns every read from the port: it decodes the stream, hands command replies
+to the calling thread through a queue, and assembles data into `Chunk`s for the `on_chunk`
+callback. The D7 input (driven by the DUT's timestamp GPIO) arrives as ``event N ris`` lines;
+each becomes a 0 in the chunk's GPIO bits at exactly the sample the board placed it before.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
+from drivers.transport import SerialTransport
+from protocols.errors import RigError
+from protocols.lpm01a.codec import (
+    ASCII_DEC_MAX_HZ_UNLIMITED,
+    VOLT_MAX_MV,
+    VOLT_MIN_MV,
+    Ack,
+    AcquisitionCompleted,
+    EdgeEvent,
+    ErrorDetail,
+    ErrorReply,
+    Event,
+    Garbled,
+    Lpm01aDecoder,
+    Samples,
+    Text,
+    TimeStamp,
+    encode,
+    format_millivolts,
+    freq_token,
+)
+
+log = logging.getLogger(__name__)
+
+BAUDRATE = 3_686_400
+#: At connect, leftover output of a previous session counts as over after this long of silence.
+QUIET_S = 0.1
+#: ... but a board that never goes quiet is not waited for longer than this.
+FLUSH_MAX_S = 1.5
+#: How long an `error` line may wait for its `Error detail` line.
+DETAIL_WAIT_S = 0.5
+#: How long `stop` may take to report `Acquisition completed` (the board drains its buffer).
+STOP_TIMEOUT_S = 5.0
+_CABLE_HINT = "check the USB cable and that the PowerShield firmware is running"
+
+
+class ByteTransport(Protocol):
+    """What the driver needs from a transport (`SerialTransport` or a test double)."""
+
+    def write(self, data: bytes) -> None: ...
+    def read(self) -> bytes: ...
+    def reset_input(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _ReaderFailed:
+    """Put on the reply queue when the reader thread died, so waiters fail at once."""
+
+    error: BaseException
+
+
+class Lpm01a(EnergyMonitor):
+    """The PowerShield over its USB virtual COM port, streaming current in ascii_dec format."""
+
+    driver = "lpm01a"
+    #: How long a command may wait for its ack.
+    command_timeout_s = 2.0
+
+    def __init__(
+        self, transport: ByteTransport, *, voltage_limit_v: float, simulated: bool = False
+    ) -> None:
+        super().__init__(voltage_limit_v=voltage_limit_v)
+        self.transport = transport
+        self.simulated = simulated
+        self.version: str | None = None
+        self._voltage_v: float | None = None
+        self._sample_rate_hz: float | None = None
+        self._settings: dict[str, str] = {}
+        self._decoder = Lpm01aDecoder()
+        self._replies: queue.Queue[Event | _ReaderFailed] = queue.Queue()
+        # Guards the decoder and the chunk assembly (the reader vs. the caller).
+        self._lock = threading.Lock()
+        # One command at a time, so that a reply is never taken by the wrong waiter.
+        self._command_lock = threading.Lock()
+        self._flush_wanted = False
+        self._flush_done = threading.Event()
+        self._last_rx = time.monotonic()
+        self._reader: threading.Thread | None = None
+        self._reader_stop = threading.Event()
+        self._reader_error: BaseException | None = None
+        self._on_chunk: ChunkCallback | None = None
+        self._callback_error: BaseException | None = None
+        self._pending_edges: list[int] = []
+        self._acq_shortfall = 0
+        self._running = False
+        self._connected = False  # host control taken: close() must give it back
+        self._closed = False
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        port: str,
+        *,
+        voltage_limit_v: float,
+        baudrate: int = BAUDRATE,
+        simulated: bool = False,
+    ) -> Lpm01a:
+        """Open `port`, take host control and read the firmware version."""
+        transport = SerialTransport(port, baudrate, name="LPM01A")
+        monitor = cls(transport, voltage_limit_v=voltage_limit_v, simulated=simulated)
+        try:
+            monitor.connect()
+        except BaseException:
+            monitor.close()
+            raise
+        return monitor
+
+    def connect(self) -> None:
+        """Start the reader, flush a previous session's output, ``htc``, ``version``."""
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._read_loop, name="lpm01a-reader")
+            self._reader.daemon = True
+            self._reader.start()
+        # A previous session may have left an acquisition streaming: stop it, let it drain.
+        self.transport.write(encode("stop"))
+        self._last_rx = time.monotonic()
+        give_up = time.monotonic() + FLUSH_MAX_S
+        while time.monotonic() - self._last_rx < QUIET_S and time.monotonic() < give_up:
+            time.sleep(0.01)
+        # The reader flushes between two reads, so no read in flight can straddle the flush.
+        self._flush_done.clear()
+        self._flush_wanted = True
+        if not self._flush_done.wait(1.0) and self._reader_error is None:
+            raise DeviceError("LPM01A: the reader thread did not flush the port", hint=_CABLE_HINT)
+        self._command("htc")
+        self._connected = True
+        self.version = self._query("version")
+
+    def close(self) -> None:
+        """Stop, switch the DUT off, give control back (``hrc``), close the port. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._running:
+            try:
+                self.stop()
+            except Exception as exc:  # closing must go on whatever failed before
+                log.warning("LPM01A: stop while closing failed: %s", exc)
+        if self._connected:
+            self.power_off()
+            try:
+                self._command("hrc")
+            except Exception as exc:
+                log.warning("LPM01A: hrc while closing failed: %s", exc)
+        self._reader_stop.set()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=2.0)
+        try:
+            self.transport.close()
+        except Exception as exc:
+            log.warning("LPM01A: closing the port failed: %s", exc)
+
+    def __enter__(self) -> Lpm01a:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- EnergyMonitor ------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> float:
+        """The configured sample rate [Hz]."""
+        if self._sample_rate_hz is None:
+            raise DeviceError("LPM01A: sample rate asked before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        return self._sample_rate_hz
+
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Supply `voltage` [V], stream current at `sample_rate` [Hz], D7 falling edges as events.
+
+        Everything is checked before the first byte goes out.
+        """
+        check_voltage(voltage, self.voltage_limit_v, who="LPM01A")
+        volt = format_millivolts(voltage)
+        if not VOLT_MIN_MV <= round(voltage * 1000) <= VOLT_MAX_MV:
+            raise VoltageLimitError(
+                f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
+                f"not {voltage:g} V",
+                hint="set a supply voltage the PowerShield can deliver in the bench file",
+            )
+        freq = freq_token(sample_rate)
+        if sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED:
+            raise DeviceError(
+                f"LPM01A: {sample_rate:g} Hz is too fast for ascii_dec streaming",
+                hint=f"use at most {ASCII_DEC_MAX_HZ_UNLIMITED:g} Hz (bin_hexa, needed for more, "
+                "is not supported yet)",
+            )
+        if self._running:
+            raise DeviceError("LPM01A: configure() during an acquisition",
+                              hint="stop() first")
+        settings = {
+            "volt": volt,
+            "freq": freq,
+            "acqtime": "0",
+            "acqmode": "dyn",
+            "funcmode": "optim",
+            "output": "current",
+            "format": "ascii_dec",
+            "trigsrc": "sw",
+            "eventsrc": "d7 fal",
+        }
+        for name, value in settings.items():
+            self._command(f"{name} {value}")
+            self._settings[name] = value
+        self._voltage_v = round(voltage * 1000) / 1000
+        self._sample_rate_hz = float(sample_rate)
+
+    def power_on(self) -> None:
+        """Switch the DUT supply on (``pwr on``)."""
+        self._command("pwr on")
+        self._settings["pwr"] = "on"
+
+    def power_off(self) -> None:
+        """Switch the DUT supply off (``pwr off``); only logs if the board is already gone."""
+        try:
+            self._command("pwr off")
+            self._settings["pwr"] = "off"
+        except Exception as exc:  # called on error paths: never mask the original error
+            log.warning("LPM01A: pwr off failed: %s", exc)
+
+    def start(self, on_chunk: ChunkCallback) -> None:
+        """Start an unlimited acquisition; chunks go to `on_chunk` on the reader thread."""
+        if self._sample_rate_hz is None:
+            raise DeviceError("LPM01A: start() before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        if self._running:
+            raise DeviceError("LPM01A: start() while already acquiring", hint="stop() first")
+        with self._lock:
+            self._decoder.reset_count()
+            self._pending_edges.clear()
+            self._acq_shortfall = 0
+            self._callback_error = None
+            self._on_chunk = on_chunk
+        try:
+            self._command("start")
+        except BaseException:
+            with self._lock:
+                self._on_chunk = None
+            raise
+        self._running = True
+
+    def stop(self) -> None:
+        """Stop; returns once ``Acquisition completed`` came and every sample was delivered."""
+        if not self._running:
+            return
+        try:
+            self._command("stop")
+            self._wait_for(
+                lambda ev: isinstance(ev, AcquisitionCompleted),
+                STOP_TIMEOUT_S,
+                "stop (waiting for 'Acquisition completed')",
+            )
+        finally:
+            self._running = False
+            with self._lock:
+                self._on_chunk = None
+                if self._pending_edges:
+                    self.stats.notes.append(
+                        f"{len(self._pending_edges)} D7 edge(s) after the last sample were dropped"
+                    )
+                    self._pending_edges.clear()
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting sent to the board, plus identity."""
+        return {
+            "driver": self.driver,
+            "port": getattr(self.transport, "url", None),
+            "baudrate": getattr(self.transport, "baudrate", None),
+            "simulated": self.simulated,
+            "version": self.version,
+            "voltage_v": self._voltage_v,
+            "sample_rate_hz": self._sample_rate_hz,
+            "voltage_limit_v": self.voltage_limit_v,
+            **dict(self._settings),
+        }
+
+    def self_test(self) -> dict[str, Any]:
+        """Ask the board for its version again (proves it answers)."""
+        return {
+            "driver": self.driver,
+            "version": self._query("version"),
+            "port": getattr(self.transport, "url", None),
+            "simulated": self.simulated,
+        }
+
+    # -- commands -----------------------------------------------------------------------------
+    def _command(self, cmd: str, timeout_s: float | None = None) -> Ack:
+        """Send `cmd`, wait for its ack; an error reply raises `InstrumentError`."""
+        data = encode(cmd)
+        word = cmd.split()[0].lower() if cmd.split() else ""
+        with self._command_lock:
+            if self._reader_error is not None:
+                raise DeviceError(f"LPM01A: cannot send {cmd!r}: the port failed earlier: "
+                                  f"{self._reader_error}", hint=_CABLE_HINT)
+            self._drain_replies()
+            self.transport.write(data)
+            deadline = time.monotonic() + (timeout_s or self.command_timeout_s)
+            while True:
+                event = self._next_reply(deadline, cmd)
+                if isinstance(event, Ack) and event.command.lower() == word:
+                    return event
+                if isinstance(event, ErrorReply):
+                    detail = self._error_detail(event)
+                    raise InstrumentError(f"LPM01A refused {cmd!r}: {detail}", command=cmd)
+
+    def _query(self, cmd: str) -> str:
+        """A command whose value comes on the prompt line after its ack."""
+        self._command(cmd)
+        event = self._wait_for(lambda ev: isinstance(ev, Text), self.command_timeout_s, cmd)
+        assert isinstance(event, Text)
+        return event.line
+
+    def _error_detail(self, error: ErrorReply) -> str:
+        deadline = time.monotonic() + DETAIL_WAIT_S
+        while True:
+            try:
+                event = self._next_reply(deadline, "error detail")
+            except DeviceTimeout:
+                return error.text or "no detail given"
+            if isinstance(event, ErrorDetail):
+                return event.text or error.text or "no detail given"
+
+    def _wait_for(self, wanted: Callable[[Event], bool], timeout_s: float, what: str) -> Event:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            event = self._next_reply(deadline, what)
+            if wanted(event):
+                return event
+
+    def _next_reply(self, deadline: float, what: str) -> Event:
+        remaining = deadline - time.monotonic()
+        try:
+            item = self._replies.get(timeout=max(remaining, 0.0))
+        except queue.Empty:
+            raise DeviceTimeout(f"LPM01A: no reply to {what!r} in time", hint=_CABLE_HINT) from None
+        if isinstance(item, _ReaderFailed):
+            self._replies.put(item)  # keep failing every later waiter too
+            raise DeviceError(f"LPM01A: the port failed while waiting for {what!r}: "
+                              f"{item.error}", hint=_CABLE_HINT) from item.error
+        return item
+
+    def _drain_replies(self) -> None:
+        while True:
+            try:
+                item = self._replies.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _ReaderFailed):
+                self._replies.put(item)
+                return
+
+    # -- reader thread ------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        while not self._reader_stop.is_set():
+            if self._flush_wanted:
+                with self._lock:
+                    self.transport.reset_input()
+                    self._decoder.reset()
+                    self._drain_replies()
+                self._flush_wanted = False
+                self._flush_done.set()
+            try:
+                data = self.transport.read()
+            except (RigError, OSError) as exc:
+                if not self._reader_stop.is_set():
+                    log.warning("LPM01A: reader stopped: %s", exc)
+                    self._reader_error = exc
+                    self._replies.put(_ReaderFailed(exc))
+                return
+            if not data:
+                continue
+            self._last_rx = time.monotonic()
+            with self._lock:
+                chunk, replies = self._digest(self._decoder.feed(data))
+                on_chunk = self._on_chunk
+            # Deliver data before replies: when `stop` sees `Acquisition completed`, every
+            # sample decoded before it has reached the callback.
+            if chunk is not None and on_chunk is not None:
+                try:
+                    on_chunk(chunk)
+                except Exception as exc:  # surfaced by stop(); the stream must keep draining
+                    log.exception("LPM01A: on_chunk callback failed")
+                    if self._callback_error is None:
+                        self._callback_error = exc
+            for reply in replies:
+                self._replies.put(reply)
+
+    def _digest(self, events: list[Event]) -> tuple[Chunk | None, list[Event]]:
+        """Split decoded events into one chunk of data and the replies (called under the lock)."""
+        blocks: list[np.ndarray] = []
+        first = -1
+        replies: list[Event] = []
+        for event in events:
+            if isinstance(event, Samples):
+                if first < 0:
+                    first = event.first_index
+                blocks.append(event.values)
+            elif isinstance(event, EdgeEvent):
+                if self._on_chunk is not None:  # else left over from before `start`
+                    self._pending_edges.append(event.sample_index)
+            elif isinstance(event, TimeStamp):
+                if self._on_chunk is not None:
+                    self._check_loss(event)
+            elif isinstance(event, Garbled):
+                log.debug("LPM01A: garbled line %r", event.raw)
+                if self._running:
+                    self.stats.notes.append(f"garbled line in the data stream: {event.raw[:40]!r}")
+            else:
+                replies.append(event)
+        if not blocks or self._on_chunk is None:
+            return None, replies
+        current = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+        n = len(current)
+        gpio = np.ones(n, dtype=np.uint8)
+        keep: list[int] = []
+        for index in self._pending_edges:
+            if first <= index < first + n:
+                gpio[index - first] = 0
+            elif index >= first + n:
+                keep.append(index)  # the edge is before a sample that has not arrived yet
+            else:
+                self.stats.notes.append(f"D7 edge at sample {index} arrived too late to mark")
+        self._pending_edges = keep
+        self.stats.samples += n
+        voltage = np.full(n, self._voltage_v if self._voltage_v is not None else math.nan)
+        return Chunk(first, current, voltage, gpio), replies
+
+    def _check_loss(self, stamp: TimeStamp) -> None:
+        """Compare samples received with the board's elapsed acquisition time."""
+        fs = self._sample_rate_hz
+        if fs is None:
+            return
+        expected = round(stamp.seconds * fs)
+        shortfall = expected - stamp.sample_index
+        # One sample of phase, plus the stamp's 1 ms resolution.
+        tolerance = 1 + math.ceil(fs * 1e-3)
+        if shortfall > tolerance and shortfall > self._acq_shortfall:
+            lost = shortfall - self._acq_shortfall
+            self._acq_shortfall = shortfall
+            self.stats.dropped += lost
+            self.stats.notes.append(
+                f"{lost} sample(s) lost by {stamp.seconds:.3f} s of acquisition "
+                f"({stamp.sample_index} received, {expected} expected; board buffer "
+                f"{stamp.buffer_pct}%)"
+            )

@@ -1,0 +1,103 @@
+"""Byte transports with deadlines. Nothing above a transport sleeps to wait for bytes."""
+
+from __future__ import annotations
+
+import errno
+import time
+
+import serial
+
+from drivers.errors import DeviceTimeout, PortError
+
+#: How long one `read()` may block while polling; short so that deadlines stay sharp.
+POLL_S = 0.02
+
+
+class SerialTransport:
+    """A pyserial port (device path, pty, or any pyserial URL such as ``socket://``).
+
+    Opened exclusively, so a port already in use by another program is reported as busy
+    instead of two programs silently sharing a UART.
+    """
+
+    def __init__(self, url: str, baudrate: int, *, name: str = "port") -> None:
+        self.url = url
+        self.baudrate = baudrate
+        self.name = name
+        try:
+            self._port = serial.serial_for_url(
+                url, baudrate=baudrate, timeout=POLL_S, write_timeout=5.0, exclusive=True
+            )
+        except serial.SerialException as exc:
+            raise _port_error(name, url, exc) from exc
+        except (FileNotFoundError, ValueError) as exc:
+            raise PortError(
+                f"{name}: cannot open {url!r}: {exc}",
+                hint="check the port name (`rig devices` lists serial ports)",
+            ) from exc
+
+    def write(self, data: bytes) -> None:
+        """Write all of `data`."""
+        try:
+            self._port.write(data)
+            self._port.flush()
+        except serial.SerialTimeoutException as exc:
+            raise DeviceTimeout(
+                f"{self.name}: write to {self.url} timed out",
+                hint="the device is not reading its port; check that it is powered and running",
+            ) from exc
+        except (serial.SerialException, OSError) as exc:
+            raise PortError(f"{self.name}: write to {self.url} failed: {exc}") from exc
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        """Return the bytes available now, waiting at most `POLL_S` for the first one."""
+        try:
+            waiting = self._port.in_waiting
+            return self._port.read(min(max(waiting, 1), max_bytes))
+        except (serial.SerialException, OSError) as exc:
+            raise PortError(f"{self.name}: read from {self.url} failed: {exc}") from exc
+
+    def read_until(self, deadline: float, done) -> bytes:
+        """Read until `done(buffer)` is true or the monotonic `deadline` passes (then raise)."""
+        buf = bytearray()
+        while not done(buf):
+            if time.monotonic() > deadline:
+                raise DeviceTimeout(f"{self.name}: no complete reply from {self.url} in time")
+            buf += self.read()
+        return bytes(buf)
+
+    def reset_input(self) -> None:
+        """Drop whatever is waiting in the input buffer."""
+        self._port.reset_input_buffer()
+
+    def close(self) -> None:
+        """Close the port; safe to call twice."""
+        if self._port.is_open:
+            self._port.close()
+
+    def __enter__(self) -> SerialTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _port_error(name: str, url: str, exc: serial.SerialException) -> PortError:
+    text = str(exc)
+    err = getattr(exc, "errno", None)
+    if err in (errno.ENOENT, errno.ENODEV) or "No such file" in text:
+        return PortError(
+            f"{name}: port {url} does not exist",
+            hint="check the cable and the port name; `rig devices` lists serial ports",
+        )
+    if err in (errno.EBUSY, errno.EAGAIN) or "busy" in text.lower() or "lock" in text.lower():
+        return PortError(
+            f"{name}: port {url} is busy",
+            hint="another program has it open; close it (a serial monitor, another rig)",
+        )
+    if err == errno.EACCES or "Permission denied" in text:
+        return PortError(
+            f"{name}: no permission to open {url}",
+            hint="add your user to the 'dialout' group or fix the udev rule",
+        )
+    return PortError(f"{name}: cannot open {url}: {text}")

@@ -1,0 +1,1 @@
+"""The Qt runner and energy viewer (a later issue). Only talks to `rig`."""

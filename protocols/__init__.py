@@ -1,0 +1,1 @@
+"""Pure codecs and state machines (sans-IO): bytes in, typed events out. Imports nothing of ours."""

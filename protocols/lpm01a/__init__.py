@@ -1,0 +1,43 @@
+"""The ST LPM01A (X-NUCLEO-LPM01A "PowerShield") protocol: see `protocols.lpm01a.codec`."""
+
+from protocols.lpm01a.codec import (
+    Ack,
+    AcquisitionCompleted,
+    EdgeEvent,
+    ErrorDetail,
+    ErrorReply,
+    Event,
+    Garbled,
+    Lpm01aDecoder,
+    Samples,
+    Text,
+    TimeStamp,
+    decode_bin_hexa,
+    encode,
+    format_millivolts,
+    format_samples,
+    freq_token,
+    parse_number,
+    parse_sample,
+)
+
+__all__ = [
+    "Ack",
+    "AcquisitionCompleted",
+    "EdgeEvent",
+    "ErrorDetail",
+    "ErrorReply",
+    "Event",
+    "Garbled",
+    "Lpm01aDecoder",
+    "Samples",
+    "Text",
+    "TimeStamp",
+    "decode_bin_hexa",
+    "encode",
+    "format_millivolts",
+    "format_samples",
+    "freq_token",
+    "parse_number",
+    "parse_sample",
+]

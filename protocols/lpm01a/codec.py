@@ -1,0 +1,435 @@
+"""Sans-IO codec for the ST LPM01A ("PowerShield") ASCII protocol.
+
+Host -> board: one ASCII command per line ending ``\\n`` (`encode`). Numbers carry a unit suffix
+(``u``, ``m``, ``k``) or a power-of-ten suffix (``2m`` == ``2-3``), see `parse_number`.
+
+Board -> host: lines ending ``\\r\\n`` (a bare ``\\n`` is accepted too), possibly laced with stray
+NUL bytes, which are dropped. `Lpm01aDecoder.feed` turns them into typed events:
+
+=====================================================  ==========================================
+line                                                   event
+=====================================================  ==========================================
+``PowerShield > ack volt 1800m``                       ``Ack(command="volt", rest="1800m")``
+``PowerShield > error <text>``                         ``ErrorReply(text)``
+``PowerShield > Error detail: <text>``                 ``ErrorDetail(text)``
+``PowerShield > Acquisition completed``                ``AcquisitionCompleted()``
+``PowerShield > <anything else>``                      ``Text(line=<anything else>)``
+``6409-07`` (``DDDD±EE``, ascii_dec data)              ``Samples`` (consecutive lines, in bulk)
+``event 3 ris``                                        ``EdgeEvent(sample_index, 3, "ris")``
+``TimeStamp: 12s 345ms, buff 03%``                     ``TimeStamp(12.345, 3, sample_index)``
+anything else                                          ``Garbled(raw)``
+=====================================================  ==========================================
+
+``event`` and ``TimeStamp`` lines are recognised with or without the prompt; data lines only
+without it. Queries that return a value (``version``, ``status``, ``volt get``, ``powershield``)
+answer with their ack line and then the value alone on one prompt line, which decodes as `Text`::
+
+    PowerShield > ack version
+    PowerShield > 1.0.5-sim
+
+A data line ``DDDD±EE`` is the 4-digit mantissa times ten to the signed 2-digit exponent:
+amperes with ``output current``, joules per sample period with ``output energy``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from protocols.errors import ProtocolError
+
+#: What the board puts in front of every reply line.
+PROMPT = "PowerShield >"
+#: The supply range the board can deliver, in millivolts.
+VOLT_MIN_MV = 1800
+VOLT_MAX_MV = 3300
+#: Sample rates the board accepts, with the token it takes for each.
+FREQ_TOKENS: dict[int, str] = {
+    100_000: "100k",
+    50_000: "50k",
+    20_000: "20k",
+    10_000: "10k",
+    5_000: "5k",
+    2_000: "2k",
+    1_000: "1k",
+    500: "500",
+    200: "200",
+    100: "100",
+    50: "50",
+    20: "20",
+    10: "10",
+    5: "5",
+    2: "2",
+    1: "1",
+}
+#: ascii_dec cannot keep up beyond this rate in an unlimited acquisition (acqtime 0 / inf).
+ASCII_DEC_MAX_HZ_UNLIMITED = 5_000
+#: ... and beyond this one at all (and then only for acquisitions of at most 1 s).
+ASCII_DEC_MAX_HZ_SHORT = 10_000
+#: A line longer than this is not protocol; it is reported (truncated) as `Garbled`.
+MAX_LINE = 1024
+
+_SAMPLE_LEN = 7  # DDDD±EE
+_UNIT_EXPONENT = {"u": -6, "m": -3, "k": 3}
+_NUMBER_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([umk])|([+-][0-9]{1,3}))?$")
+
+
+# -- host -> board -------------------------------------------------------------------------------
+def encode(command: str) -> bytes:
+    """The bytes that send `command` (ASCII, one line, ``\\n`` appended)."""
+    if "\n" in command or "\r" in command:
+        raise ProtocolError(
+            f"LPM01A command {command!r} contains a line break",
+            hint="send one command per call",
+        )
+    try:
+        return command.encode("ascii") + b"\n"
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"LPM01A command {command!r} is not plain ASCII") from exc
+
+
+def format_millivolts(volts: float) -> str:
+    """A supply voltage as the board writes it: 1.8 -> ``"1800m"`` (rounded to 1 mV)."""
+    if not math.isfinite(volts) or volts < 0:
+        raise ProtocolError(f"LPM01A: {volts!r} is not a supply voltage")
+    return f"{round(volts * 1000)}m"
+
+
+def freq_token(hz: float) -> str:
+    """The board's token for a sample rate: 1000 -> ``"1k"``; only the rates the board knows."""
+    token = FREQ_TOKENS.get(int(hz)) if math.isfinite(hz) and hz == int(hz) else None
+    if token is None:
+        allowed = ", ".join(f"{f:g}" for f in sorted(FREQ_TOKENS))
+        raise ProtocolError(
+            f"LPM01A cannot sample at {hz:g} Hz",
+            hint=f"choose one of {allowed} Hz",
+        )
+    return token
+
+
+def parse_number(text: str) -> float:
+    """A board number: ``"2m"`` -> 0.002, ``"2-3"`` -> 0.002, ``"5k"`` -> 5000, ``"inf"``."""
+    s = text.strip()
+    if s.lower() == "inf":
+        return math.inf
+    m = _NUMBER_RE.match(s)
+    if m is None:
+        raise ProtocolError(
+            f"LPM01A: {text!r} is not a number",
+            hint="write digits with an optional u/m/k or power-of-ten suffix, e.g. 2m or 2-3",
+        )
+    mantissa, unit, power = m.groups()
+    exponent = _UNIT_EXPONENT[unit] if unit else int(power) if power else 0
+    # Going through float's own parser keeps the result correctly rounded (2m == 0.002 exactly).
+    return float(f"{mantissa}e{exponent}")
+
+
+def parse_sample(text: str) -> float:
+    """One ascii_dec data value: ``"6409-07"`` -> 6.409e-4 (same arithmetic as the decoder)."""
+    raw = text.strip().encode("ascii", "replace")
+    if len(raw) == _SAMPLE_LEN:
+        rows = np.frombuffer(raw, dtype=np.uint8).reshape(1, _SAMPLE_LEN)
+        ok, values = _decode_sample_rows(rows)
+        if ok[0]:
+            return float(values[0])
+    raise ProtocolError(f"LPM01A: {text!r} is not a DDDD±EE data value")
+
+
+def format_samples(values: np.ndarray) -> bytes:
+    """ascii_dec data lines (``DDDD±EE\\r\\n`` each) for `values`, built without a Python loop.
+
+    Values are rounded to a 4-digit mantissa; zero, negative and non-finite values give
+    ``0000+00``. Used by the simulator (it is the board's side of the protocol).
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = np.where(np.isfinite(v) & (v > 0), v, 0.0)
+    positive = v > 0
+    safe = np.where(positive, v, 1.0)
+    exp = np.floor(np.log10(safe)).astype(np.int64) - 3
+    mant = np.rint(_times_pow10(safe, -exp)).astype(np.int64)
+    # log10 can land one decade off near powers of ten, and rounding can carry to 10000:
+    # renormalise the mantissa into 1000..9999.
+    exp = exp + (mant >= 10_000) - (mant < 1000)
+    mant = np.rint(_times_pow10(safe, -exp)).astype(np.int64)
+    exp = np.clip(exp, -99, 99)
+    mant = np.clip(mant, 0, 9999)
+    mant[~positive] = 0
+    exp[~positive] = 0
+    out = np.empty((v.size, _SAMPLE_LEN + 2), dtype=np.uint8)
+    out[:, 0] = mant // 1000 + 48
+    out[:, 1] = mant // 100 % 10 + 48
+    out[:, 2] = mant // 10 % 10 + 48
+    out[:, 3] = mant % 10 + 48
+    out[:, 4] = np.where(exp < 0, ord("-"), ord("+"))
+    aexp = np.abs(exp)
+    out[:, 5] = aexp // 10 + 48
+    out[:, 6] = aexp % 10 + 48
+    out[:, 7] = 13
+    out[:, 8] = 10
+    return out.tobytes()
+
+
+def decode_bin_hexa(words: bytes) -> np.ndarray:
+    """bin_hexa data words (16-bit big-endian) to amperes: ``I = (w & 0xFFF) * 16**-(w >> 12)``.
+
+    Only the data words: metadata frames (``0xF0`` ... ``0xFF 0xFF``) must be cut out first.
+    """
+    if len(words) % 2:
+        raise ProtocolError(f"LPM01A bin_hexa data has an odd length ({len(words)} bytes)")
+    w = np.frombuffer(words, dtype=">u2").astype(np.int64)
+    return (w & 0x0FFF) * np.float64(16.0) ** -(w >> 12).astype(np.float64)
+
+
+# -- board -> host events ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ack:
+    """``ack <command> <rest>``: the board accepted `command` (first word of the echo)."""
+
+    command: str
+    rest: str = ""
+
+    @property
+    def echoed(self) -> str:
+        """The whole echoed command line."""
+        return f"{self.command} {self.rest}".strip()
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """``error <text>``: the board refused the last command; an `ErrorDetail` follows."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    """``Error detail: <text>``: why the board refused the last command."""
+
+    text: str
+
+
+@dataclass(frozen=True, eq=False)
+class Samples:
+    """Consecutive data values; `first_index` counts the samples decoded before this block."""
+
+    values: np.ndarray
+    first_index: int
+
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Samples):
+            return NotImplemented
+        return self.first_index == other.first_index and np.array_equal(self.values, other.values)
+
+
+@dataclass(frozen=True)
+class EdgeEvent:
+    """``event N ris``: an edge on the D7 input before sample `sample_index`; `text` is its kind."""
+
+    sample_index: int
+    number: int
+    text: str
+
+
+@dataclass(frozen=True)
+class TimeStamp:
+    """``TimeStamp: 12s 345ms, buff 03%``: acquisition time so far, seen after `sample_index`
+    samples; `buffer_pct` is how full the board's buffer is."""
+
+    seconds: float
+    buffer_pct: int
+    sample_index: int
+
+
+@dataclass(frozen=True)
+class AcquisitionCompleted:
+    """``Acquisition completed``: the acquisition ended (after ``stop`` or a finite acqtime)."""
+
+
+@dataclass(frozen=True)
+class Text:
+    """Any other prompt line, e.g. the value a query returns."""
+
+    line: str
+
+
+@dataclass(frozen=True)
+class Garbled:
+    """A line that fits nothing (cut to `MAX_LINE` bytes)."""
+
+    raw: bytes
+
+
+Event = (
+    Ack
+    | ErrorReply
+    | ErrorDetail
+    | Samples
+    | EdgeEvent
+    | TimeStamp
+    | AcquisitionCompleted
+    | Text
+    | Garbled
+)
+
+_ACK_RE = re.compile(r"^ack\b\s*(\S*)\s*(.*)$", re.IGNORECASE)
+_DETAIL_RE = re.compile(r"^error\s+detail\s*:?\s*(.*)$", re.IGNORECASE)
+_ERROR_RE = re.compile(r"^error\b\s*:?\s*(.*)$", re.IGNORECASE)
+_COMPLETED_RE = re.compile(r"^acquisition\s+completed\b", re.IGNORECASE)
+_EVENT_RE = re.compile(r"^event\s+(\d+)\s*(\S*)", re.IGNORECASE)
+_TIMESTAMP_RE = re.compile(
+    r"^timestamp\s*:\s*(\d+)\s*s\s*(\d+)\s*ms\s*,?\s*buff\s*(\d+)\s*%", re.IGNORECASE
+)
+
+
+class Lpm01aDecoder:
+    """Turns the board's byte stream into events. Keeps partial lines; never raises on input."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        # After an over-long partial line was reported, drop bytes up to its end.
+        self._skipping = False
+        self._count = 0
+
+    @property
+    def sample_count(self) -> int:
+        """Samples decoded since the start or the last `reset_count`."""
+        return self._count
+
+    def reset_count(self) -> None:
+        """Restart sample indices at 0 (a new acquisition)."""
+        self._count = 0
+
+    def reset(self) -> None:
+        """Forget everything: partial line and sample count."""
+        self._partial = b""
+        self._skipping = False
+        self._count = 0
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Decode `data`; returns the events of every line it completes."""
+        data = bytes(data).replace(b"\x00", b"")
+        events: list[Event] = []
+        if self._skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                return events
+            data = data[nl + 1 :]
+            self._skipping = False
+        buf = self._partial + data
+        last_nl = buf.rfind(b"\n")
+        if last_nl < 0:
+            self._partial = buf
+        else:
+            self._partial = buf[last_nl + 1 :]
+            self._decode_lines(buf[: last_nl + 1], events)
+        if len(self._partial) > MAX_LINE + 1:
+            # Cannot be protocol whatever follows: report it now, bounded memory.
+            events.append(Garbled(self._partial[:MAX_LINE]))
+            self._partial = b""
+            self._skipping = True
+        return events
+
+    def _decode_lines(self, block: bytes, events: list[Event]) -> None:
+        """Decode `block`, a run of complete lines each ending in ``\\n``."""
+        arr = np.frombuffer(block, dtype=np.uint8)
+        ends = np.flatnonzero(arr == 10)
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        # A trailing CR belongs to the line ending, not to the line.
+        has_cr = (ends > starts) & (arr[np.maximum(ends - 1, 0)] == 13)
+        ends = ends - has_cr
+        lengths = ends - starts
+
+        is_sample = lengths == _SAMPLE_LEN
+        cand = np.flatnonzero(is_sample)
+        rows = arr[starts[cand, None] + np.arange(_SAMPLE_LEN)]
+        ok, values = _decode_sample_rows(rows)
+        is_sample[cand[~ok]] = False
+        values = values[ok]
+
+        others = np.flatnonzero(~is_sample & (lengths > 0))
+        if others.size == 0:
+            self._emit_samples(values, events)
+            return
+        # Samples before each non-sample line, within this block.
+        before = np.cumsum(is_sample) - is_sample
+        done = 0
+        for i in others.tolist():
+            n = int(before[i])
+            if n > done:
+                self._emit_samples(values[done:n], events)
+                done = n
+            events.append(self._classify(block[starts[i] : ends[i]]))
+        if done < values.size:
+            self._emit_samples(values[done:], events)
+
+    def _emit_samples(self, values: np.ndarray, events: list[Event]) -> None:
+        if values.size:
+            events.append(Samples(values, self._count))
+            self._count += int(values.size)
+
+    def _classify(self, raw: bytes) -> Event:
+        """One line that is not a data value."""
+        if len(raw) > MAX_LINE:
+            return Garbled(raw[:MAX_LINE])
+        text = raw.decode("ascii", "replace").strip()
+        prompted = text.startswith(PROMPT)
+        if prompted:
+            text = text[len(PROMPT) :].strip()
+            if m := _ACK_RE.match(text):
+                return Ack(m.group(1), m.group(2).strip())
+            if m := _DETAIL_RE.match(text):
+                return ErrorDetail(m.group(1).strip())
+            if m := _ERROR_RE.match(text):
+                return ErrorReply(m.group(1).strip())
+            if _COMPLETED_RE.match(text):
+                return AcquisitionCompleted()
+        if m := _EVENT_RE.match(text):
+            return EdgeEvent(self._count, int(m.group(1)), m.group(2))
+        if m := _TIMESTAMP_RE.match(text):
+            seconds = int(m.group(1)) + int(m.group(2)) / 1000
+            return TimeStamp(seconds, int(m.group(3)), self._count)
+        if prompted:
+            return Text(text)
+        if _COMPLETED_RE.match(text):
+            return AcquisitionCompleted()
+        return Garbled(raw)
+
+
+# -- vectorised helpers --------------------------------------------------------------------------
+_DIGIT_COLS = np.array([0, 1, 2, 3, 5, 6])
+_MANT_WEIGHTS = np.array([1000, 100, 10, 1], dtype=np.int64)
+
+
+def _pow10(exp: np.ndarray) -> np.ndarray:
+    return np.float64(10.0) ** exp.astype(np.float64)
+
+
+def _times_pow10(values: np.ndarray, exp: np.ndarray) -> np.ndarray:
+    """values * 10**exp, dividing by an exact power of ten for negative `exp` (exact to 1e22),
+    so results round like Python's float("6409e-7")."""
+    scale = _pow10(np.abs(exp))
+    return np.where(exp < 0, values / scale, values * scale)
+
+
+def _decode_sample_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of 7 ASCII bytes ``DDDD±EE`` -> (which rows are valid, their values)."""
+    digits = rows[:, _DIGIT_COLS] - np.uint8(48)  # wraps below '0', so one compare suffices
+    sign = rows[:, 4]
+    ok = np.all(digits < 10, axis=1) & ((sign == ord("+")) | (sign == ord("-")))
+    # Invalid rows are zeroed so their (discarded) values cannot overflow.
+    d = np.where(ok[:, None], digits, 0).astype(np.int64)
+    mant = (d[:, :4] @ _MANT_WEIGHTS).astype(np.float64)
+    exp = d[:, 4] * 10 + d[:, 5]
+    values = _times_pow10(mant, np.where(sign == ord("-"), -exp, exp))
+    return ok, values

@@ -1,0 +1,32 @@
+"""Energy analysis: pure numpy functions over sample arrays (no I/O, no Python loop per sample).
+
+`analyze()` finds the GPIO timestamp windows and integrates energy inside them; the helpers
+(`median`, `mean_stderr`, `replicability`) are shared with the benchmark procedures.
+"""
+
+from rig.analysis.edges import falling_edges, windows_from_edges
+from rig.analysis.energy import (
+    REPLICABILITY_TOLERANCE,
+    EnergyAnalysis,
+    WindowEnergy,
+    analyze,
+    mean_stderr,
+    median,
+    replicability,
+    span_power,
+    window_energies,
+)
+
+__all__ = [
+    "REPLICABILITY_TOLERANCE",
+    "EnergyAnalysis",
+    "WindowEnergy",
+    "analyze",
+    "falling_edges",
+    "mean_stderr",
+    "median",
+    "replicability",
+    "span_power",
+    "window_energies",
+    "windows_from_edges",
+]

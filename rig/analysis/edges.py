@@ -1,0 +1,80 @@
+"""Timestamp edges on the GPIO line and the measurement windows they delimit.
+
+In energy mode the DUT pulls its timestamp line low once at the start and once at the end of
+each timed loop, so consecutive falling edges pair up into windows: (1st, 2nd), (3rd, 4th), ...
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rig.errors import AnalysisError
+
+_NO_EDGES_HINT = (
+    "check the GPIO wiring from the DUT's timestamp pin to the energy monitor, and that the DUT "
+    "firmware is built for energy timestamp mode: its boot banner says m-timestamp-mode-energy"
+)
+_ODD_EDGES_HINT = (
+    "a window was cut off at the start or end of the trace, or the DUT was reset mid-run; "
+    "start the capture before the first timestamp and stop it after the last"
+)
+
+
+def falling_edges(gpio: np.ndarray, bit: int = 0, initial_level: int = 1) -> np.ndarray:
+    """Sample indices k where `bit` of `gpio` goes 1 -> 0 between sample k-1 and sample k.
+
+    Sample 0 is compared with `initial_level` (the line level just before the trace began).
+    """
+    gpio = np.asarray(gpio)
+    if gpio.ndim != 1:
+        raise AnalysisError(f"gpio must be one-dimensional, got shape {gpio.shape}")
+    if not np.issubdtype(gpio.dtype, np.integer):
+        raise AnalysisError(f"gpio must hold integer bit fields, got dtype {gpio.dtype}")
+    if not 0 <= bit < 8 * gpio.dtype.itemsize:
+        raise AnalysisError(f"gpio bit {bit} does not exist in {gpio.dtype} samples")
+    if initial_level not in (0, 1):
+        raise AnalysisError(f"initial_level must be 0 or 1, got {initial_level!r}")
+    if gpio.size == 0:
+        return np.empty(0, dtype=np.int64)
+    high = ((gpio >> bit) & 1).astype(bool)
+    # high[k-1] and not high[k], for k >= 1: on bools that is one `greater` pass.
+    inner = np.flatnonzero(np.greater(high[:-1], high[1:])) + 1
+    if initial_level == 1 and not high[0]:
+        return np.concatenate(([0], inner)).astype(np.int64)
+    return inner.astype(np.int64)
+
+
+def _where(sample: int, sample_rate: float | None) -> str:
+    if sample_rate:
+        return f"sample {sample} ({sample / sample_rate:.6f} s)"
+    return f"sample {sample}"
+
+
+def windows_from_edges(edges: np.ndarray, sample_rate: float | None = None) -> np.ndarray:
+    """Pair consecutive falling edges into windows: an (n, 2) int64 array of [start, end).
+
+    `sample_rate` only makes error messages name times as well as sample indices.
+    """
+    edges = np.asarray(edges, dtype=np.int64)
+    if edges.ndim != 1:
+        raise AnalysisError(f"edges must be one-dimensional, got shape {edges.shape}")
+    if edges.size == 0:
+        raise AnalysisError("no falling edges on the timestamp line", hint=_NO_EDGES_HINT)
+    if edges.size > 1 and not np.all(np.diff(edges) > 0):
+        raise AnalysisError("falling edges must be strictly increasing sample indices")
+    if edges.size % 2:
+        first, last = int(edges[0]), int(edges[-1])
+        if edges.size == 1:
+            where = f"the only edge is at {_where(first, sample_rate)}"
+        else:
+            # Which end is missing its partner cannot be known from the edges alone: name both.
+            where = (
+                f"the unpaired edge is the first, at {_where(first, sample_rate)}, "
+                f"or the last, at {_where(last, sample_rate)}"
+            )
+        raise AnalysisError(
+            f"odd number of falling edges on the timestamp line ({edges.size}): "
+            f"they do not pair into windows; {where}",
+            hint=_ODD_EDGES_HINT,
+        )
+    return edges.reshape(-1, 2)

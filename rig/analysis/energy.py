@@ -1,0 +1,324 @@
+"""Sample-exact energy inside GPIO windows, idle/active/dynamic power, and run statistics.
+
+Energy of a window [start, end) is E = sum_k i[k] * v[k] / fs: each sample stands for one
+sample period. Times are sample counts divided by the instrument's sample rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rig.analysis.edges import falling_edges, windows_from_edges
+from rig.errors import AnalysisError
+
+#: Samples converted to float64 at a time when inputs are not float64 (2 MiB of scratch).
+_BLOCK = 1 << 18
+
+#: Default replicability tolerance: every trial within 5% of the reported value.
+REPLICABILITY_TOLERANCE = 0.05
+
+
+def _dot64(a: np.ndarray, b: np.ndarray, scratch: np.ndarray | None = None) -> float:
+    """Sum of a*b accumulated in float64, without a full-size temporary.
+
+    `scratch` (_BLOCK float64 values) is reused across calls for non-float64 inputs.
+    """
+    if a.dtype == np.float64 and b.dtype == np.float64:
+        return float(np.dot(a, b))
+    # float32 BLAS dots accumulate in float32 (error grows with length): convert block by block
+    # into a reused float64 buffer (a fresh one would cost a page fault per 4 KiB) and let
+    # numpy's pairwise sum add it up. No BLAS call per block: on a busy 2-core host, BLAS
+    # threads waking for every small block stalled this loop by seconds.
+    if scratch is None:
+        scratch = np.empty(_BLOCK, dtype=np.float64)
+    total = 0.0
+    for lo in range(0, len(a), _BLOCK):
+        m = min(_BLOCK, len(a) - lo)
+        x = scratch[:m]
+        x[...] = a[lo : lo + m]
+        np.multiply(x, b[lo : lo + m], out=x)
+        total += float(x.sum())
+    return total
+
+
+def _check_signals(current: np.ndarray, voltage: np.ndarray, sample_rate: float) -> None:
+    if current.ndim != 1 or voltage.ndim != 1:
+        raise AnalysisError("current and voltage must be one-dimensional arrays")
+    if len(current) != len(voltage):
+        raise AnalysisError(
+            f"current has {len(current)} samples but voltage has {len(voltage)}",
+            hint="pass arrays from the same capture",
+        )
+    if not (math.isfinite(sample_rate) and sample_rate > 0):
+        raise AnalysisError(f"sample rate must be a positive number of Hz, got {sample_rate}")
+
+
+def window_energies(
+    current: np.ndarray, voltage: np.ndarray, windows: np.ndarray, sample_rate: float
+) -> np.ndarray:
+    """Energy [J] of each [start, end) sample window: one float64 dot product per window."""
+    current = np.asarray(current)
+    voltage = np.asarray(voltage)
+    _check_signals(current, voltage, sample_rate)
+    windows = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
+    n = len(current)
+    if windows.size and (
+        windows.min() < 0 or windows.max() > n or np.any(windows[:, 1] <= windows[:, 0])
+    ):
+        raise AnalysisError(f"windows must satisfy 0 <= start < end <= {n} samples")
+    out = np.empty(len(windows), dtype=np.float64)
+    scratch = None
+    if not (current.dtype == np.float64 and voltage.dtype == np.float64):
+        scratch = np.empty(_BLOCK, dtype=np.float64)
+    for w, (start, end) in enumerate(windows):
+        out[w] = _dot64(current[start:end], voltage[start:end], scratch) / sample_rate
+    return out
+
+
+def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) -> float:
+    """Mean power [W] over samples [start, stop)."""
+    current = np.asarray(current)
+    voltage = np.asarray(voltage)
+    _check_signals(current, voltage, 1.0)
+    if not 0 <= start < stop <= len(current):
+        raise AnalysisError(
+            f"span [{start}, {stop}) is not a non-empty range inside the "
+            f"{len(current)}-sample trace"
+        )
+    return _dot64(current[start:stop], voltage[start:stop]) / (stop - start)
+
+
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """Median of a non-empty set of values."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise AnalysisError("median of no values")
+    return float(np.median(arr))
+
+
+def mean_stderr(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and standard error of the mean (sample std, ddof=1, / sqrt(n)); 0.0 for one value."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise AnalysisError("mean of no values")
+    mean = float(arr.mean())
+    if arr.size == 1:
+        return mean, 0.0
+    return mean, float(arr.std(ddof=1) / math.sqrt(arr.size))
+
+
+def replicability(
+    values: Sequence[float] | np.ndarray, tolerance: float = REPLICABILITY_TOLERANCE
+) -> tuple[bool, float]:
+    """Whether every value lies within `tolerance` (relative) of their mean, and the worst
+    relative deviation found."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        raise AnalysisError("replicability of no values")
+    mean = arr.mean()
+    spread = np.abs(arr - mean)
+    if mean == 0:
+        max_dev = 0.0 if not spread.any() else math.inf
+    else:
+        max_dev = float(spread.max() / abs(mean))
+    return bool(max_dev <= tolerance), max_dev
+
+
+@dataclass(frozen=True)
+class WindowEnergy:
+    """One timed loop between two falling edges: samples [start_sample, end_sample)."""
+
+    start_sample: int
+    end_sample: int
+    start_s: float
+    end_s: float
+    duration_s: float
+    energy_j: float
+    mean_power_w: float
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON form: times in s, energy in J, power in W."""
+        return {
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "duration_s": self.duration_s,
+            "energy_j": self.energy_j,
+            "mean_power_w": self.mean_power_w,
+        }
+
+
+@dataclass(frozen=True)
+class EnergyAnalysis:
+    """Energy figures of one trace: every window, and what the spec derives from them."""
+
+    sample_rate_hz: float
+    iterations: int
+    windows: list[WindowEnergy]
+    #: Mean of the windows' mean powers [W].
+    active_power_w: float
+    #: Median over windows of energy / iterations [J].
+    energy_per_inference_j: float
+    #: Per-inference execution time (window duration / iterations): mean and its stderr [s].
+    exec_time_mean_s: float
+    exec_time_stderr_s: float
+    #: Every window's energy per inference within the tolerance of their mean?
+    replicable: bool
+    replicability_max_rel_dev: float
+    #: The idle span [start_s, end_s) if one was given, and what it yields.
+    idle_span_s: tuple[float, float] | None = None
+    idle_power_w: float | None = None
+    dynamic_power_w: float | None = None
+    dynamic_energy_per_inference_j: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object `rig analyze --json` prints; idle keys only when an idle span was
+        given."""
+        out: dict[str, Any] = {
+            "sample_rate_hz": self.sample_rate_hz,
+            "windows": [w.to_dict() for w in self.windows],
+            "active_power_w": self.active_power_w,
+            "energy_per_inference_j": self.energy_per_inference_j,
+        }
+        if self.idle_power_w is not None:
+            out["idle_power_w"] = self.idle_power_w
+            out["dynamic_power_w"] = self.dynamic_power_w
+            out["dynamic_energy_per_inference_j"] = self.dynamic_energy_per_inference_j
+            out["idle_span_s"] = list(self.idle_span_s) if self.idle_span_s else None
+        out["iterations"] = self.iterations
+        out["exec_time_mean_s"] = self.exec_time_mean_s
+        out["exec_time_stderr_s"] = self.exec_time_stderr_s
+        out["replicability"] = {
+            "ok": self.replicable,
+            # inf (values around a zero mean) is not valid JSON: null instead.
+            "max_rel_dev": (
+                self.replicability_max_rel_dev
+                if math.isfinite(self.replicability_max_rel_dev)
+                else None
+            ),
+            "tolerance": REPLICABILITY_TOLERANCE,
+        }
+        return out
+
+
+def _idle_samples(
+    idle: tuple[float, float], sample_rate: float, n: int, windows: np.ndarray
+) -> tuple[int, int]:
+    start_s, end_s = (float(x) for x in idle)
+    duration = n / sample_rate
+    hint = f"give START:END in seconds with 0 <= START < END <= {duration:g}, the trace length"
+    if not (math.isfinite(start_s) and math.isfinite(end_s)) or start_s >= end_s:
+        raise AnalysisError(f"idle span {start_s:g}:{end_s:g} s is empty or reversed", hint=hint)
+    start, stop = round(start_s * sample_rate), round(end_s * sample_rate)
+    if start < 0 or stop > n:
+        raise AnalysisError(
+            f"idle span {start_s:g}:{end_s:g} s is outside the trace (0 to {duration:g} s)",
+            hint=hint,
+        )
+    if start >= stop:
+        raise AnalysisError(
+            f"idle span {start_s:g}:{end_s:g} s holds no whole sample at {sample_rate:g} Hz",
+            hint=hint,
+        )
+    overlap = np.flatnonzero((windows[:, 0] < stop) & (windows[:, 1] > start))
+    if overlap.size:
+        w = int(overlap[0])
+        raise AnalysisError(
+            f"idle span {start_s:g}:{end_s:g} s overlaps timed window {w + 1} "
+            f"({windows[w, 0] / sample_rate:g} to {windows[w, 1] / sample_rate:g} s): "
+            "idle power must come from a span where the DUT is not computing",
+            hint="pick an idle span between or outside the windows",
+        )
+    return start, stop
+
+
+def analyze(
+    current: np.ndarray,
+    voltage: np.ndarray,
+    gpio: np.ndarray,
+    sample_rate: float,
+    iterations: int = 1,
+    idle: tuple[float, float] | None = None,
+    *,
+    bit: int = 0,
+) -> EnergyAnalysis:
+    """Find the timed windows on `bit` of `gpio`, integrate their energy, and derive the
+    figures the ASC energy method asks for (`iterations` inferences per window; `idle` a
+    [start_s, end_s) span where the DUT is configured but not computing)."""
+    current = np.asarray(current)
+    voltage = np.asarray(voltage)
+    gpio = np.asarray(gpio)
+    sample_rate = float(sample_rate)
+    _check_signals(current, voltage, sample_rate)
+    if len(gpio) != len(current):
+        raise AnalysisError(
+            f"gpio has {len(gpio)} samples but current has {len(current)}",
+            hint="pass arrays from the same capture",
+        )
+    if int(iterations) != iterations or iterations < 1:
+        raise AnalysisError(f"iterations must be a positive integer, got {iterations!r}")
+    iterations = int(iterations)
+
+    windows = windows_from_edges(falling_edges(gpio, bit=bit), sample_rate)
+    energies = window_energies(current, voltage, windows, sample_rate)
+    bad = np.flatnonzero(~np.isfinite(energies))
+    if bad.size:
+        w = int(bad[0])
+        raise AnalysisError(
+            f"window {w + 1} ({windows[w, 0] / sample_rate:g} to "
+            f"{windows[w, 1] / sample_rate:g} s) contains missing or non-finite samples",
+            hint="the instrument dropped samples inside a timed window: repeat the measurement",
+        )
+    counts = windows[:, 1] - windows[:, 0]
+    durations = counts / sample_rate
+    powers = energies / durations
+    per_inference = energies / iterations
+    exec_mean, exec_stderr = mean_stderr(durations / iterations)
+    ok, max_dev = replicability(per_inference)
+    window_list = [
+        WindowEnergy(
+            start_sample=int(s),
+            end_sample=int(e),
+            start_s=float(s / sample_rate),
+            end_s=float(e / sample_rate),
+            duration_s=float(d),
+            energy_j=float(en),
+            mean_power_w=float(p),
+        )
+        for (s, e), d, en, p in zip(windows, durations, energies, powers, strict=True)
+    ]
+    active = float(powers.mean())
+
+    idle_power = dynamic_power = dynamic_energy = None
+    idle_span = None
+    if idle is not None:
+        start, stop = _idle_samples(idle, sample_rate, len(current), windows)
+        idle_power = span_power(current, voltage, start, stop)
+        if not math.isfinite(idle_power):
+            raise AnalysisError(
+                "the idle span contains missing or non-finite samples",
+                hint="pick an idle span without gaps in the trace",
+            )
+        dynamic_power = active - idle_power
+        dynamic_energy = dynamic_power * exec_mean
+        idle_span = (float(idle[0]), float(idle[1]))
+
+    return EnergyAnalysis(
+        sample_rate_hz=sample_rate,
+        iterations=iterations,
+        windows=window_list,
+        active_power_w=active,
+        energy_per_inference_j=median(per_inference),
+        exec_time_mean_s=exec_mean,
+        exec_time_stderr_s=exec_stderr,
+        replicable=ok,
+        replicability_max_rel_dev=max_dev,
+        idle_span_s=idle_span,
+        idle_power_w=idle_power,
+        dynamic_power_w=dynamic_power,
+        dynamic_energy_per_inference_j=dynamic_energy,
+    )

@@ -1,0 +1,52 @@
+"""The `rig` command line. Each subcommand lives in `rig.commands.<name>`.
+
+Exit codes: 0 success, 2 bad input or setup, 1 a measurement that failed its own checks,
+130 interrupted by the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from protocols.errors import RigError
+
+#: Subcommand modules under rig.commands, in the order `rig --help` lists them.
+COMMANDS = ["devices", "sim", "measure", "analyze", "show"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="rig", description="NeuroBench system-track bench: measure, analyse, report."
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        module = importlib.import_module(f"rig.commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `rig` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except RigError as exc:
+        if args.debug:
+            raise
+        # One line: what went wrong, and in brackets what to do about it.
+        print(f"rig: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("rig: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

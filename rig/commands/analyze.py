@@ -1,0 +1,141 @@
+"""`rig analyze TRACE`: energy inside the GPIO timestamp windows of a stored trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from protocols.errors import RigError
+from rig.analysis import REPLICABILITY_TOLERANCE, EnergyAnalysis, analyze
+from rig.traces import Trace, read_trace
+
+_IDLE_HINT = "use START:END in seconds, e.g. --idle 0:2"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `rig analyze`."""
+    p = subparsers.add_parser(
+        "analyze",
+        help="energy per inference from a trace (.jls or .csv)",
+        description=(
+            "Find the DUT's timestamp windows (pairs of falling edges on GPIO bit 0), integrate "
+            "energy inside each, and report active, idle and dynamic power and energy per "
+            "inference."
+        ),
+    )
+    p.add_argument("trace", metavar="TRACE", help="a .jls (JLS v2) or .csv trace file")
+    p.add_argument(
+        "--sample-rate", type=float, metavar="HZ", help="samples per second (CSV traces only)"
+    )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=1,
+        metavar="N",
+        help="inferences inside each timed window (default 1)",
+    )
+    p.add_argument(
+        "--idle",
+        metavar="START:END",
+        help="a span in seconds where the DUT is ready but not computing, for idle power",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+    return p
+
+
+def parse_idle(text: str) -> tuple[float, float]:
+    """Parse `START:END` in seconds."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        start, end = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise RigError(f"bad --idle {text!r}", hint=_IDLE_HINT) from None
+    if not (math.isfinite(start) and math.isfinite(end)) or start >= end:
+        raise RigError(f"bad --idle {text!r}: START must be before END", hint=_IDLE_HINT)
+    return start, end
+
+
+def run(args: argparse.Namespace) -> int:
+    """Analyse the trace and print the result (table, or JSON with --json)."""
+    idle = parse_idle(args.idle) if args.idle is not None else None
+    if args.iterations < 1:
+        raise RigError(
+            f"--iterations must be at least 1, got {args.iterations}",
+            hint="give the number of inferences the DUT ran inside each window",
+        )
+    trace = read_trace(args.trace, sample_rate=args.sample_rate)
+    result = analyze(
+        trace.current,
+        trace.voltage,
+        trace.gpio,
+        trace.sample_rate,
+        iterations=args.iterations,
+        idle=idle,
+    )
+    if args.json:
+        out = result.to_dict()
+        out["trace"] = str(args.trace)
+        out["simulated"] = trace.simulated
+        print(json.dumps(out))
+    else:
+        _print_table(args.trace, trace, result)
+    return 0
+
+
+def _print_table(path: str, trace: Trace, result: EnergyAnalysis) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    label = " [bold yellow]SIMULATED[/]" if trace.simulated else ""
+    console.print(
+        f"[bold]{path}[/]{label}: {len(trace)} samples at {trace.sample_rate:g} Hz "
+        f"({trace.duration_s:.6g} s), {result.iterations} inference(s) per window"
+    )
+    table = Table(title="Timed windows (falling edges on GPIO bit 0)")
+    table.add_column("#", justify="right")
+    for name in ("start s", "end s", "duration s", "energy µJ", "power mW", "µJ/inf."):
+        table.add_column(name, justify="right")
+    for k, w in enumerate(result.windows, start=1):
+        table.add_row(
+            str(k),
+            f"{w.start_s:.6f}",
+            f"{w.end_s:.6f}",
+            f"{w.duration_s:.6f}",
+            f"{w.energy_j * 1e6:.4f}",
+            f"{w.mean_power_w * 1e3:.4f}",
+            f"{w.energy_j / result.iterations * 1e6:.4f}",
+        )
+    console.print(table)
+    n = len(result.windows)
+    console.print(f"active power            {result.active_power_w * 1e3:.4f} mW")
+    console.print(
+        f"energy per inference    {result.energy_per_inference_j * 1e6:.4f} µJ "
+        f"(median of {n} window(s))"
+    )
+    console.print(
+        f"execution time          {result.exec_time_mean_s * 1e3:.4f} ms "
+        f"± {result.exec_time_stderr_s * 1e3:.4f} ms (mean ± stderr per inference)"
+    )
+    if result.idle_power_w is not None:
+        lo, hi = result.idle_span_s or (0.0, 0.0)
+        console.print(
+            f"idle power              {result.idle_power_w * 1e3:.4f} mW ({lo:g}-{hi:g} s)"
+        )
+        console.print(f"dynamic power           {result.dynamic_power_w * 1e3:.4f} mW")
+        console.print(
+            f"dynamic energy          {result.dynamic_energy_per_inference_j * 1e6:.4f} µJ "
+            "per inference"
+        )
+    dev = result.replicability_max_rel_dev * 100
+    if result.replicable:
+        console.print(f"replicability           ok (windows within {dev:.2f}% of their mean)")
+    else:
+        console.print(
+            f"replicability           [bold red]FAILED[/]: a window deviates {dev:.2f}% from "
+            f"the mean (limit {REPLICABILITY_TOLERANCE * 100:g}%)"
+        )

@@ -1,0 +1,319 @@
+"""Bench files: the wiring of one physical (or virtual) setup, loaded from TOML and validated.
+
+Every problem is reported as a `ConfigError` naming the file, the key, what was expected and
+what was found. A supply voltage above the bench limit is refused here, before any instrument
+is touched.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drivers.emon.base import check_voltage
+from drivers.errors import VoltageLimitError
+from rig.errors import ConfigError
+
+#: A port value that means "the virtual bench's pty for this device".
+VIRTUAL_PORT = "virtual"
+
+DUT_KINDS = ("mlperf-tiny",)
+EMON_DRIVERS = ("lpm01a", "none")
+TIMESTAMP_MODES = ("energy", "performance")
+DATASETS = ("synthetic-asc",)
+SIM_DUTS = ("python",)
+
+
+@dataclass(frozen=True)
+class DutConfig:
+    """How to reach the device under test."""
+
+    kind: str = "mlperf-tiny"
+    port: str = VIRTUAL_PORT
+    baud: int = 115200
+    timestamp_mode: str = "energy"
+    boot_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class EmonConfig:
+    """The energy monitor and the supply it gives the DUT."""
+
+    driver: str = "lpm01a"
+    port: str | None = VIRTUAL_PORT
+    sample_rate_hz: float = 1000.0
+    supply_voltage_v: float = 1.8
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """Which test set goes through the DUT."""
+
+    name: str = "synthetic-asc"
+    samples_per_class: int = 10
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class AscOptions:
+    """The ASC method's knobs (defaults are the spec's)."""
+
+    runs: int = 5
+    min_run_s: float = 10.0
+    min_iterations: int = 10
+    warmup: int = 1
+    calibration_iterations: int = 10
+    idle_s: float = 2.0
+    replicability_tolerance: float = 0.05
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The virtual bench's power model and clock."""
+
+    idle_power_mw: float = 1.20
+    active_power_mw: float = 3.60
+    inference_ms: float = 12.5
+    speed: float = 50.0
+    dut: str = "python"
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A validated bench file."""
+
+    name: str
+    path: Path
+    voltage_limit_v: float
+    dut: DutConfig
+    emon: EmonConfig
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    asc: AscOptions = field(default_factory=AscOptions)
+    sim: SimConfig | None = None
+    #: True for the virtual bench and for benches attached to one: every number is simulated.
+    simulated: bool = False
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every setting, as plain data, for the run manifest."""
+        data = asdict(self)
+        data["path"] = str(self.path)
+        return data
+
+
+_SECTIONS: dict[str, type] = {
+    "dut": DutConfig,
+    "emon": EmonConfig,
+    "dataset": DatasetConfig,
+    "sim": SimConfig,
+}
+
+
+def benches_dir() -> Path:
+    """Where the named benches live: ./benches if present, else the one beside the package."""
+    local = Path.cwd() / "benches"
+    if local.is_dir():
+        return local
+    return Path(__file__).resolve().parent.parent / "benches"
+
+
+def known_devices() -> list[str]:
+    """Names accepted by `--device` (bench files in `benches_dir()`)."""
+    return sorted(p.stem for p in benches_dir().glob("*.toml"))
+
+
+def resolve_device(name: str) -> Path:
+    """Map `--device NAME` to its bench file, or explain which names exist."""
+    path = benches_dir() / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(known_devices()) or "(none)"
+        raise ConfigError(
+            f"unknown device {name!r}",
+            hint=f"known devices: {known}; or pass --bench FILE",
+        )
+    return path
+
+
+def load_bench(path: str | Path) -> Bench:
+    """Read and validate a bench file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(
+            f"bench file {path} does not exist",
+            hint="pass an existing TOML file, or --device NAME (see benches/)",
+        )
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    return parse_bench(raw, path)
+
+
+def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
+    """Validate an already-parsed bench table."""
+    known_top = {"bench", "procedure", *_SECTIONS}
+    _no_unknown(raw, known_top, path, "")
+    top = raw.get("bench", {})
+    _is_table(top, path, "bench")
+    _no_unknown(top, {"name", "voltage_limit_v", "simulated"}, path, "bench")
+    name = _typed(top, "name", str, path, "bench", default=path.stem)
+    if "voltage_limit_v" not in top:
+        raise ConfigError(
+            f"{path}: [bench] voltage_limit_v is missing",
+            hint="state the highest supply voltage the DUT may get, e.g. voltage_limit_v = 3.3",
+        )
+    limit = _number(top, "voltage_limit_v", path, "bench", minimum=0.0, exclusive=True)
+
+    sections: dict[str, Any] = {}
+    for key, cls in _SECTIONS.items():
+        table = raw.get(key)
+        if table is None:
+            sections[key] = None if key == "sim" else cls()
+            continue
+        _is_table(table, path, key)
+        sections[key] = _dataclass_from(cls, table, path, key)
+
+    proc = raw.get("procedure", {})
+    _is_table(proc, path, "procedure")
+    _no_unknown(proc, {"asc"}, path, "procedure")
+    asc_raw = proc.get("asc", {})
+    _is_table(asc_raw, path, "procedure.asc")
+    asc = _dataclass_from(AscOptions, asc_raw, path, "procedure.asc")
+
+    dut: DutConfig = sections["dut"]
+    emon: EmonConfig = sections["emon"]
+    dataset: DatasetConfig = sections["dataset"]
+    sim: SimConfig | None = sections["sim"]
+    _choice(dut.kind, DUT_KINDS, path, "dut.kind")
+    _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
+    _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
+    _choice(dataset.name, DATASETS, path, "dataset.name")
+    _positive(dut.baud, path, "dut.baud")
+    _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
+    _positive(emon.sample_rate_hz, path, "emon.sample_rate_hz")
+    _positive(dataset.samples_per_class, path, "dataset.samples_per_class")
+    _positive(asc.runs, path, "procedure.asc.runs")
+    _positive(asc.min_run_s, path, "procedure.asc.min_run_s")
+    _positive(asc.min_iterations, path, "procedure.asc.min_iterations")
+    _positive(asc.calibration_iterations, path, "procedure.asc.calibration_iterations")
+    _positive(asc.idle_s, path, "procedure.asc.idle_s")
+    if asc.warmup < 0:
+        raise ConfigError(f"{path}: [procedure.asc] warmup: expected >= 0, found {asc.warmup}")
+    if emon.driver != "none":
+        if not emon.port:
+            raise ConfigError(f"{path}: [emon] port is missing", hint="the monitor's serial port")
+        try:
+            check_voltage(emon.supply_voltage_v, limit, who=f"{path}: [emon] supply_voltage_v")
+        except VoltageLimitError as exc:
+            raise VoltageLimitError(exc.message, hint=exc.hint) from None
+    if sim is not None:
+        _choice(sim.dut, SIM_DUTS, path, "sim.dut")
+        for key in ("idle_power_mw", "active_power_mw", "inference_ms", "speed"):
+            _positive(getattr(sim, key), path, f"sim.{key}")
+        if sim.active_power_mw < sim.idle_power_mw:
+            raise ConfigError(
+                f"{path}: [sim] active_power_mw ({sim.active_power_mw}) is below idle_power_mw "
+                f"({sim.idle_power_mw})",
+                hint="a DUT draws at least its idle power while it computes",
+            )
+    uses_virtual = dut.port == VIRTUAL_PORT or emon.port == VIRTUAL_PORT
+    if uses_virtual and sim is None:
+        raise ConfigError(
+            f'{path}: port = "{VIRTUAL_PORT}" needs a [sim] table',
+            hint="add [sim] to run on the virtual bench, or give the real serial port",
+        )
+    flagged = bool(_typed(top, "simulated", bool, path, "bench", default=False))
+    simulated = flagged or sim is not None
+    return Bench(
+        name=name,
+        path=path,
+        voltage_limit_v=limit,
+        dut=dut,
+        emon=emon,
+        dataset=dataset,
+        asc=asc,
+        sim=sim,
+        simulated=simulated,
+    )
+
+
+# -- validation helpers ---------------------------------------------------------------------------
+def _where(path: Path, section: str) -> str:
+    return f"{path}: [{section}]" if section else f"{path}:"
+
+
+def _is_table(value: Any, path: Path, section: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{path}: {section}: expected a table, found {type(value).__name__}",
+            hint=f"write it as a [{section}] section",
+        )
+
+
+def _no_unknown(table: dict[str, Any], known: set[str], path: Path, section: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(
+            f"{_where(path, section)} unknown key {unknown[0]!r}",
+            hint=f"known keys here: {', '.join(sorted(known))}",
+        )
+
+
+def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) -> Any:
+    fields = cls.__dataclass_fields__
+    _no_unknown(table, set(fields), path, section)
+    values = {}
+    for key, value in table.items():
+        default = fields[key].default
+        expected = type(default) if default is not None else str
+        values[key] = _coerce(value, expected, path, section, key)
+    return cls(**values)
+
+
+def _coerce(value: Any, expected: type, path: Path, section: str, key: str) -> Any:
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    # TOML booleans are ints to Python; a bool is never a number here.
+    ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
+    if not ok:
+        raise ConfigError(
+            f"{_where(path, section)} {key}: expected {_type_name(expected)}, "
+            f"found {value!r} ({_type_name(type(value))})"
+        )
+    return value
+
+
+def _type_name(t: type) -> str:
+    return {float: "a number", int: "an integer", str: "a string", bool: "true or false"}.get(
+        t, t.__name__
+    )
+
+
+def _typed(table: dict, key: str, expected: type, path: Path, section: str, default: Any) -> Any:
+    if key not in table:
+        return default
+    return _coerce(table[key], expected, path, section, key)
+
+
+def _number(
+    table: dict, key: str, path: Path, section: str, *, minimum: float, exclusive: bool
+) -> float:
+    value = _coerce(table[key], float, path, section, key)
+    if value < minimum or (exclusive and value == minimum):
+        raise ConfigError(f"{_where(path, section)} {key}: expected > {minimum}, found {value}")
+    return value
+
+
+def _positive(value: float, path: Path, dotted: str) -> None:
+    if not value > 0:
+        section, _, key = dotted.rpartition(".")
+        raise ConfigError(f"{_where(path, section)} {key}: expected > 0, found {value}")
+
+
+def _choice(value: str, allowed: tuple[str, ...], path: Path, dotted: str) -> None:
+    if value not in allowed:
+        section, _, key = dotted.rpartition(".")
+        raise ConfigError(
+            f"{_where(path, section)} {key}: expected one of {', '.join(allowed)}; found {value!r}"
+        )

@@ -1,0 +1,81 @@
+"""The console view: progress bars while a run goes, and the summary table at its end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rig.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
+
+
+class ConsoleView:
+    """A subscriber that shows the run as it happens (on stderr, so stdout stays clean)."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self._tasks: dict[str, Any] = {}
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            label = " [yellow](SIMULATED: virtual bench)[/]" if event.simulated else ""
+            self.console.print(f"[bold]{event.procedure.upper()}[/] on {event.device}{label}")
+            self._progress.start()
+        elif isinstance(event, PhaseStarted):
+            self._tasks[event.phase] = self._progress.add_task(
+                event.description or event.phase, total=event.total
+            )
+        elif isinstance(event, PhaseProgress) and event.phase in self._tasks:
+            self._progress.update(self._tasks[event.phase], completed=event.done)
+        elif isinstance(event, Note):
+            style = "yellow" if event.level == "warning" else "dim"
+            self._progress.console.print(f"[{style}]{event.level}: {event.text}[/]")
+        elif isinstance(event, RunFinished):
+            self._progress.stop()
+
+    def close(self) -> None:
+        """Stop the live display (also after errors)."""
+        self._progress.stop()
+
+
+_ROWS = [
+    ("accuracy", "Accuracy (top-1)", lambda v: f"{v:.2%}"),
+    ("inferences_per_s", "Inferences per second (median)", lambda v: f"{v:.4g} /s"),
+    ("execution_time_mean_s", "Execution time per inference (mean)", lambda v: f"{v * 1e3:.4g} ms"),
+    ("execution_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
+    ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:.4g} mW"),
+    ("active_power_w", "Active power", lambda v: f"{v * 1e3:.4g} mW"),
+    ("dynamic_power_w", "Dynamic power", lambda v: f"{v * 1e3:.4g} mW"),
+    ("energy_per_inference_j", "Energy per inference (median)", lambda v: f"{v * 1e6:.4g} µJ"),
+    ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
+     lambda v: f"{v * 1e6:.4g} µJ"),
+    ("power", "Power", str),
+]
+
+
+def summary_table(summary: dict[str, Any], *, title: str) -> Table:
+    """The figures of an ASC summary as a table, checks included."""
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, label, fmt in _ROWS:
+        if summary.get(key) is not None:
+            table.add_row(label, fmt(summary[key]))
+    if "samples" in summary:
+        table.add_row("Test samples", f"{summary['correct']}/{summary['samples']}")
+    if "latency_runs" in summary:
+        table.add_row("Timed runs", f"{summary['latency_runs']} ({summary['latency_timer']} timer)")
+    for check in summary.get("checks", []):
+        mark = "[green]pass[/]" if check["ok"] else "[red]FAIL[/]"
+        table.add_row(f"check: {check['name']}", f"{mark} {check['detail']}")
+    return table

@@ -1,0 +1,1 @@
+"""Test sets that go through the DUT."""

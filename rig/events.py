@@ -1,0 +1,197 @@
+"""Typed events that procedures emit, and the bus that hands them to subscribers.
+
+A procedure never prints and never touches files: it publishes events. The run store, the
+console view, and later the GUI and MQTT each subscribe to the same stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+_KINDS: dict[str, type[Event]] = {}
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class: `kind` names the event in events.jsonl."""
+
+    kind: ClassVar[str] = "event"
+    #: Host wall-clock time the event was published (metadata, never a measurement).
+    at: float = field(default_factory=time.time, kw_only=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _KINDS[cls.kind] = cls
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain JSON-able data, tagged with the event kind."""
+        return {"event": self.kind, **dataclasses.asdict(self)}
+
+    @staticmethod
+    def from_record(record: dict[str, Any]) -> Event:
+        """Rebuild an event from `to_record()` output; unknown kinds become `UnknownEvent`."""
+        data = dict(record)
+        cls = _KINDS.get(data.pop("event", ""))
+        if cls is None:
+            return UnknownEvent(record=record)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class UnknownEvent(Event):
+    """A record this version does not know (written by a newer rig)."""
+
+    kind: ClassVar[str] = "unknown"
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    """A run began; `manifest` is the snapshot the run store writes to manifest.json."""
+
+    kind: ClassVar[str] = "run_started"
+    run_id: str = ""
+    procedure: str = ""
+    device: str = ""
+    simulated: bool = False
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PhaseStarted(Event):
+    """A phase of the procedure began (`total` steps, if known)."""
+
+    kind: ClassVar[str] = "phase_started"
+    phase: str = ""
+    description: str = ""
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class PhaseProgress(Event):
+    """`done` of `total` steps of a phase are finished."""
+
+    kind: ClassVar[str] = "phase_progress"
+    phase: str = ""
+    done: int = 0
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class InstrumentInfo(Event):
+    """What an instrument said about itself, and its settings."""
+
+    kind: ClassVar[str] = "instrument_info"
+    role: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Note(Event):
+    """Something the user should know (`level`: info or warning)."""
+
+    kind: ClassVar[str] = "note"
+    level: str = "info"
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class LatencyRun(Event):
+    """One timed run of `iterations` inferences on one loaded input."""
+
+    kind: ClassVar[str] = "latency_run"
+    index: int = 0
+    iterations: int = 0
+    elapsed_s: float = 0.0
+    time_per_inference_s: float = 0.0
+    inferences_per_s: float = 0.0
+    #: Which instrument timed it: "dut" (the DUT's µs timer) or "emon" (sample counts).
+    timer: str = ""
+
+
+@dataclass(frozen=True)
+class IdleMeasured(Event):
+    """Idle power over a span framed by two timestamp edges."""
+
+    kind: ClassVar[str] = "idle_measured"
+    start_sample: int = 0
+    end_sample: int = 0
+    duration_s: float = 0.0
+    power_w: float = 0.0
+
+
+@dataclass(frozen=True)
+class WindowMeasured(Event):
+    """Energy inside one GPIO window (a timed run seen by the energy monitor)."""
+
+    kind: ClassVar[str] = "window_measured"
+    index: int = 0
+    iterations: int = 0
+    start_sample: int = 0
+    end_sample: int = 0
+    start_s: float = 0.0
+    end_s: float = 0.0
+    duration_s: float = 0.0
+    energy_j: float = 0.0
+    mean_power_w: float = 0.0
+    energy_per_inference_j: float = 0.0
+
+
+@dataclass(frozen=True)
+class SampleClassified(Event):
+    """One test sample went through the DUT."""
+
+    kind: ClassVar[str] = "sample_classified"
+    index: int = 0
+    label: int = 0
+    predicted: int = 0
+    correct: bool = False
+    scores: list[float] = field(default_factory=list)
+    execution_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TraceSaved(Event):
+    """The energy monitor's raw trace was written into the run folder."""
+
+    kind: ClassVar[str] = "trace_saved"
+    path: str = ""
+    samples: int = 0
+    sample_rate_hz: float = 0.0
+    dropped: int = 0
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    """The run ended: `status` is complete, failed-checks, failed or interrupted."""
+
+    kind: ClassVar[str] = "run_finished"
+    status: str = "complete"
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Delivers each published event to every subscriber, in subscription order."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Add a subscriber; it sees every event published from now on."""
+        self._subscribers.append(subscriber)
+
+    def publish(self, event: Event) -> None:
+        """Hand `event` to every subscriber (the run store is subscribed first)."""
+        for subscriber in self._subscribers:
+            subscriber(event)
+
+    __call__ = publish

@@ -1,0 +1,293 @@
+"""Acoustic scene classification: latency, accuracy and energy, as NeuroBench ASC.md asks.
+
+- Latency: `runs` timed runs on one loaded input, each at least `min_run_s` and
+  `min_iterations`; inferences per second per run; the score is the median.
+- Energy (energy-mode firmware with an energy monitor): the same runs are GPIO windows; energy
+  per inference is the median over windows; idle power is measured over a span framed by two
+  timestamp pulses while the DUT is configured and ready; dynamic = active - idle; dynamic energy
+  per inference = dynamic power x mean execution time.
+- Accuracy: every test sample through the DUT, top-1.
+
+Times come from the DUT's microsecond timer (performance mode) or from the energy monitor's
+sample counts between edges (energy mode), never from the host clock. The procedure publishes
+events and returns the summary; it does not print or write files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from drivers.dut.client import DutClient
+from rig.analysis import mean_stderr, replicability
+from rig.config import Bench
+from rig.datasets.synthetic import CLASSES, make_split
+from rig.errors import MeasurementFailed
+from rig.events import (
+    Event,
+    IdleMeasured,
+    InstrumentInfo,
+    LatencyRun,
+    Note,
+    PhaseProgress,
+    PhaseStarted,
+    SampleClassified,
+    TraceSaved,
+    WindowMeasured,
+)
+from rig.recording import EmonRecorder
+
+#: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
+RUN_MARGIN = 1.02
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed `infer`: what the instruments saw."""
+
+    iterations: int
+    elapsed_s: float
+    timer: str
+    results: np.ndarray
+    window: tuple[int, int] | None = None
+
+
+class AscProcedure:
+    """Runs the ASC method against a booted DUT (and an acquiring energy monitor, if any)."""
+
+    def __init__(
+        self,
+        bench: Bench,
+        dut: DutClient,
+        recorder: EmonRecorder | None,
+        publish: Callable[[Event], None],
+    ) -> None:
+        self.bench = bench
+        self.opts = bench.asc
+        self.dut = dut
+        self.recorder = recorder
+        self.publish = publish
+        self.energy_mode = dut.timestamp_mode == "energy"
+        if self.energy_mode and recorder is None:
+            raise MeasurementFailed(
+                "the DUT firmware is in energy timestamp mode but the bench has no energy monitor",
+                hint="add an [emon] to the bench, or use performance-mode firmware",
+            )
+        self._edges_used = recorder.edge_count if recorder else 0
+
+    # -- the method ---------------------------------------------------------------------------
+    def run(self) -> None:
+        """Identify, calibrate, measure idle, the timed runs, then accuracy."""
+        info = self.dut.identify()
+        self.publish(InstrumentInfo(role="dut", info={
+            "name": info.name, "vendor": info.vendor, "profile": info.profile,
+            "model": info.model, "timestamp_mode": self.dut.timestamp_mode,
+            "port": self.bench.dut.port, "baud": self.bench.dut.baud,
+        }))
+        test = make_split(self.bench.dataset.samples_per_class, self.bench.dataset.seed, "test")
+
+        self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
+        self.dut.load(test.inputs[0].tobytes())
+        cal = self._timed(self.opts.calibration_iterations, 0)
+        per_inference = cal.elapsed_s / cal.iterations
+        iterations = max(
+            self.opts.min_iterations, math.ceil(self.opts.min_run_s * RUN_MARGIN / per_inference)
+        )
+        self.publish(PhaseProgress(phase="calibrate", done=1, total=1))
+        self.publish(Note(text=f"calibration: {per_inference * 1e3:.4g} ms per inference "
+                               f"({cal.timer} timer); {iterations} iterations per run"))
+
+        if self.energy_mode:
+            self._measure_idle()
+        else:
+            self.publish(Note(level="warning", text="performance-mode firmware: energy and "
+                              "power are not measured (they need energy timestamp mode)"))
+
+        self.publish(PhaseStarted(phase="runs", total=self.opts.runs,
+                                  description=f"{self.opts.runs} runs x {iterations} inferences"))
+        for index in range(self.opts.runs):
+            t = self._timed(iterations, self.opts.warmup)
+            self.publish(LatencyRun(
+                index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
+                time_per_inference_s=t.elapsed_s / t.iterations,
+                inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
+            ))
+            if t.window is not None:
+                self._publish_window(index, t)
+            self.publish(PhaseProgress(phase="runs", done=index + 1, total=self.opts.runs))
+
+        self.publish(PhaseStarted(phase="accuracy", total=len(test),
+                                  description=f"{len(test)} test samples through the DUT"))
+        for index, (x, label) in enumerate(zip(test.inputs, test.labels, strict=True)):
+            self.dut.load(x.tobytes())
+            t = self._timed(1, 0)
+            scores = [float(s) for s in t.results]
+            if len(scores) != len(CLASSES):
+                raise MeasurementFailed(
+                    f"the DUT returned {len(scores)} scores for sample {index}, expected "
+                    f"{len(CLASSES)} ({', '.join(CLASSES)})",
+                    hint="the firmware's model does not match the ASC task",
+                )
+            predicted = int(np.argmax(t.results))
+            self.publish(SampleClassified(
+                index=index, label=int(label), predicted=predicted,
+                correct=predicted == int(label), scores=scores, execution_time_s=t.elapsed_s,
+            ))
+            self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
+
+    # -- pieces -------------------------------------------------------------------------------
+    def _timed(self, iterations: int, warmup: int) -> Timed:
+        """One `infer`, timed by the DUT timer or by the energy monitor's edges."""
+        if self.energy_mode:
+            self._check_no_stray_edges()
+        timeout = 30.0 + 4.0 * iterations * self._guess_s()
+        result = self.dut.infer(iterations, warmup, timeout_s=timeout)
+        if not self.energy_mode:
+            if result.elapsed_us is None:
+                raise MeasurementFailed(
+                    "the DUT printed no m-lap-us timestamps in performance mode"
+                )
+            return Timed(iterations, result.elapsed_us / 1e6, "dut", result.results)
+        start, end = self._next_window()
+        elapsed = (end - start) / self.recorder.sample_rate
+        return Timed(iterations, elapsed, "emon", result.results, (start, end))
+
+    def _guess_s(self) -> float:
+        sim = self.bench.sim
+        return sim.inference_ms / 1e3 if sim else 1.0
+
+    def _next_window(self) -> tuple[int, int]:
+        """The next two falling edges: the start and end pulses of the run just done."""
+        want = self._edges_used + 2
+        edges = self.recorder.wait_for_edges(want, timeout_s=30.0)
+        start, end = edges[self._edges_used : want]
+        self._edges_used = want
+        return start, end
+
+    def _check_no_stray_edges(self) -> None:
+        extra = self.recorder.edge_count - self._edges_used
+        if extra:
+            raise MeasurementFailed(
+                f"{extra} unexpected falling edge(s) on the timestamp line",
+                hint="check the GPIO wiring for noise and that only the DUT drives the line",
+            )
+
+    def _measure_idle(self) -> None:
+        """Idle power between two timestamp pulses, the DUT configured, ready and untouched."""
+        self._check_no_stray_edges()
+        fs = self.recorder.sample_rate
+        self.publish(PhaseStarted(phase="idle", description=f"idle power over "
+                                  f"{self.opts.idle_s:g} s", total=1))
+        self.dut.timestamp()
+        start = self.recorder.wait_for_edges(self._edges_used + 1, timeout_s=30.0)[-1]
+        self.recorder.wait_for_samples(start + round(self.opts.idle_s * fs),
+                                       timeout_s=30.0 + 10.0 * self.opts.idle_s)
+        self.dut.timestamp()
+        end = self.recorder.wait_for_edges(self._edges_used + 2, timeout_s=30.0)[-1]
+        self._edges_used += 2
+        power = self.recorder.mean_power(start, end)
+        self._require_finite(power, start, end, "idle span")
+        self.publish(IdleMeasured(start_sample=start, end_sample=end,
+                                  duration_s=(end - start) / fs, power_w=power))
+        self.publish(PhaseProgress(phase="idle", done=1, total=1))
+
+    def _publish_window(self, index: int, t: Timed) -> None:
+        start, end = t.window
+        fs = self.recorder.sample_rate
+        power = self.recorder.mean_power(start, end)
+        self._require_finite(power, start, end, f"window {index}")
+        energy = power * (end - start) / fs
+        self.publish(WindowMeasured(
+            index=index, iterations=t.iterations, start_sample=start, end_sample=end,
+            start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,
+            mean_power_w=power, energy_per_inference_j=energy / t.iterations,
+        ))
+
+    def _require_finite(self, power: float, start: int, end: int, what: str) -> None:
+        if not math.isfinite(power):
+            gaps = self.recorder.gaps_in(start, end)
+            raise MeasurementFailed(
+                f"{what} (samples {start}..{end}) has lost samples {gaps}",
+                hint="the energy monitor dropped data; lower the sample rate or fix the USB link",
+            )
+
+
+# -- the summary: a pure function of the events, so `rig show` gets the same from a stored run ---
+def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ASC figures and checks from a run's events (complete or not)."""
+    asc = (bench or {}).get("asc", {})
+    tolerance = float(asc.get("replicability_tolerance", 0.05))
+    min_run_s = float(asc.get("min_run_s", 10.0))
+    min_iterations = int(asc.get("min_iterations", 10))
+    runs = [e for e in events if isinstance(e, LatencyRun)]
+    windows = [e for e in events if isinstance(e, WindowMeasured)]
+    idles = [e for e in events if isinstance(e, IdleMeasured)]
+    samples = [e for e in events if isinstance(e, SampleClassified)]
+    traces = [e for e in events if isinstance(e, TraceSaved)]
+    out: dict[str, Any] = {}
+    checks: list[dict[str, Any]] = []
+
+    if runs:
+        ips = np.array([r.inferences_per_s for r in runs])
+        per = np.array([r.time_per_inference_s for r in runs])
+        mean, stderr = mean_stderr(per)
+        ok, dev = replicability(ips, tolerance)
+        out |= {
+            "latency_runs": len(runs),
+            "latency_timer": runs[0].timer,
+            "inferences_per_s": float(np.median(ips)),
+            "execution_time_mean_s": mean,
+            "execution_time_stderr_s": stderr,
+            "latency_max_deviation": dev,
+        }
+        checks.append(_check("latency replicable", ok,
+                             f"each run within {tolerance:.0%} of the mean (max {dev:.3%})"))
+        short = [r.index for r in runs
+                 if r.elapsed_s < min_run_s or r.iterations < min_iterations]
+        checks.append(_check("run length", not short,
+                             f"every run >= {min_run_s:g} s and >= {min_iterations} iterations"
+                             + (f"; short runs: {short}" if short else "")))
+
+    if samples:
+        correct = sum(s.correct for s in samples)
+        out |= {"samples": len(samples), "correct": correct, "accuracy": correct / len(samples)}
+
+    if idles:
+        out["idle_power_w"] = float(np.mean([i.power_w for i in idles]))
+    if windows:
+        epi = np.array([w.energy_per_inference_j for w in windows])
+        active = float(np.mean([w.mean_power_w for w in windows]))
+        ok, dev = replicability(epi, tolerance)
+        out |= {
+            "energy_windows": len(windows),
+            "active_power_w": active,
+            "energy_per_inference_j": float(np.median(epi)),
+            "energy_max_deviation": dev,
+        }
+        checks.append(_check("energy replicable", ok,
+                             f"each window within {tolerance:.0%} of the mean (max {dev:.3%})"))
+        if idles and "execution_time_mean_s" in out:
+            dynamic = active - out["idle_power_w"]
+            out["dynamic_power_w"] = dynamic
+            out["dynamic_energy_per_inference_j"] = dynamic * out["execution_time_mean_s"]
+    if not windows:
+        out["power"] = "unavailable: needs energy-mode firmware and an energy monitor"
+    if traces:
+        dropped = sum(t.dropped for t in traces)
+        out["dropped_samples"] = dropped
+        checks.append(_check("no lost samples", dropped == 0, f"{dropped} samples dropped"))
+    out["checks"] = checks
+    return out
+
+
+def checks_passed(summary: dict[str, Any]) -> bool:
+    """True when every check in the summary passed."""
+    return all(c["ok"] for c in summary.get("checks", []))
+
+
+def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": bool(ok), "detail": detail}

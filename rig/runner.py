@@ -1,0 +1,175 @@
+"""Wires a bench together for one measurement: ports, instruments, run store, procedure, and
+the guarantee that the DUT is powered off and the run folder finished however the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from drivers.dut.client import DutClient
+from drivers.emon.base import EnergyMonitor
+from drivers.emon.lpm01a import Lpm01a
+from drivers.transport import SerialTransport
+from protocols.errors import RigError
+from rig.config import VIRTUAL_PORT, Bench
+from rig.errors import RunInterrupted
+from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
+from rig.procedures import asc
+from rig.recording import EmonRecorder
+from rig.store import RunStore
+
+EMON_TRACE = "emon.jls"
+
+
+@dataclass
+class Outcome:
+    """How a measurement ended."""
+
+    run_path: Path
+    status: str
+    summary: dict[str, Any]
+    error: RigError | None = None
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """`kill` ends a run like Ctrl-C does: DUT off, folder marked interrupted."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def measure_asc(
+    bench: Bench,
+    *,
+    device: str,
+    runs_root: Path,
+    subscribers: list[Callable[[Event], None]] = (),
+) -> Outcome:
+    """Run the ASC procedure on `bench`; the run folder is complete whatever happens."""
+    store = RunStore.create(runs_root, "asc", device)
+    events: list[Event] = []
+    bus = EventBus()
+    bus.subscribe(store)
+    bus.subscribe(events.append)
+    for sub in subscribers:
+        bus.subscribe(sub)
+    bus.publish(RunStarted(
+        run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
+        manifest={"bench": bench.snapshot(), "run_folder": store.path.name},
+    ))
+    status, error, interrupted = "failed", None, False
+    parts = _Parts()
+    try:
+        with _sigterm_as_interrupt():
+            _connect(bench, parts, store, bus)
+            asc.AscProcedure(bench, parts.dut, parts.recorder, bus.publish).run()
+        status = "complete"
+    except KeyboardInterrupt:
+        status, interrupted = "interrupted", True
+    except RigError as exc:
+        status, error = "failed", exc
+    finally:
+        cleanup_notes = parts.shutdown()
+        for note in cleanup_notes:
+            bus.publish(Note(level="warning", text=note))
+        if parts.recorder is not None:
+            bus.publish(TraceSaved(
+                path=f"traces/{EMON_TRACE}", samples=parts.recorder.samples,
+                sample_rate_hz=parts.recorder.sample_rate,
+                dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
+                + (parts.emon.stats.dropped if parts.emon else 0),
+            ))
+        summary = asc.summarize(events, bench=bench.snapshot())
+        summary["simulated"] = bench.simulated
+        if status == "complete" and not asc.checks_passed(summary):
+            status = "failed-checks"
+        bus.publish(RunFinished(status=status, summary=summary,
+                                error=str(error) if error else None))
+    if interrupted:
+        raise RunInterrupted(
+            f"run interrupted; the DUT was powered off; run folder marked interrupted: "
+            f"{store.path}"
+        )
+    return Outcome(store.path, status, summary, error)
+
+
+class _Parts:
+    """What `_connect` opened, so that shutdown closes exactly that, in a safe order."""
+
+    def __init__(self) -> None:
+        self.vbench: Any = None
+        self.dut: DutClient | None = None
+        self.emon: EnergyMonitor | None = None
+        self.recorder: EmonRecorder | None = None
+        self.acquiring = False
+
+    def shutdown(self) -> list[str]:
+        """Power the DUT off first, then stop and close everything; never raises."""
+        notes: list[str] = []
+        steps = []
+        if self.emon is not None:
+            steps.append(("power off the DUT", self.emon.power_off))
+            if self.acquiring:
+                steps.append(("stop the energy monitor", self.emon.stop))
+            steps.append(("close the energy monitor", self.emon.close))
+        if self.dut is not None:
+            steps.append(("close the DUT port", self.dut.close))
+        if self.recorder is not None:
+            steps.append(("finish the trace file", self.recorder.close))
+        if self.vbench is not None:
+            steps.append(("stop the virtual bench", self.vbench.close))
+        for what, step in steps:
+            try:
+                step()
+            except (Exception, KeyboardInterrupt) as exc:  # keep going: power-off matters most
+                notes.append(f"could not {what}: {exc}")
+        return notes
+
+
+def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> None:
+    """Open ports, configure and start the monitor, power the DUT and read its boot banner."""
+    dut_port, emon_port = bench.dut.port, bench.emon.port
+    if VIRTUAL_PORT in (dut_port, emon_port):
+        from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
+
+        parts.vbench = VirtualBenchProcess(bench)
+        ports = parts.vbench.ports
+        dut_port = ports["dut"] if dut_port == VIRTUAL_PORT else dut_port
+        emon_port = ports["emon"] if emon_port == VIRTUAL_PORT else emon_port
+        bus.publish(Note(text=f"virtual bench on {dut_port} (DUT) and {emon_port} (LPM01A)"))
+
+    parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
+    if bench.emon.driver == "none":
+        bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
+                         "the DUT, so its boot banner is not checked"))
+        parts.dut.timestamp_mode = bench.dut.timestamp_mode
+        return
+    parts.emon = Lpm01a.open(
+        emon_port, voltage_limit_v=bench.voltage_limit_v, simulated=bench.simulated
+    )
+    parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
+    bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
+                                                  **parts.emon.settings()}))
+    parts.recorder = EmonRecorder(
+        parts.emon.sample_rate, store.traces_dir / EMON_TRACE, simulated=bench.simulated
+    )
+    parts.emon.start(parts.recorder.on_chunk)
+    parts.acquiring = True
+    parts.emon.power_on()
+    parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+    parts.dut.require_mode(bench.dut.timestamp_mode)

@@ -1,0 +1,141 @@
+"""The virtual bench: builds the World, the simulated DUT and the simulated LPM01A from a bench
+file, and serves them on ptys, in this process or as a child process of the rig.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rig.config import Bench, load_bench
+from rig.errors import ConfigError
+from rig.sim.dut import SimDut
+from rig.sim.lpm01a import SimLpm01a
+from rig.sim.model import LinearAscModel
+from rig.sim.world import PowerParams, World
+
+
+class VirtualBench:
+    """A simulated DUT and LPM01A, sharing one World, each on its own pty."""
+
+    def __init__(self, bench: Bench, *, speed: float | None = None) -> None:
+        if bench.sim is None:
+            raise ConfigError(f"{bench.path}: no [sim] table", hint="a virtual bench needs [sim]")
+        sim = bench.sim
+        params = PowerParams(
+            idle_w=sim.idle_power_mw * 1e-3,
+            active_w=sim.active_power_mw * 1e-3,
+            inference_s=sim.inference_ms * 1e-3,
+        )
+        self.world = World(params, speed=speed or sim.speed)
+        model = LinearAscModel.train(seed=bench.dataset.seed)
+        self.dut = SimDut(self.world, model, timestamp_mode=bench.dut.timestamp_mode)
+        self.emon = SimLpm01a(self.world)
+
+    @property
+    def ports(self) -> dict[str, str]:
+        """The pty paths the rig opens: {"dut": ..., "emon": ...}."""
+        return {"dut": self.dut.path, "emon": self.emon.path}
+
+    def start(self) -> VirtualBench:
+        """Start both devices' threads."""
+        self.dut.start()
+        self.emon.start()
+        return self
+
+    def close(self) -> None:
+        """Stop both devices and close their ptys."""
+        self.emon.close()
+        self.dut.close()
+
+    def __enter__(self) -> VirtualBench:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(bench_path: Path, *, speed: float | None = None) -> int:
+    """Child-process entry: print the ports as one JSON line, serve until stdin closes."""
+    bench = load_bench(bench_path)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with VirtualBench(bench, speed=speed) as vb:
+        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed}), flush=True)
+        while not stop.is_set():
+            ready, _, _ = select.select([sys.stdin], [], [], 0.2)
+            if ready and not os.read(sys.stdin.fileno(), 4096):
+                break  # the rig closed our stdin: it is done (or died)
+    return 0
+
+
+class VirtualBenchProcess:
+    """Runs `serve` in a child process; the rig talks to its ptys like to real hardware."""
+
+    def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
+        cmd = [sys.executable, "-m", "rig.sim", "--bench", str(bench.path)]
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
+        )
+        line = self._read_line(start_timeout_s)
+        try:
+            self.ports: dict[str, str] = json.loads(line)["ports"]
+        except (ValueError, KeyError) as exc:
+            err = self._stderr_tail()
+            self.close()
+            raise ConfigError(
+                f"the virtual bench did not start: {err or line or 'no output'}",
+                hint="run `rig --debug sim` to see why",
+            ) from exc
+
+    def _read_line(self, timeout_s: float) -> str:
+        assert self._proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+            elif self._proc.poll() is not None:
+                break
+        return buf.decode(errors="replace").strip()
+
+    def _stderr_tail(self) -> str:
+        """The child's last stderr line, once it has exited (its error message)."""
+        if self._proc.poll() is None or self._proc.stderr is None:
+            return ""
+        lines = self._proc.stderr.read().decode(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def close(self) -> None:
+        """Stop the child: close its stdin, then TERM, then KILL."""
+        if self._proc.poll() is None:
+            try:
+                if self._proc.stdin:
+                    self._proc.stdin.close()
+                self._proc.wait(timeout=3)
+            except (subprocess.TimeoutExpired, OSError):
+                self._proc.terminate()
+                try:
+                    self._proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+        for stream in (self._proc.stdout, self._proc.stderr, self._proc.stdin):
+            if stream and not stream.closed:
+                stream.close()

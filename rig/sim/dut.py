@@ -1,0 +1,321 @@
+"""A simulated MLPerf Tiny DUT on a pty, powered and timed through the shared `World`.
+
+It speaks the plain DUT protocol (protocols/dut/SPEC.md) like reference firmware: boot banner
+after power-on, 80-character command buffer, ``m-ready`` after every command. Its inferences take
+`world.params.inference_s` of simulated time each and are registered in the world's power model
+before simulated time reaches them, so a simulated energy monitor sees them exactly; timestamps
+are GPIO pulses in the world (energy mode) or lap lines from the world's 32-bit µs timer
+(performance mode). Without power it discards its input and says nothing; a power cut abandons
+whatever it was doing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import threading
+import time
+from typing import Protocol
+
+import numpy as np
+
+from protocols.dut.codec import MAX_COMMAND, TIMESTAMP_MODES
+from rig.sim.pty import Pty
+from rig.sim.world import NS, World
+
+PROFILE = "ULPMark for tinyML Firmware V0.0.1"
+#: Bytes per ``m-buffer-`` line of ``db print``.
+DUMP_BYTES_PER_LINE = 16
+#: Host seconds one poll of the pty waits: how late the DUT may notice a power-on or new input.
+_POLL_S = 0.005
+#: Host seconds a write to the pty may wait for the reader; after that the bytes are lost, as
+#: on a UART with nobody listening.
+_WRITE_WAIT_S = 0.5
+#: Longest host wait in one slice of a simulated sleep, so that `close()` is noticed promptly.
+_SLEEP_SLICE_S = 0.05
+
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
+
+
+class DutModel(Protocol):
+    """The network the simulated DUT runs: input size in bytes, model id, and scores."""
+
+    input_size: int
+    model_id: str
+
+    def __call__(self, data: bytes) -> np.ndarray: ...
+
+
+class SimDut:
+    """A simulated DUT: the rig opens `path` with pyserial; `start()` it, `close()` it."""
+
+    def __init__(
+        self,
+        world: World,
+        model: DutModel,
+        *,
+        timestamp_mode: str = "energy",
+        name: str = "dut",
+        vendor: str = "neurobench-rig virtual bench",
+    ) -> None:
+        if timestamp_mode not in TIMESTAMP_MODES:
+            raise ValueError(f"timestamp_mode must be one of {TIMESTAMP_MODES}")
+        if int(model.input_size) <= 0:
+            raise ValueError("model.input_size must be positive")
+        self.world = world
+        self.model = model
+        self.timestamp_mode = timestamp_mode
+        self.name = name
+        self.vendor = vendor
+        self._pty = Pty()
+        self.path = self._pty.path
+        os.set_blocking(self._pty.master, False)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._power_up_state()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the firmware thread (it boots whenever the world powers the DUT)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sim-dut", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the firmware thread and close the pty; safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._pty.close()
+
+    def __enter__(self) -> SimDut:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- firmware main loop -------------------------------------------------------------------
+    def _power_up_state(self) -> None:
+        """RAM contents after power-on: empty command buffer, zeroed input buffer."""
+        self._cmd = bytearray()
+        self._buffer = bytearray(int(self.model.input_size))
+        self._expected = 0
+        self._pos = 0
+        self._results: np.ndarray | None = None
+
+    def _run(self) -> None:
+        world = self.world
+        gen: int | None = None
+        booted = False
+        while not self._stop.is_set():
+            with world.lock:
+                now_gen, powered, on_ns = world.generation, world.powered, world.power_on_ns
+            if now_gen != gen:
+                gen, booted = now_gen, False
+                self._power_up_state()
+            if not powered:
+                self._read(_POLL_S)  # an unpowered UART receives nothing
+                continue
+            if not booted:
+                if not self._sleep_until(on_ns + int(world.params.boot_s * NS), gen):
+                    continue
+                # Input that arrived while booting is ignored, as on the real firmware.
+                while self._read(0.0):
+                    pass
+                self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", "m-init-done", "m-ready")
+                booted = True
+                continue
+            self._receive(self._read(_POLL_S), gen)
+
+    def _receive(self, data: bytes, gen: int) -> None:
+        """Append to the command buffer (truncated at 80 characters); run each finished one."""
+        parts = data.split(b"%")
+        for i, part in enumerate(parts):
+            room = max(MAX_COMMAND - len(self._cmd), 0)
+            self._cmd += part[:room]
+            if i == len(parts) - 1:
+                break
+            text = self._cmd.decode("ascii", errors="replace")
+            self._cmd.clear()
+            if self._execute(text.strip(), gen):
+                self._say(gen, "m-ready")
+            if self.world.generation != gen:
+                return  # power was cut: the rest of the input went to a dead DUT
+
+    def _execute(self, text: str, gen: int) -> bool:
+        """Run one command; False if it was abandoned by a power cut (then nothing more)."""
+        words = text.split()
+        head = words[0] if words else ""
+        if head == "name":
+            self._say(gen, f"m-name-{self.name}-[{self.vendor}]")
+        elif head == "profile":
+            self._say(gen, f"m-profile-[{PROFILE}]", f"m-model-[{self.model.model_id}]")
+        elif head == "db" and len(words) >= 2:
+            self._db(words[1:], gen)
+        elif head == "infer":
+            return self._infer(words[1:], gen)
+        elif head == "results":
+            self._say(gen, _results_line(self._results))
+        elif head == "timestamp":
+            self._timestamp(gen)
+        else:
+            self._say(gen, f"e-[Unknown command: {text}]")
+        return True
+
+    # -- commands -----------------------------------------------------------------------------
+    def _db(self, args: list[str], gen: int) -> None:
+        if args[0] == "load":
+            arg = args[1] if len(args) > 1 else ""
+            n = int(arg) if arg.isdigit() else 0
+            if n <= 0:
+                self._say(gen, f"e-[Invalid byte count '{arg}']")
+            elif n > len(self._buffer):
+                self._say(gen, f"e-[Cannot load {n} bytes: the buffer holds {len(self._buffer)}]")
+            else:
+                self._expected, self._pos = n, 0
+                self._say(gen, f"m-[Expecting {n} bytes]")
+        elif args[0] == "print":
+            data = bytes(self._buffer[: self._pos])
+            step = DUMP_BYTES_PER_LINE
+            rows = [data[i : i + step] for i in range(0, len(data), step)] or [b""]
+            self._say(gen, *("m-buffer-" + row.hex("-") for row in rows))
+        else:
+            self._db_hex(args[0], gen)
+
+    def _db_hex(self, digits: str, gen: int) -> None:
+        if len(digits) % 2:
+            self._say(gen, "e-[Insufficent number of hex digits]")
+            return
+        if not _HEX.fullmatch(digits):
+            bad = next(
+                digits[i : i + 2]
+                for i in range(0, len(digits), 2)
+                if not _HEX.fullmatch(digits[i : i + 2])
+            )
+            self._say(gen, f"e-[Invalid hex digit '{bad}']")
+            return
+        data = bytes.fromhex(digits)
+        if self._pos + len(data) > self._expected:
+            self._say(gen, f"e-[Buffer overflow: more than the {self._expected} bytes announced]")
+            return
+        self._buffer[self._pos : self._pos + len(data)] = data
+        self._pos += len(data)
+        if self._pos == self._expected:
+            self._say(gen, "m-load-done")
+
+    def _infer(self, args: list[str], gen: int) -> bool:
+        # The firmware parses numbers like atoi: anything that is not a number counts as 0.
+        n = _atoi(args[0]) if args else 1
+        warmup = _atoi(args[1]) if len(args) > 1 else 10
+        if n <= 0:
+            self._say(gen, "e-[Inference iterations must be >0]")
+            return True
+        if warmup < 0:
+            self._say(gen, "e-[Inference warmup must be >=0]")
+            return True
+        try:
+            scores = np.asarray(self.model(bytes(self._buffer)), dtype=np.float64).ravel()
+        except Exception as exc:  # a broken test model must not kill the firmware thread
+            self._say(gen, f"e-[Model failed: {exc}]")
+            return True
+        world = self.world
+        per_ns = round(world.params.inference_s * NS)
+        energy = self.timestamp_mode == "energy"
+        # Register the whole run before simulated time reaches it: the energy monitor
+        # integrates the power model up to "now".
+        with world.lock:
+            if world.generation != gen or not world.powered:
+                return False
+            t0 = world.clock.now_ns()
+            t1 = t0 + warmup * per_ns
+            t2 = t1 + n * per_ns
+            world.add_activity(t0, t1)
+            world.add_activity(t1, t2)
+            if energy:
+                world.add_pulse(t1)
+                world.add_pulse(t2)
+        self._say(gen, f"m-warmup-start-{warmup}")
+        if not self._sleep_until(t1, gen):
+            return False
+        self._say(gen, "m-warmup-done", f"m-infer-start-{n}")
+        if not energy:
+            self._say(gen, f"m-lap-us-{world.dut_micros(t1)}")
+        if not self._sleep_until(t2, gen):
+            return False
+        if not energy:
+            self._say(gen, f"m-lap-us-{world.dut_micros(t2)}")
+        self._results = scores
+        self._say(gen, "m-infer-done", _results_line(scores))
+        return True
+
+    def _timestamp(self, gen: int) -> None:
+        world = self.world
+        with world.lock:
+            t = world.clock.now_ns()
+            if self.timestamp_mode == "energy":
+                world.add_pulse(t)
+                return
+        self._say(gen, f"m-lap-us-{world.dut_micros(t)}")
+
+    # -- I/O and time -------------------------------------------------------------------------
+    def _sleep_until(self, t_ns: int, gen: int) -> bool:
+        """Sleep in simulated time; False on a power cycle or `close()`."""
+        clock = self.world.clock
+        slice_ns = int(_SLEEP_SLICE_S * clock.speed * NS)
+        while not self._stop.is_set():
+            step = min(t_ns, clock.now_ns() + slice_ns)
+            if not self.world.sleep_until(step, gen):
+                return False
+            if step >= t_ns:
+                return True
+        return False
+
+    def _say(self, gen: int, *lines: str) -> None:
+        """Print lines, unless the DUT has lost power since generation `gen` began."""
+        with self.world.lock:
+            if self.world.generation != gen or not self.world.powered:
+                return
+        self._write("".join(line + "\r\n" for line in lines).encode("ascii", errors="replace"))
+
+    def _write(self, data: bytes) -> None:
+        deadline = time.monotonic() + _WRITE_WAIT_S
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._pty.master, view) :]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                return  # pty closed
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                return  # nobody is reading: the rest is lost, as on a real UART
+            try:
+                select.select([], [self._pty.master], [], min(left, _POLL_S))
+            except (OSError, ValueError):
+                return
+
+    def _read(self, timeout_s: float) -> bytes:
+        """Bytes the host sent, waiting at most `timeout_s` for the first."""
+        try:
+            ready, _, _ = select.select([self._pty.master], [], [], timeout_s)
+            return os.read(self._pty.master, 4096) if ready else b""
+        except (BlockingIOError, InterruptedError):
+            return b""
+        except (OSError, ValueError):
+            # The pty is gone (closed under us): stop rather than spin.
+            self._stop.set()
+            return b""
+
+
+def _atoi(text: str) -> int:
+    m = re.match(r"[+-]?\d+", text)
+    return int(m.group(0)) if m else 0
+
+
+def _results_line(scores: np.ndarray | None) -> str:
+    values = () if scores is None else scores
+    return "m-results-[" + ",".join(f"{v:.3f}" for v in values) + "]"

@@ -1,0 +1,433 @@
+"""A simulated ST LPM01A (PowerShield) on a pty, measuring the shared `World`'s DUT.
+
+It answers the board's ASCII commands like the real one (ack / error + detail), supplies the DUT
+(`volt` -> `World.set_supply`, `pwr` -> `World.power`) and, once started, streams ascii_dec
+samples: sample k covers simulated [t0 + k*1e9//fs, t0 + (k+1)*1e9//fs) ns and is the exact mean
+current (or energy) of the world's power model over that period, rounded to 4 digits like the
+board. Falling edges of the DUT's timestamp line appear as ``event N ris`` lines just before the
+first sample starting at or after the edge. Simulated, not measured: every number comes from the
+world's power model.
+
+Not simulated: ``format bin_hexa``, ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than
+``d7 fal`` (each is refused with an error reply saying so).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import select
+import threading
+import time
+
+import numpy as np
+
+from protocols.errors import ProtocolError
+from protocols.lpm01a.codec import (
+    ASCII_DEC_MAX_HZ_SHORT,
+    ASCII_DEC_MAX_HZ_UNLIMITED,
+    FREQ_TOKENS,
+    PROMPT,
+    VOLT_MAX_MV,
+    VOLT_MIN_MV,
+    format_samples,
+    parse_number,
+)
+from rig.sim.pty import Pty
+from rig.sim.world import NS, World
+
+log = logging.getLogger(__name__)
+
+VERSION = "1.0.5-sim"
+#: Host seconds between two bursts of streamed samples.
+STREAM_PERIOD_S = 0.005
+#: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
+WRITE_PATIENCE_S = 0.2
+#: Commands that work without host control (`htc`).
+_WITHOUT_HTC = {"htc", "hrc", "version", "powershield", "status", "help"}
+#: Commands whose handler writes its own ack (its place relative to the data matters).
+_SELF_ACKING = {"start", "stop"}
+_MIN_ACQTIME_S = 100e-6
+_MAX_ACQTIME_S = 100.0
+#: Most samples formatted in one go.
+_MAX_BURST = 200_000
+#: Forget the world's history at most this often (simulated ns).
+_FORGET_EVERY_NS = NS
+
+
+class _Refused(Exception):
+    """A command the board answers with `error` + `Error detail: <text>`."""
+
+
+class SimLpm01a:
+    """The PowerShield: commands in, replies and ascii_dec data out, on `.path` (a pty)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self._pty = Pty()
+        self.path = self._pty.path
+        os.set_blocking(self._pty.master, False)
+        #: Bytes that could not be written because nobody read the port (lost, like on USB).
+        self.dropped_bytes = 0
+        self.host_control = False
+        self.volt_mv = VOLT_MAX_MV
+        self.freq_hz = 100
+        self.acqtime_s = 10.0  # 0 means unlimited
+        self.settings: dict[str, str] = {
+            "acqmode": "dyn",
+            "funcmode": "optim",
+            "output": "current",
+            "format": "ascii_dec",
+            "trigsrc": "sw",
+            "eventsrc": "none",
+            "trigdelay": "0",
+            "currthres": "0",
+        }
+        #: Simulated start time of the running (or last) acquisition, ns.
+        self.acquisition_t0_ns: int | None = None
+        self.running = False
+        self._next_k = 0  # next sample index to emit
+        self._edge_from_ns = 0  # edges at or after this time are still to place
+        self._event_number = 0
+        self._next_second = 1
+        self._last_forget_ns = 0
+        self._write_lock = threading.Lock()
+        # Guards the acquisition state between the command and the streaming thread.
+        self._acq_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the command and streaming threads."""
+        if self._threads:
+            return
+        for target, name in ((self._command_loop, "lpm01a-sim-cmd"),
+                             (self._stream_loop, "lpm01a-sim-stream")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop every thread and close the pty; safe to call twice."""
+        self._closing.set()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._threads.clear()
+        self._pty.close()
+
+    def __enter__(self) -> SimLpm01a:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- output -------------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        """Write `data` to the master side; drop (and count) what nobody reads in time."""
+        with self._write_lock:
+            view = memoryview(data)
+            give_up = time.monotonic() + WRITE_PATIENCE_S
+            while view:
+                try:
+                    view = view[os.write(self._pty.master, view) :]
+                    continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    break  # the pty is gone
+                if time.monotonic() > give_up or self._closing.is_set():
+                    break
+                select.select([], [self._pty.master], [], 0.02)
+            self.dropped_bytes += len(view)
+
+    def _reply(self, *lines: str) -> None:
+        self._write("".join(f"{PROMPT} {line}\r\n" for line in lines).encode("ascii"))
+
+    # -- commands -----------------------------------------------------------------------------
+    def _command_loop(self) -> None:
+        pending = b""
+        fd = self._pty.master
+        while not self._closing.is_set():
+            try:
+                readable, _, _ = select.select([fd], [], [], 0.05)
+                if not readable:
+                    continue
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                continue
+            except (OSError, ValueError):
+                if self._closing.wait(0.05):
+                    return
+                continue
+            pending += data.replace(b"\x00", b"")
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                line = raw.decode("ascii", "replace").strip()
+                if line:
+                    self._handle(line)
+
+    def _handle(self, line: str) -> None:
+        """Answer one command line."""
+        words = line.split()
+        name = words[0].lower()
+        args = [w.lower() for w in words[1:]]
+        try:
+            if name not in _WITHOUT_HTC and not self.host_control:
+                raise _Refused("host control is off: send htc first")
+            handler = getattr(self, f"_cmd_{name}", None)
+            if handler is None:
+                raise _Refused(f"unknown command '{name}'")
+            if name in _SELF_ACKING:
+                handler(line, args)  # acks by itself, in its place among the data
+                return
+            value = handler(args)
+        except _Refused as exc:
+            self._reply(f"error {line}", f"Error detail: {exc}")
+            return
+        except ProtocolError as exc:
+            self._reply(f"error {line}", f"Error detail: {exc.message}")
+            return
+        if value is None:
+            self._reply(f"ack {line}")
+        else:
+            self._reply(f"ack {line}", value)
+
+    def _require_idle(self) -> None:
+        if self.running:
+            raise _Refused("acquisition running: send stop first")
+
+    @staticmethod
+    def _one_arg(args: list[str], allowed: tuple[str, ...] | None = None) -> str:
+        if len(args) != 1:
+            raise _Refused("expected one argument")
+        if allowed is not None and args[0] not in allowed:
+            raise _Refused(f"'{args[0]}' is not one of {'|'.join(allowed)}")
+        return args[0]
+
+    def _cmd_htc(self, args: list[str]) -> None:
+        self.host_control = True
+
+    def _cmd_hrc(self, args: list[str]) -> None:
+        with self._acq_lock:
+            self.running = False
+        self.host_control = False
+
+    def _cmd_version(self, args: list[str]) -> str:
+        return VERSION
+
+    def _cmd_powershield(self, args: list[str]) -> str:
+        return "PowerShield present"
+
+    def _cmd_status(self, args: list[str]) -> str:
+        return "ok"
+
+    def _cmd_help(self, args: list[str]) -> str:
+        return "commands: " + " ".join(
+            sorted(n[5:] for n in dir(self) if n.startswith("_cmd_"))
+        )
+
+    def _cmd_volt(self, args: list[str]) -> str | None:
+        if self._one_arg(args) == "get":
+            return f"{self.volt_mv}m"
+        self._require_idle()
+        mv = round(parse_number(args[0]) * 1000)
+        if not VOLT_MIN_MV <= mv <= VOLT_MAX_MV:
+            raise _Refused(f"voltage out of range {VOLT_MIN_MV}m..{VOLT_MAX_MV}m")
+        self.volt_mv = mv
+        self.world.set_supply(mv / 1000)
+        return None
+
+    def _cmd_freq(self, args: list[str]) -> None:
+        self._require_idle()
+        hz = parse_number(self._one_arg(args))
+        if hz not in FREQ_TOKENS:
+            raise _Refused("frequency not allowed: " + " ".join(FREQ_TOKENS.values()))
+        self._check_rate(int(hz), self.acqtime_s, self.settings["format"])
+        self.freq_hz = int(hz)
+
+    def _cmd_acqtime(self, args: list[str]) -> None:
+        self._require_idle()
+        seconds = parse_number(self._one_arg(args))
+        if math.isinf(seconds):
+            seconds = 0.0
+        if seconds != 0 and not _MIN_ACQTIME_S <= seconds <= _MAX_ACQTIME_S:
+            raise _Refused("acquisition time out of range 0|inf|100u..100")
+        self._check_rate(self.freq_hz, seconds, self.settings["format"])
+        self.acqtime_s = seconds
+
+    def _cmd_format(self, args: list[str]) -> None:
+        self._require_idle()
+        fmt = self._one_arg(args, ("ascii_dec", "bin_hexa"))
+        if fmt == "bin_hexa":
+            raise _Refused("bin_hexa is not simulated")
+        self._check_rate(self.freq_hz, self.acqtime_s, fmt)
+        self.settings["format"] = fmt
+
+    def _cmd_acqmode(self, args: list[str]) -> None:
+        self._set("acqmode", args, ("dyn", "stat"))
+
+    def _cmd_funcmode(self, args: list[str]) -> None:
+        self._set("funcmode", args, ("optim", "high"))
+
+    def _cmd_output(self, args: list[str]) -> None:
+        self._set("output", args, ("current", "energy"))
+
+    def _cmd_trigsrc(self, args: list[str]) -> None:
+        if self._one_arg(args, ("sw", "d7")) == "d7":
+            raise _Refused("trigsrc d7 is not simulated")
+        self._set("trigsrc", args, ("sw",))
+
+    def _cmd_trigdelay(self, args: list[str]) -> None:
+        parse_number(self._one_arg(args))
+        self._set("trigdelay", args)
+
+    def _cmd_currthres(self, args: list[str]) -> None:
+        parse_number(self._one_arg(args))
+        self._set("currthres", args)
+
+    def _cmd_eventsrc(self, args: list[str]) -> None:
+        self._require_idle()
+        if args != ["d7", "fal"]:
+            raise _Refused("only 'eventsrc d7 fal' is simulated")
+        self.settings["eventsrc"] = "d7 fal"
+
+    def _cmd_pwr(self, args: list[str]) -> None:
+        if not 1 <= len(args) <= 2 or (len(args) == 2 and args[1] not in ("status", "nostatus")):
+            raise _Refused("expected pwr on|off|auto [nostatus|status]")
+        if args[0] not in ("on", "off", "auto"):
+            raise _Refused(f"'{args[0]}' is not one of on|off|auto")
+        if args[0] == "auto":
+            raise _Refused("pwr auto is not simulated")
+        self.world.power(args[0] == "on")
+
+    def _cmd_pwrend(self, args: list[str]) -> None:
+        return None
+
+    def _cmd_lcd(self, args: list[str]) -> None:
+        return None
+
+    def _cmd_start(self, line: str, args: list[str]) -> None:
+        self._require_idle()
+        self._check_rate(self.freq_hz, self.acqtime_s, self.settings["format"])
+        with self._acq_lock, self.world.lock:
+            t0 = self.world.clock.now_ns()
+            self.acquisition_t0_ns = t0
+            self._next_k = 0
+            self._edge_from_ns = t0
+            self._event_number = 0
+            self._next_second = 1
+            self._last_forget_ns = t0
+            # Ack first, then data: the streaming thread cannot run before this lock is free.
+            self._reply(f"ack {line}")
+            self.running = True
+
+    def _cmd_stop(self, line: str, args: list[str]) -> None:
+        with self._acq_lock:
+            if not self.running:
+                raise _Refused("no acquisition running")
+            self._reply(f"ack {line}")
+            self._emit_until(self.world.clock.now_ns())
+            if self.running:  # a finite acquisition may have just ended by itself
+                self._finish()
+
+    def _set(self, key: str, args: list[str], allowed: tuple[str, ...] | None = None) -> None:
+        self._require_idle()
+        self.settings[key] = self._one_arg(args, allowed)
+
+    @staticmethod
+    def _check_rate(hz: int, acqtime_s: float, fmt: str) -> None:
+        """ascii_dec cannot stream fast: <= 5 kHz unlimited, 10 kHz for at most 1 s."""
+        if fmt != "ascii_dec" or hz <= ASCII_DEC_MAX_HZ_UNLIMITED:
+            return
+        if hz <= ASCII_DEC_MAX_HZ_SHORT and 0 < acqtime_s <= 1.0:
+            return
+        raise _Refused(
+            f"ascii_dec is limited to {ASCII_DEC_MAX_HZ_UNLIMITED} Hz for long acquisitions "
+            f"and {ASCII_DEC_MAX_HZ_SHORT} Hz for 1 s: use bin_hexa"
+        )
+
+    # -- streaming ----------------------------------------------------------------------------
+    def _stream_loop(self) -> None:
+        while not self._closing.wait(STREAM_PERIOD_S):
+            with self._acq_lock:
+                if not self.running:
+                    continue
+                try:
+                    self._emit_until(self.world.clock.now_ns())
+                except Exception:  # a simulator bug must not hang the rig: end the acquisition
+                    log.exception("LPM01A simulator: streaming failed")
+                    self._finish()
+
+    def _finish(self) -> None:
+        """End the acquisition (caller holds `_acq_lock`)."""
+        self.running = False
+        self._reply("Acquisition completed")
+
+    def _emit_until(self, now_ns: int) -> None:
+        """Write every sample whose period ended by `now_ns` (caller holds `_acq_lock`)."""
+        t0 = self.acquisition_t0_ns
+        assert t0 is not None
+        fs = self.freq_hz
+        # Samples n with t0 + n*1e9//fs <= now have ended: n <= ((now - t0 + 1)*fs - 1) // 1e9.
+        end = ((now_ns - t0 + 1) * fs - 1) // NS
+        total = round(self.acqtime_s * fs) if self.acqtime_s > 0 else None
+        if total is not None:
+            end = min(end, max(total, 1))
+        # In bursts of bounded size: a long backlog must not need gigabytes at once.
+        while self._next_k < end:
+            self._emit_samples(self._next_k, min(end, self._next_k + _MAX_BURST), now_ns)
+        if total is not None and end >= max(total, 1):
+            self._finish()
+
+    def _emit_samples(self, k: int, end: int, now_ns: int) -> None:
+        """Write samples k..end-1 with their TimeStamp and event lines."""
+        t0 = self.acquisition_t0_ns
+        assert t0 is not None
+        fs = self.freq_hz
+        idx = np.arange(k, end + 1, dtype=np.int64)
+        bounds = t0 + (idx * NS) // fs
+        energy = self.world.energy_between(bounds)
+        if self.settings["output"] == "energy":
+            values = energy
+        else:
+            with self.world.lock:
+                volts = self.world.supply_v
+            values = energy / (volts * (np.diff(bounds) / NS))
+        data = format_samples(values)
+        starts = bounds[:-1]
+
+        # Lines that go between samples: (position = samples before it, text), in order.
+        inserts: list[tuple[int, str]] = []
+        while self._next_second * fs <= end:
+            pos = self._next_second * fs - k
+            inserts.append((pos, f"TimeStamp: {self._next_second}s 000ms, buff 00%"))
+            self._next_second += 1
+        if self.settings["eventsrc"] == "d7 fal":
+            # An edge at t goes before the first sample starting at or after t.
+            last_start = int(starts[-1])
+            edges = self.world.falling_edges_between(self._edge_from_ns, last_start + 1)
+            self._edge_from_ns = last_start + 1
+            positions = np.searchsorted(starts, np.asarray(edges, dtype=np.int64), side="left")
+            for pos in positions.tolist():
+                self._event_number += 1
+                inserts.append((pos, f"event {self._event_number} ris"))
+        inserts.sort(key=lambda item: item[0])  # stable: TimeStamp before events at one place
+
+        width = len(data) // len(starts)
+        parts: list[bytes] = []
+        done = 0
+        for pos, text in inserts:
+            parts.append(data[done * width : pos * width])
+            parts.append(f"{text}\r\n".encode("ascii"))
+            done = pos
+        parts.append(data[done * width :])
+        self._write(b"".join(parts))
+        self._next_k = end
+
+        if now_ns - self._last_forget_ns >= _FORGET_EVERY_NS:
+            # Keep what the next burst needs: the step in force at its first sample, its edges.
+            self.world.forget_before(min(self._edge_from_ns, int(bounds[-1])))
+            self._last_forget_ns = now_ns

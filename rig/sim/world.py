@@ -1,0 +1,185 @@
+"""One simulated clock and one power model, shared by every simulated device of a virtual bench.
+
+Time is kept in integer nanoseconds of simulated time, which runs `speed` times faster than the
+host's monotonic clock. The DUT's power is a step function of simulated time: zero while
+unpowered, `idle_w` while powered, `active_w` while it computes. The DUT registers its activity
+and its GPIO pulses here *before* simulated time reaches them (under `lock`), and the energy
+monitor integrates the step function exactly over each sample period, so the samples it reports
+are the simulated truth up to its own quantisation.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class PowerParams:
+    """The simulated DUT: power levels [W] and seconds per inference."""
+
+    idle_w: float = 1.20e-3
+    active_w: float = 3.60e-3
+    inference_s: float = 12.5e-3
+    boot_s: float = 0.010
+    #: How long the timestamp GPIO stays low per pulse.
+    pulse_s: float = 10e-6
+
+
+class SimClock:
+    """Simulated time in ns, running `speed` times faster than the host's monotonic clock."""
+
+    def __init__(self, speed: float = 1.0) -> None:
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._wall0 = time.monotonic_ns()
+
+    def now_ns(self) -> int:
+        """Current simulated time."""
+        return int((time.monotonic_ns() - self._wall0) * self.speed)
+
+    def wall_delay_s(self, until_ns: int) -> float:
+        """Host seconds until simulated time reaches `until_ns` (0 if already past)."""
+        return max(0.0, (until_ns - self.now_ns()) / self.speed / NS)
+
+
+class World:
+    """The shared state of a virtual bench: clock, DUT supply, power steps, GPIO edges."""
+
+    def __init__(self, params: PowerParams | None = None, *, speed: float = 1.0) -> None:
+        self.params = params or PowerParams()
+        self.clock = SimClock(speed)
+        #: Guards every field below; hold it while reading `now_ns()` to register activity.
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.supply_v = 3.3
+        self.powered = False
+        self.power_on_ns = 0
+        #: Power as a step function: at _step_t[k] the power becomes _step_w[k].
+        self._step_t: list[int] = [0]
+        self._step_w: list[float] = [0.0]
+        #: Falling-edge times of the timestamp line, and their rising edges.
+        self.falling_ns: list[int] = []
+        self.rising_ns: list[int] = []
+        #: Bumped on every power cycle so that a DUT can abandon work across a reset.
+        self.generation = 0
+
+    # -- supply -------------------------------------------------------------------------------
+    def set_supply(self, volts: float) -> None:
+        """Set the DUT supply voltage (the power model is in watts, so current = P / V)."""
+        with self.lock:
+            self.supply_v = volts
+
+    def power(self, on: bool) -> int:
+        """Switch the DUT supply; returns the simulated time it happened."""
+        with self.lock:
+            t = self.clock.now_ns()
+            if on == self.powered:
+                return t
+            self._truncate_after(t)
+            self.powered = on
+            self.generation += 1
+            if on:
+                self.power_on_ns = t
+            self._set_step(t, self.params.idle_w if on else 0.0)
+            self.changed.notify_all()
+            return t
+
+    # -- activity registered by the DUT -------------------------------------------------------
+    def add_activity(self, start_ns: int, end_ns: int) -> None:
+        """The DUT computes at `active_w` over [start, end); must not start in the past."""
+        with self.lock:
+            if end_ns <= start_ns:
+                return
+            self._set_step(start_ns, self.params.active_w)
+            self._set_step(end_ns, self.params.idle_w)
+
+    def add_pulse(self, t_ns: int) -> None:
+        """A falling edge of the timestamp line at `t_ns`, rising again after `pulse_s`."""
+        with self.lock:
+            self.falling_ns.append(t_ns)
+            self.rising_ns.append(t_ns + int(self.params.pulse_s * NS))
+
+    def _set_step(self, t: int, watts: float) -> None:
+        i = bisect.bisect_right(self._step_t, t)
+        if i > 0 and self._step_t[i - 1] == t:
+            self._step_w[i - 1] = watts
+        else:
+            self._step_t.insert(i, t)
+            self._step_w.insert(i, watts)
+
+    def _truncate_after(self, t: int) -> None:
+        """Forget steps and pulses scheduled after `t` (a power cycle aborts them)."""
+        i = bisect.bisect_right(self._step_t, t)
+        del self._step_t[i:], self._step_w[i:]
+        j = bisect.bisect_right(self.falling_ns, t)
+        del self.falling_ns[j:], self.rising_ns[j:]
+
+    # -- what an energy monitor sees ----------------------------------------------------------
+    def energy_between(self, bounds_ns: np.ndarray) -> np.ndarray:
+        """Exact energy [J] drawn over each interval [bounds[k], bounds[k+1])."""
+        with self.lock:
+            t = np.asarray(self._step_t, dtype=np.float64)
+            w = np.asarray(self._step_w, dtype=np.float64)
+        # Cumulative energy at each step time; piecewise linear in between, flat before 0.
+        cum = np.concatenate(([0.0], np.cumsum(w[:-1] * np.diff(t)) / NS))
+        b = np.asarray(bounds_ns, dtype=np.float64)
+        # Beyond the last step, energy grows at the last step's power.
+        e = np.interp(b, t, cum)
+        tail = b > t[-1]
+        e[tail] = cum[-1] + w[-1] * (b[tail] - t[-1]) / NS
+        return np.diff(e)
+
+    def falling_edges_between(self, t0_ns: int, t1_ns: int) -> list[int]:
+        """Falling edges of the timestamp line with t0 <= t < t1."""
+        with self.lock:
+            lo = bisect.bisect_left(self.falling_ns, t0_ns)
+            hi = bisect.bisect_left(self.falling_ns, t1_ns)
+            return self.falling_ns[lo:hi]
+
+    def gpio_levels(self, times_ns: np.ndarray) -> np.ndarray:
+        """Level (0/1) of the timestamp line at each time; high except inside a pulse."""
+        with self.lock:
+            fall = np.asarray(self.falling_ns, dtype=np.int64)
+            rise = np.asarray(self.rising_ns, dtype=np.int64)
+        t = np.asarray(times_ns, dtype=np.int64)
+        if fall.size == 0:
+            return np.ones(t.shape, dtype=np.uint8)
+        k = np.searchsorted(fall, t, side="right") - 1
+        inside = (k >= 0) & (t < rise[np.clip(k, 0, None)])
+        return (~inside).astype(np.uint8)
+
+    def forget_before(self, t_ns: int) -> None:
+        """Drop history before `t_ns` that no monitor will ask for again (bounded memory)."""
+        with self.lock:
+            i = bisect.bisect_right(self._step_t, t_ns) - 1
+            if i > 0:
+                del self._step_t[:i], self._step_w[:i]
+            j = bisect.bisect_left(self.falling_ns, t_ns)
+            if j > 0:
+                del self.falling_ns[:j], self.rising_ns[:j]
+
+    # -- waiting in simulated time ------------------------------------------------------------
+    def sleep_until(self, t_ns: int, generation: int | None = None) -> bool:
+        """Block until simulated time reaches `t_ns`. False if the DUT was power-cycled first."""
+        with self.changed:
+            while True:
+                if generation is not None and generation != self.generation:
+                    return False
+                delay = self.clock.wall_delay_s(t_ns)
+                if delay <= 0:
+                    return True
+                self.changed.wait(min(delay, 0.05))
+
+    def dut_micros(self, t_ns: int | None = None) -> int:
+        """The DUT's 32-bit microsecond timer (counts from power-on, wraps like the real one)."""
+        with self.lock:
+            t = self.clock.now_ns() if t_ns is None else t_ns
+            return ((t - self.power_on_ns) // 1000) & 0xFFFFFFFF

@@ -1,0 +1,256 @@
+"""The run folder: the unit of truth that `rig show`, reports, the viewer and resume read back.
+
+```
+runs/<started>_<procedure>_<device>/
+  manifest.json    config snapshot, software versions, instrument settings, host, status
+  events.jsonl     every event, appended and flushed as it happens (crash-safe)
+  results.parquet  one row per measured run / window / idle span / sample (also results.csv)
+  traces/*.jls     raw energy-monitor traces
+```
+
+`RunStore` is a subscriber of the event bus. `events.jsonl` is written first and synced, so a run
+killed at any point can still be shown with everything it had measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from rig.errors import ConfigError
+from rig.events import (
+    Event,
+    IdleMeasured,
+    InstrumentInfo,
+    LatencyRun,
+    RunFinished,
+    RunStarted,
+    SampleClassified,
+    TraceSaved,
+    WindowMeasured,
+)
+
+MANIFEST = "manifest.json"
+EVENTS = "events.jsonl"
+RESULTS_PARQUET = "results.parquet"
+RESULTS_CSV = "results.csv"
+TRACES = "traces"
+
+#: Status of a run whose process ended without writing `run_finished` (killed, crashed, power cut).
+INCOMPLETE = "incomplete"
+
+_ROW_EVENTS = {
+    LatencyRun: "latency_run",
+    WindowMeasured: "window",
+    IdleMeasured: "idle",
+    SampleClassified: "sample",
+}
+
+
+def software_versions() -> dict[str, str]:
+    """Versions of Python and of every package a measurement depends on."""
+    versions = {"python": sys.version.split()[0]}
+    for dist in ("neurobench-rig", "numpy", "pyserial", "pyjls", "pyarrow", "rich"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def host_info() -> dict[str, str]:
+    """The machine the rig ran on."""
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or "unknown",
+    }
+
+
+def run_folder_name(procedure: str, device: str, started: dt.datetime) -> str:
+    """`2026-11-22T10-15-03_asc_sim`: sortable, and safe on every file system."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in device)
+    return f"{started.strftime('%Y-%m-%dT%H-%M-%S')}_{procedure}_{safe}"
+
+
+class RunStore:
+    """Writes one run folder from the event stream."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.manifest: dict[str, Any] = {}
+        self._events = open(path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        self._rows: list[dict[str, Any]] = []
+
+    @classmethod
+    def create(cls, root: Path, procedure: str, device: str) -> RunStore:
+        """Make a fresh run folder under `root` (never reuses an existing one)."""
+        started = dt.datetime.now()
+        base = run_folder_name(procedure, device, started)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create runs folder {root}: {exc}") from exc
+        for n in range(1000):
+            path = root / (base if n == 0 else f"{base}-{n}")
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        (path / TRACES).mkdir()
+        return cls(path)
+
+    @property
+    def traces_dir(self) -> Path:
+        """Where raw traces go."""
+        return self.path / TRACES
+
+    def __call__(self, event: Event) -> None:
+        record = event.to_record()
+        self._events.write(json.dumps(record, default=_json_default) + "\n")
+        self._events.flush()
+        os.fsync(self._events.fileno())
+        if isinstance(event, RunStarted):
+            self.manifest = {
+                "run_id": event.run_id,
+                "procedure": event.procedure,
+                "device": event.device,
+                "simulated": event.simulated,
+                "status": "running",
+                "started_at": _iso(event.at),
+                "finished_at": None,
+                "software": software_versions(),
+                "host": host_info(),
+                "instruments": {},
+                **event.manifest,
+            }
+            self._write_manifest()
+        elif isinstance(event, InstrumentInfo):
+            self.manifest.setdefault("instruments", {})[event.role] = event.info
+            self._write_manifest()
+        elif isinstance(event, TraceSaved):
+            self.manifest.setdefault("traces", []).append(
+                {"path": event.path, "samples": event.samples, "dropped": event.dropped}
+            )
+            self._write_manifest()
+        elif isinstance(event, RunFinished):
+            self.manifest["status"] = event.status
+            self.manifest["finished_at"] = _iso(event.at)
+            self.manifest["summary"] = event.summary
+            if event.error:
+                self.manifest["error"] = event.error
+            write_results(self.path, self._rows, simulated=bool(self.manifest.get("simulated")))
+            self._write_manifest()
+            self.close()
+        row = result_row(event)
+        if row is not None:
+            self._rows.append(row)
+
+    def _write_manifest(self) -> None:
+        tmp = self.path / (MANIFEST + ".tmp")
+        tmp.write_text(json.dumps(self.manifest, indent=2, default=_json_default) + "\n")
+        os.replace(tmp, self.path / MANIFEST)
+
+    def close(self) -> None:
+        """Close events.jsonl; safe to call twice."""
+        if not self._events.closed:
+            self._events.close()
+
+
+def result_row(event: Event) -> dict[str, Any] | None:
+    """The results-table row for a measurement event, or None for other events."""
+    kind = _ROW_EVENTS.get(type(event))
+    if kind is None:
+        return None
+    row: dict[str, Any] = {"kind": kind}
+    for key, value in event.to_record().items():
+        if key in ("event", "at"):
+            continue
+        row[key] = json.dumps(value) if isinstance(value, list | dict) else value
+    return row
+
+
+def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool) -> None:
+    """results.parquet and results.csv: one row per measurement, union of columns."""
+    columns: list[str] = ["kind"]
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    data = {c: [row.get(c) for row in rows] for c in columns}
+    data["simulated"] = [simulated] * len(rows)
+    table = pa.table(data) if rows else pa.table({"kind": pa.array([], pa.string())})
+    pq.write_table(table, path / RESULTS_PARQUET)
+    pacsv.write_csv(table, path / RESULTS_CSV)
+
+
+@dataclass
+class RunRecord:
+    """A run folder read back."""
+
+    path: Path
+    manifest: dict[str, Any]
+    events: list[Event]
+    status: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    finished: RunFinished | None = None
+    #: Lines of events.jsonl that could not be read (a torn last line after a crash).
+    bad_lines: int = 0
+
+
+def load_run(path: str | Path) -> RunRecord:
+    """Read a run folder; a run without `run_finished` is reported as incomplete."""
+    path = Path(path)
+    if not (path / EVENTS).is_file() and not (path / MANIFEST).is_file():
+        raise ConfigError(
+            f"{path} is not a run folder (no {MANIFEST} or {EVENTS})",
+            hint="pass a folder under runs/ (the measure command prints it)",
+        )
+    manifest: dict[str, Any] = {}
+    if (path / MANIFEST).is_file():
+        try:
+            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            manifest = {}
+    events: list[Event] = []
+    bad = 0
+    if (path / EVENTS).is_file():
+        for line in (path / EVENTS).read_text(encoding="utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                events.append(Event.from_record(json.loads(line)))
+            except (json.JSONDecodeError, TypeError):
+                bad += 1
+    started = next((e for e in events if isinstance(e, RunStarted)), None)
+    if started is not None and not manifest:
+        manifest = {"procedure": started.procedure, "device": started.device,
+                    "simulated": started.simulated, **started.manifest}
+    finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
+    status = finished.status if finished else INCOMPLETE
+    rows = [r for r in (result_row(e) for e in events) if r is not None]
+    return RunRecord(path, manifest, events, status, rows, finished, bad)
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

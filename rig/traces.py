@@ -1,0 +1,424 @@
+"""Trace files: JLS v2 (what the Joulescope UI opens) and plain CSV.
+
+A trace is current [A], voltage [V] and GPIO bits (bit 0 = the DUT's timestamp line) at one
+sample rate. `TraceWriter` streams chunks into a JLS file as they arrive (bounded memory);
+`read_trace` loads either format for analysis.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from rig import __version__
+from rig.errors import AnalysisError
+
+#: CSV columns, by header name.
+CSV_COLUMNS = ("current_a", "voltage_v", "gpio")
+#: JLS signal names: current and voltage, and the GPIO bit field.
+JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "gpi0"
+#: The Joulescope UI names its first general-purpose input this way (1-bit samples).
+_JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
+#: Samples moved per pyjls call when reading and when filling gaps (bounds memory).
+_BLOCK = 1 << 20
+#: user_data chunk tag for the rig's JSON description of the recording.
+_USER_DATA_META = 1
+
+_SOURCE_ID = 1
+_SIG_CURRENT, _SIG_VOLTAGE, _SIG_POWER, _SIG_GPIO = 1, 2, 3, 4
+
+
+@dataclass
+class Trace:
+    """Samples of one capture: current [A] and voltage [V] as float64, GPIO bits as uint8."""
+
+    sample_rate: float
+    current: np.ndarray
+    voltage: np.ndarray
+    gpio: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.current)
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the trace in seconds (sample count / sample rate)."""
+        return len(self.current) / self.sample_rate
+
+    @property
+    def simulated(self) -> bool:
+        """True when the file says it was recorded from the virtual bench."""
+        return bool(self.meta.get("simulated", False))
+
+
+def read_trace(path: str | Path, sample_rate: float | None = None) -> Trace:
+    """Load a `.jls` or `.csv` trace. CSV carries no sample rate: pass `sample_rate` [Hz]."""
+    path = Path(path)
+    if not path.is_file():
+        raise AnalysisError(f"trace file not found: {path}", hint="check the path")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return _read_csv(path, sample_rate)
+    if suffix == ".jls":
+        return _read_jls(path, sample_rate)
+    raise AnalysisError(
+        f"unknown trace format {suffix or '(no suffix)'!r}: {path}",
+        hint="give a .jls file (JLS v2) or a .csv file with columns current_a,voltage_v,gpio",
+    )
+
+
+def _check_rate(sample_rate: float | None) -> float:
+    rate = float(sample_rate)  # type: ignore[arg-type]
+    if not (math.isfinite(rate) and rate > 0):
+        raise AnalysisError(
+            f"sample rate must be a positive number of Hz, got {sample_rate}",
+            hint="pass --sample-rate HZ, e.g. --sample-rate 1000",
+        )
+    return rate
+
+
+def _read_csv(path: Path, sample_rate: float | None) -> Trace:
+    if sample_rate is None:
+        raise AnalysisError(f"a CSV trace has no sample rate: {path}", hint="pass --sample-rate HZ")
+    rate = _check_rate(sample_rate)
+    header_index, header = _csv_header(path)
+    missing = [c for c in CSV_COLUMNS if c not in header]
+    if missing:
+        raise AnalysisError(
+            f"{path}: missing column(s) {', '.join(missing)}; header found: {','.join(header)}",
+            hint="the header must name the columns current_a,voltage_v,gpio (any order)",
+        )
+    cols = [header.index(c) for c in CSV_COLUMNS]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # empty file: handled below
+            data = np.loadtxt(
+                path,
+                delimiter=",",
+                skiprows=header_index + 1,
+                usecols=cols,
+                ndmin=2,
+                dtype=np.float64,
+            )
+    except ValueError as exc:
+        # numpy counts data rows from 0 after the skipped lines; say it in a person's terms.
+        msg = re.sub(r"at row (\d+)", lambda m: f"at data row {int(m.group(1)) + 1}", str(exc))
+        raise AnalysisError(
+            f"{path}: {msg}", hint="every data row needs a number in each column"
+        ) from None
+    if len(data) == 0:
+        raise AnalysisError(f"{path}: no samples after the header")
+    gpio_f = data[:, 2]
+    bad = np.flatnonzero((gpio_f != np.round(gpio_f)) | (gpio_f < 0) | (gpio_f > 255))
+    if bad.size:
+        raise AnalysisError(
+            f"{path}: gpio must be an integer bit field 0..255, got {float(gpio_f[bad[0]]):g} "
+            f"at data row {bad[0] + 1}"
+        )
+    return Trace(
+        sample_rate=rate,
+        current=np.ascontiguousarray(data[:, 0]),
+        voltage=np.ascontiguousarray(data[:, 1]),
+        gpio=gpio_f.astype(np.uint8),
+        meta={"format": "csv", "path": str(path), "simulated": False},
+    )
+
+
+def _csv_header(path: Path) -> tuple[int, list[str]]:
+    """Index and names of the first line that is neither blank nor a '#' comment."""
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for index, line in enumerate(f):
+            text = line.strip()
+            if text and not text.startswith("#"):
+                return index, [name.strip() for name in text.split(",")]
+    raise AnalysisError(f"{path}: empty CSV file, no header line")
+
+
+def _read_jls(path: Path, sample_rate: float | None) -> Trace:
+    import pyjls  # heavy C extension: only when a JLS file is actually read
+
+    try:
+        reader = pyjls.Reader(str(path))
+    except Exception as exc:  # pyjls raises RuntimeError with its own code text
+        raise AnalysisError(
+            f"cannot read JLS file {path}: {exc}", hint="is it a complete JLS v2 file?"
+        ) from None
+    try:
+        by_name = {
+            s.name: s
+            for s in reader.signals.values()
+            if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0
+        }
+        gpio_name = next((n for n in _JLS_GPIO_ALIASES if n in by_name), None)
+        missing = [n for n in (JLS_CURRENT, JLS_VOLTAGE) if n not in by_name]
+        if gpio_name is None:
+            missing.append(JLS_GPIO)
+        if missing:
+            raise AnalysisError(
+                f"{path}: missing signal(s) {', '.join(missing)}; signals present: "
+                f"{', '.join(sorted(by_name)) or 'none'}",
+                hint="record current, voltage and the GPIO timestamp input gpi0",
+            )
+        cur, vol, gpi = by_name[JLS_CURRENT], by_name[JLS_VOLTAGE], by_name[gpio_name]
+        rates = {cur.sample_rate, vol.sample_rate, gpi.sample_rate}
+        if len(rates) != 1:
+            raise AnalysisError(
+                f"{path}: signals differ in sample rate ({sorted(rates)} Hz)",
+                hint="current, voltage and gpio must be recorded at one rate",
+            )
+        rate = float(cur.sample_rate)
+        if sample_rate is not None and float(sample_rate) != rate:
+            raise AnalysisError(
+                f"{path} was recorded at {rate:g} Hz but --sample-rate {sample_rate:g} was given",
+                hint="drop --sample-rate for JLS traces: the file knows its rate",
+            )
+        n = min(cur.length, vol.length, gpi.length)
+        current = _read_fsr(reader, cur.signal_id, n, np.float64)
+        voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
+        gpio = _read_gpio(reader, gpi, n, path)
+        meta = _jls_meta(reader, cur, path)
+        meta["samples_by_signal"] = {
+            JLS_CURRENT: cur.length,
+            JLS_VOLTAGE: vol.length,
+            gpio_name: gpi.length,
+        }
+    finally:
+        reader.close()
+    return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta)
+
+
+def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
+    # Raw samples, never the summaries: their means are exact only at multiples of 128.
+    out = np.empty(n, dtype=dtype)
+    for lo in range(0, n, _BLOCK):
+        length = min(_BLOCK, n - lo)
+        out[lo : lo + length] = reader.fsr(signal_id, lo, length)
+    return out
+
+
+def _read_gpio(reader: Any, sig: Any, n: int, path: Path) -> np.ndarray:
+    import pyjls
+
+    if sig.data_type == pyjls.DataType.U8:
+        return _read_fsr(reader, sig.signal_id, n, np.uint8)
+    if sig.data_type == pyjls.DataType.U1:
+        out = np.empty(n, dtype=np.uint8)
+        for lo in range(0, n, _BLOCK):  # _BLOCK is a multiple of 8: blocks start on a byte
+            length = min(_BLOCK, n - lo)
+            packed = reader.fsr(sig.signal_id, lo, length)
+            out[lo : lo + length] = np.unpackbits(packed, bitorder="little")[:length]
+        return out
+    raise AnalysisError(
+        f"{path}: GPIO signal {sig.name!r} has data type {pyjls.data_type_as_str(sig.data_type)}; "
+        "expected u8 or u1"
+    )
+
+
+def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
+    source = reader.sources.get(cur.source_id)
+    user: dict[str, Any] = {}
+
+    def on_user_data(chunk_meta: int, data: Any) -> bool:
+        if chunk_meta == _USER_DATA_META and isinstance(data, dict):
+            user.update(data)
+        return False
+
+    annotations: list[tuple[int, str]] = []
+
+    def on_annotation(timestamp: int, _y: Any, _kind: int, _group: int, data: Any) -> bool:
+        # The reader gives sample positions relative to the first stored sample: array indices.
+        annotations.append((int(timestamp), str(data)))
+        return False
+
+    reader.user_data(on_user_data)
+    reader.annotations(cur.signal_id, 0, on_annotation)
+    source_info = {
+        key: getattr(source, key, None)
+        for key in ("name", "vendor", "model", "version", "serial_number")
+    }
+    simulated = bool(user.get("simulated")) or "SIMULATED" in str(source_info.get("model", ""))
+    return {
+        "format": "jls",
+        "path": str(path),
+        "simulated": simulated,
+        "source": source_info,
+        "first_sample_id": int(cur.sample_id_offset or 0),
+        "annotations": annotations,
+        "user_data": user,
+    }
+
+
+class TraceWriter:
+    """Stream EMON chunks into a JLS v2 file: current [A], voltage [V], power [W], gpi0 (u8).
+
+    Chunks must come in sample-id order. A gap (dropped samples) is written as NaN current,
+    voltage and power with the GPIO level held, and marked by an annotation, so it can never
+    fake a timestamp edge or a zero-energy stretch.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        sample_rate: float,
+        *,
+        source: str = "neurobench-rig",
+        simulated: bool = False,
+    ) -> None:
+        import pyjls
+
+        rate = float(sample_rate)
+        # JLS stores integer Hz; a fractional rate would be truncated silently.
+        if not (math.isfinite(rate) and rate > 0 and rate == round(rate)):
+            raise ValueError(f"JLS needs a positive whole number of Hz, got {sample_rate}")
+        self.path = Path(path)
+        self.sample_rate = int(rate)
+        self.simulated = simulated
+        #: Samples appended (not counting filled gaps) and samples missing in gaps.
+        self.samples_written = 0
+        self.dropped_samples = 0
+        self._next_id: int | None = None
+        self._last_gpio = 0
+        self._jls = pyjls
+        self._writer: Any = pyjls.Writer(str(self.path))
+        try:
+            self._define(source)
+        except BaseException:
+            self._writer.close()
+            self._writer = None
+            raise
+
+    def _define(self, source: str) -> None:
+        jls, w = self._jls, self._writer
+        label = f"{source} [SIMULATED]" if self.simulated else source
+        w.source_def(
+            _SOURCE_ID,
+            name=label,
+            vendor="neurobench-rig",
+            model="SIMULATED" if self.simulated else "measured",
+            version=__version__,
+            serial_number="",
+        )
+        for sig, name, dtype, units in (
+            (_SIG_CURRENT, JLS_CURRENT, jls.DataType.F32, "A"),
+            (_SIG_VOLTAGE, JLS_VOLTAGE, jls.DataType.F32, "V"),
+            (_SIG_POWER, JLS_POWER, jls.DataType.F32, "W"),
+            (_SIG_GPIO, JLS_GPIO, jls.DataType.U8, ""),
+        ):
+            w.signal_def(
+                sig,
+                _SOURCE_ID,
+                jls.SignalType.FSR,
+                dtype,
+                self.sample_rate,
+                name=name,
+                units=units,
+            )
+        w.user_data(
+            _USER_DATA_META,
+            {
+                "simulated": self.simulated,
+                "source": source,
+                "writer": f"neurobench-rig {__version__}",
+                "sample_rate_hz": self.sample_rate,
+                "gpio": "gpi0 holds the GPIO bit field; bit 0 is the DUT timestamp line",
+            },
+        )
+
+    def append(
+        self, first_sample_id: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+    ) -> None:
+        """Write consecutive samples starting at `first_sample_id`."""
+        if self._writer is None:
+            raise ValueError(f"trace writer for {self.path} is closed")
+        i = np.ascontiguousarray(current, dtype=np.float32)
+        v = np.ascontiguousarray(voltage, dtype=np.float32)
+        g = np.ascontiguousarray(gpio, dtype=np.uint8)
+        if not (len(i) == len(v) == len(g)):
+            raise ValueError("current, voltage and gpio differ in length")
+        if len(i) == 0:
+            return
+        first = int(first_sample_id)
+        if self._next_id is not None and first < self._next_id:
+            raise ValueError(
+                f"chunk starts at sample {first} but sample {self._next_id} is next: "
+                "chunks overlap or came out of order"
+            )
+        if self._next_id is not None and first > self._next_id:
+            self._fill_gap(self._next_id, first)
+        # Power from float64 products, then stored as float32 like the other signals.
+        p = (np.asarray(current, dtype=np.float64) * np.asarray(voltage, dtype=np.float64)).astype(
+            np.float32
+        )
+        w = self._writer
+        w.fsr(_SIG_CURRENT, first, i)
+        w.fsr(_SIG_VOLTAGE, first, v)
+        w.fsr(_SIG_POWER, first, p)
+        w.fsr(_SIG_GPIO, first, g)
+        self._last_gpio = int(g[-1])
+        self._next_id = first + len(i)
+        self.samples_written += len(i)
+
+    def _fill_gap(self, start: int, stop: int) -> None:
+        count = stop - start
+        self.annotate(start, f"gap: {count} samples dropped by the instrument")
+        for lo in range(start, stop, _BLOCK):
+            n = min(_BLOCK, stop - lo)
+            nan = np.full(n, np.nan, dtype=np.float32)
+            for sig in (_SIG_CURRENT, _SIG_VOLTAGE, _SIG_POWER):
+                self._writer.fsr(sig, lo, nan)
+            self._writer.fsr(_SIG_GPIO, lo, np.full(n, self._last_gpio, dtype=np.uint8))
+        self.dropped_samples += count
+
+    def annotate(self, sample_id: int, text: str) -> None:
+        """A text note on the current signal at `sample_id` (visible in the Joulescope UI)."""
+        if self._writer is None:
+            raise ValueError(f"trace writer for {self.path} is closed")
+        self._writer.annotation(
+            _SIG_CURRENT, int(sample_id), math.nan, self._jls.AnnotationType.TEXT, 0, text
+        )
+
+    def close(self) -> None:
+        """Finish the file (writes its summaries and index). Safe to call twice."""
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def write_csv_trace(
+    path: str | Path, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+) -> None:
+    """Write a CSV trace with header current_a,voltage_v,gpio (floats exact to float64)."""
+    current = np.asarray(current, dtype=np.float64)
+    voltage = np.asarray(voltage, dtype=np.float64)
+    gpio = np.asarray(gpio)
+    if not (len(current) == len(voltage) == len(gpio)):
+        raise ValueError("current, voltage and gpio differ in length")
+    table = np.column_stack((current, voltage, gpio.astype(np.float64)))
+    # %.17g round-trips every float64 exactly.
+    np.savetxt(
+        path,
+        table,
+        delimiter=",",
+        fmt=("%.17g", "%.17g", "%d"),
+        header=",".join(CSV_COLUMNS),
+        comments="",
+    )

@@ -1,0 +1,349 @@
+"""The LPM01A driver: conversation tests against a scripted transport, then over a pty against
+the simulated board sharing a `World`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from drivers.emon.base import Chunk
+from drivers.emon.lpm01a import Lpm01a
+from drivers.errors import (
+    DeviceError,
+    DeviceTimeout,
+    InstrumentError,
+    PortError,
+    VoltageLimitError,
+)
+from protocols.errors import ProtocolError
+from rig.sim.lpm01a import SimLpm01a
+from rig.sim.world import NS, PowerParams, World
+
+
+def ack(cmd: str) -> bytes:
+    return f"PowerShield > ack {cmd}\r\n".encode()
+
+
+class ScriptedTransport:
+    """Checks every write against a script and answers with the script's canned bytes.
+
+    Script entries are (expected bytes written, reply bytes). Replies can also be pushed
+    directly with `feed` (data the board streams on its own).
+    """
+
+    def __init__(self, script: list[tuple[bytes, bytes]]) -> None:
+        self.script = list(script)
+        self.written: list[bytes] = []
+        self.errors: list[str] = []
+        self._incoming = bytearray()
+        self._cond = threading.Condition()
+        self.closed = False
+        self.resets = 0
+
+    def expect(self, *entries: tuple[bytes, bytes]) -> None:
+        self.script += entries
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+        if not self.script:
+            self.errors.append(f"unexpected write {data!r}")
+            return
+        expected, reply = self.script.pop(0)
+        if data != expected:
+            self.errors.append(f"wrote {data!r}, expected {expected!r}")
+            return
+        self.feed(reply)
+
+    def feed(self, data: bytes) -> None:
+        with self._cond:
+            self._incoming += data
+            self._cond.notify_all()
+
+    def read(self) -> bytes:
+        with self._cond:
+            if not self._incoming:
+                self._cond.wait(0.01)
+            data = bytes(self._incoming[:4096])
+            del self._incoming[:4096]
+            return data
+
+    def reset_input(self) -> None:
+        self.resets += 1
+        with self._cond:
+            self._incoming.clear()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+CONNECT = [
+    # Leftovers of a previous session: samples and half a line, dropped by the flush.
+    (b"stop\n", b"1234-07\r\n1234-07\r\nPowerShield > ack stop\r\n12"),
+    (b"htc\n", ack("htc")),
+    (b"version\n", ack("version") + b"PowerShield > 1.0.5\r\n"),
+]
+
+CONFIGURE = [
+    (b"volt 1800m\n", ack("volt 1800m")),
+    (b"freq 1k\n", ack("freq 1k")),
+    (b"acqtime 0\n", ack("acqtime 0")),
+    (b"acqmode dyn\n", ack("acqmode dyn")),
+    (b"funcmode optim\n", ack("funcmode optim")),
+    (b"output current\n", ack("output current")),
+    (b"format ascii_dec\n", ack("format ascii_dec")),
+    (b"trigsrc sw\n", ack("trigsrc sw")),
+    (b"eventsrc d7 fal\n", ack("eventsrc d7 fal")),
+]
+
+CLOSE = [(b"pwr off\n", ack("pwr off")), (b"hrc\n", ack("hrc"))]
+
+
+def connected(extra=()) -> tuple[Lpm01a, ScriptedTransport]:
+    transport = ScriptedTransport(CONNECT + list(extra))
+    monitor = Lpm01a(transport, voltage_limit_v=3.3)
+    monitor.connect()
+    return monitor, transport
+
+
+def test_connect_flushes_takes_control_and_reads_the_version():
+    monitor, transport = connected()
+    try:
+        assert transport.errors == []
+        assert transport.written == [b"stop\n", b"htc\n", b"version\n"]
+        assert transport.resets == 1
+        assert monitor.version == "1.0.5"
+    finally:
+        transport.expect(*CLOSE)
+        monitor.close()
+
+
+def test_configure_sends_every_command_in_order_and_keeps_the_settings():
+    monitor, transport = connected(CONFIGURE)
+    monitor.configure(1.8, 1000)
+    assert transport.errors == []
+    assert transport.written[3:] == [cmd for cmd, _ in CONFIGURE]
+    assert monitor.sample_rate == 1000.0
+    s = monitor.settings()
+    assert s["driver"] == "lpm01a" and s["version"] == "1.0.5" and s["simulated"] is False
+    assert s["voltage_v"] == 1.8 and s["freq"] == "1k" and s["eventsrc"] == "d7 fal"
+    assert s["format"] == "ascii_dec" and s["output"] == "current" and s["acqtime"] == "0"
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+@pytest.mark.parametrize(
+    ("volts", "error"),
+    [(3.31, VoltageLimitError), (5.0, VoltageLimitError), (1.5, VoltageLimitError),
+     (0.0, VoltageLimitError)],
+)
+def test_a_voltage_outside_the_limits_is_refused_before_any_byte(volts, error):
+    transport = ScriptedTransport([])
+    monitor = Lpm01a(transport, voltage_limit_v=3.3)
+    with pytest.raises(error):
+        monitor.configure(volts, 1000)
+    assert transport.written == []
+
+
+def test_the_bench_limit_is_checked_first():
+    transport = ScriptedTransport([])
+    monitor = Lpm01a(transport, voltage_limit_v=2.5)
+    with pytest.raises(VoltageLimitError, match="bench voltage limit"):
+        monitor.configure(3.0, 1000)
+    assert transport.written == []
+
+
+@pytest.mark.parametrize(("rate", "error"), [(3000, ProtocolError), (10_000, DeviceError)])
+def test_a_rate_the_board_cannot_stream_is_refused_before_any_byte(rate, error):
+    transport = ScriptedTransport([])
+    monitor = Lpm01a(transport, voltage_limit_v=3.3)
+    with pytest.raises(error):
+        monitor.configure(1.8, rate)
+    assert transport.written == []
+
+
+def test_an_error_reply_raises_instrument_error_naming_the_command():
+    monitor, transport = connected([
+        (b"volt 1800m\n",
+         b"PowerShield > error volt 1800m\r\nPowerShield > Error detail: board is busy\r\n"),
+    ])
+    with pytest.raises(InstrumentError) as info:
+        monitor.configure(1.8, 1000)
+    assert info.value.command == "volt 1800m"
+    assert "volt 1800m" in info.value.message and "board is busy" in info.value.message
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_no_reply_raises_device_timeout_naming_the_command():
+    monitor, transport = connected([(b"pwr on\n", b"")])
+    with pytest.raises(DeviceTimeout) as info:
+        monitor._command("pwr on", timeout_s=0.1)
+    assert "pwr on" in info.value.message and "USB" in info.value.hint
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_start_streams_chunks_with_edges_on_their_samples_and_stop_drains():
+    monitor, transport = connected([*CONFIGURE, (b"pwr on\n", ack("pwr on"))])
+    monitor.configure(1.8, 1000)
+    monitor.power_on()
+    chunks: list[Chunk] = []
+    transport.expect((b"start\n", ack("start") + b"1000-06\r\n2000-06\r\nevent 1 ris\r\n"))
+    monitor.start(chunks.append)
+    # The edge is before sample 2, which arrives in the next read: it must land there.
+    transport.feed(b"3000-06\r\n4000-06\r\nTimeStamp: 0s 004ms, buff 00%\r\n")
+    transport.feed(b"event 2 ris\r\n5000-06\r\n")
+    transport.expect((b"stop\n", ack("stop") + b"6000-06\r\n"
+                      b"PowerShield > Acquisition completed\r\n"))
+    monitor.stop()
+    assert transport.errors == []
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    voltage = np.concatenate([c.voltage for c in chunks])
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    np.testing.assert_array_equal(ids, np.arange(6))
+    np.testing.assert_array_equal(current, np.arange(1, 7) * 1e-3)
+    np.testing.assert_array_equal(gpio, [1, 1, 0, 1, 0, 1])
+    np.testing.assert_array_equal(voltage, np.full(6, 1.8))
+    assert monitor.stats.samples == 6 and monitor.stats.dropped == 0
+    transport.expect(*CLOSE)
+    monitor.close()
+    assert transport.errors == []
+
+
+def test_a_timestamp_ahead_of_the_samples_counts_the_shortfall_once():
+    monitor, transport = connected(CONFIGURE)
+    monitor.configure(1.8, 1000)
+    transport.expect((b"start\n", ack("start")))
+    monitor.start(lambda chunk: None)
+    lines = b"1000-06\r\n" * 990
+    transport.feed(lines + b"TimeStamp: 1s 000ms, buff 40%\r\n")  # 10 missing
+    transport.feed(b"1000-06\r\n" * 1000 + b"TimeStamp: 2s 000ms, buff 40%\r\n")  # none more
+    transport.feed(b"1000-06\r\n" * 500 + b"TimeStamp: 3s 000ms, buff 40%\r\n")  # 500 more
+    transport.expect((b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"))
+    monitor.stop()
+    assert monitor.stats.samples == 2490
+    assert monitor.stats.dropped == 510
+    assert len([n for n in monitor.stats.notes if "lost" in n]) == 2
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_close_stops_powers_off_and_gives_control_back_once():
+    monitor, transport = connected(CONFIGURE)
+    monitor.configure(1.8, 1000)
+    transport.expect((b"start\n", ack("start")))
+    monitor.start(lambda chunk: None)
+    transport.expect(
+        (b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"), *CLOSE
+    )
+    monitor.close()
+    monitor.close()
+    assert transport.errors == []
+    assert transport.written[-3:] == [b"stop\n", b"pwr off\n", b"hrc\n"]
+    assert transport.closed
+
+
+def test_close_after_the_port_died_does_not_raise():
+    monitor, transport = connected()
+
+    def dead(*args):
+        raise PortError("LPM01A: read from /dev/x failed: gone")
+
+    transport.read = dead
+    transport.write = dead
+    time.sleep(0.05)
+    monitor.close()
+    assert transport.closed
+
+
+def test_a_failing_callback_surfaces_at_stop():
+    monitor, transport = connected(CONFIGURE)
+    monitor.configure(1.8, 1000)
+
+    def broken(chunk):
+        raise ValueError("consumer bug")
+
+    transport.expect((b"start\n", ack("start") + b"1000-06\r\n"))
+    monitor.start(broken)
+    transport.expect((b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"))
+    with pytest.raises(ValueError, match="consumer bug"):
+        monitor.stop()
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_a_silent_board_fails_connect_with_a_timeout_and_close_sends_nothing_more():
+    transport = ScriptedTransport([(b"stop\n", b""), (b"htc\n", b"")])
+    monitor = Lpm01a(transport, voltage_limit_v=3.3)
+    monitor.command_timeout_s = 0.2
+    with pytest.raises(DeviceTimeout, match="htc"):
+        monitor.connect()
+    monitor.close()
+    assert transport.written == [b"stop\n", b"htc\n"] and transport.closed
+
+
+def test_open_names_a_missing_port():
+    with pytest.raises(PortError):
+        Lpm01a.open("/dev/does-not-exist-lpm01a", voltage_limit_v=3.3)
+
+
+# -- against the simulated board -----------------------------------------------------------------
+
+FS = 1000
+VOLTS = 1.8
+PARAMS = PowerParams(idle_w=1.2e-3, active_w=3.6e-3)
+
+
+def expected_current(t0: int, n: int, activity: tuple[int, int]) -> np.ndarray:
+    """Mean current of each sample period [t0 + k*1e6, t0 + (k+1)*1e6) ns at 1 kHz."""
+    start = t0 + np.arange(n, dtype=np.int64) * (NS // FS)
+    end = start + NS // FS
+    a, b = activity
+    overlap = np.clip(np.minimum(end, b) - np.maximum(start, a), 0, None)
+    watts = PARAMS.idle_w + (PARAMS.active_w - PARAMS.idle_w) * overlap / (NS // FS)
+    return watts / VOLTS
+
+
+def test_driver_against_the_simulated_board_sample_exact():
+    world = World(PARAMS, speed=200)
+    with SimLpm01a(world) as sim:
+        monitor = Lpm01a.open(sim.path, voltage_limit_v=3.3, simulated=True)
+        try:
+            assert monitor.version.endswith("-sim")
+            monitor.configure(VOLTS, FS)
+            monitor.power_on()
+            assert world.powered and world.supply_v == VOLTS
+            chunks: list[Chunk] = []
+            monitor.start(chunks.append)
+            t0 = sim.acquisition_t0_ns
+            period = NS // FS
+            with world.lock:
+                # Ahead of the simulated clock (held still by the lock): not yet emitted.
+                base = world.clock.now_ns() + period
+                activity = (base + 123_456, base + 700_000_000)
+                world.add_activity(*activity)
+                boundary = t0 + (-(-(base - t0) // period) + 1_900) * period
+                pulses = [base + 123_456, base + 700_000_000, base + 1_500_000_000, boundary]
+                for p in sorted(pulses):
+                    world.add_pulse(p)
+            world.sleep_until(base + 3_300 * period)
+            monitor.stop()
+        finally:
+            monitor.close()
+    assert not world.powered
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    n = len(current)
+    assert n >= 3300 and t0 + n * (NS // FS) > max(pulses)
+    np.testing.assert_array_equal(ids, np.arange(n))
+    np.testing.assert_allclose(current, expected_current(t0, n, activity), rtol=5.0001e-4)
+    # An edge at t is before the first sample starting at or after t: ceil((t - t0) / period).
+    expected_edges = sorted(-(-(p - t0) // (NS // FS)) for p in pulses)
+    assert np.flatnonzero(gpio == 0).tolist() == expected_edges
+    assert monitor.stats.dropped == 0 and monitor.stats.samples == n
+    assert sim.dropped_bytes == 0

@@ -1,0 +1,336 @@
+"""The LPM01A codec: table tests for every line kind, property tests on split/corrupt streams."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocols.errors import ProtocolError
+from protocols.lpm01a.codec import (
+    MAX_LINE,
+    Ack,
+    AcquisitionCompleted,
+    EdgeEvent,
+    ErrorDetail,
+    ErrorReply,
+    Garbled,
+    Lpm01aDecoder,
+    Samples,
+    Text,
+    TimeStamp,
+    decode_bin_hexa,
+    encode,
+    format_millivolts,
+    format_samples,
+    freq_token,
+    parse_number,
+    parse_sample,
+)
+
+# -- host -> board -------------------------------------------------------------------------------
+
+
+def test_encode_appends_newline():
+    assert encode("volt 1800m") == b"volt 1800m\n"
+
+
+@pytest.mark.parametrize("bad", ["htc\nstart", "htc\r", "volt 1,8 V \u00b5"])
+def test_encode_refuses_line_breaks_and_non_ascii(bad):
+    with pytest.raises(ProtocolError):
+        encode(bad)
+
+
+@pytest.mark.parametrize(
+    ("volts", "text"), [(1.8, "1800m"), (3.3, "3300m"), (2.5004, "2500m"), (2.0006, "2001m")]
+)
+def test_format_millivolts(volts, text):
+    assert format_millivolts(volts) == text
+
+
+@pytest.mark.parametrize("bad", [math.nan, -1.0, math.inf])
+def test_format_millivolts_refuses_nonsense(bad):
+    with pytest.raises(ProtocolError):
+        format_millivolts(bad)
+
+
+@pytest.mark.parametrize(
+    ("hz", "token"),
+    [(100_000, "100k"), (50_000, "50k"), (5000, "5k"), (1000.0, "1k"), (500, "500"), (1, "1")],
+)
+def test_freq_token(hz, token):
+    assert freq_token(hz) == token
+
+
+@pytest.mark.parametrize("bad", [3000, 999.5, 0, 200_000, math.nan])
+def test_freq_token_refuses_other_rates_and_lists_the_allowed_ones(bad):
+    with pytest.raises(ProtocolError) as info:
+        freq_token(bad)
+    assert "100000" in str(info.value.hint) and "5000" in str(info.value.hint)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2m", 0.002),
+        ("2-3", 0.002),
+        ("100u", 100e-6),
+        ("5k", 5000.0),
+        ("1800m", 1.8),
+        ("0", 0.0),
+        ("6409-07", 6.409e-4),
+        ("3+2", 300.0),
+        ("1.5m", 1.5e-3),
+        ("inf", math.inf),
+    ],
+)
+def test_parse_number(text, value):
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("bad", ["", "m", "2x", "1e-3", "--3", "2 m"])
+def test_parse_number_refuses_garbage(bad):
+    with pytest.raises(ProtocolError):
+        parse_number(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("6409-07", 6.409e-4), ("0000+00", 0.0), ("1000+00", 1000.0), ("9999-99", 9999e-99),
+     ("1234+05", 1.234e8)],
+)
+def test_parse_sample(text, value):
+    assert parse_sample(text) == value
+
+
+@pytest.mark.parametrize("bad", ["6409-7", "64090-07", "6409*07", "64a9-07", ""])
+def test_parse_sample_refuses_other_shapes(bad):
+    with pytest.raises(ProtocolError):
+        parse_sample(bad)
+
+
+def test_decode_bin_hexa_example_from_the_manual():
+    amps = decode_bin_hexa(bytes([0x52, 0xA0, 0x0F, 0xFF, 0x10, 0x01]))
+    np.testing.assert_allclose(amps, [0x2A0 * 16.0**-5, 4095.0, 1 / 16])
+    assert amps[0] == pytest.approx(640.87e-6, abs=0.01e-6)
+    with pytest.raises(ProtocolError):
+        decode_bin_hexa(b"\x52")
+
+
+def test_format_samples_rounds_to_four_digits():
+    values = np.array([6.409e-4, 6.4094e-4, 6.40951e-4, 9.99951e-4, 1e-3, 0.0, -1.0, 1.2, 5e-12])
+    text = format_samples(values)
+    assert text.split(b"\r\n")[:-1] == [
+        b"6409-07", b"6409-07", b"6410-07", b"1000-06", b"1000-06", b"0000+00", b"0000+00",
+        b"1200-03", b"5000-15",
+    ]
+
+
+@given(st.lists(st.floats(min_value=1e-12, max_value=10.0), min_size=1, max_size=50))
+def test_format_then_decode_is_within_the_4_digit_quantisation(values):
+    decoder = Lpm01aDecoder()
+    (samples,) = decoder.feed(format_samples(np.array(values)))
+    np.testing.assert_allclose(samples.values, values, rtol=5.0001e-4, atol=0)
+
+
+# -- board -> host table -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "event"),
+    [
+        (b"PowerShield > ack volt 1800m", Ack("volt", "1800m")),
+        (b"PowerShield > ack htc", Ack("htc", "")),
+        (b"PowerShield > ack eventsrc d7 fal", Ack("eventsrc", "d7 fal")),
+        (b"PowerShield > error volt 9000m", ErrorReply("volt 9000m")),
+        (b"PowerShield > Error detail: voltage out of range", ErrorDetail("voltage out of range")),
+        (b"PowerShield > Acquisition completed", AcquisitionCompleted()),
+        (b"PowerShield > 1.0.5-sim", Text("1.0.5-sim")),
+        (b"PowerShield > PowerShield present", Text("PowerShield present")),
+        (b"event 3 ris", EdgeEvent(0, 3, "ris")),
+        (b"PowerShield > event 4 ris", EdgeEvent(0, 4, "ris")),
+        (b"TimeStamp: 12s 345ms, buff 03%", TimeStamp(12.345, 3, 0)),
+        (b"6409-07", Samples(np.array([6.409e-4]), 0)),
+        (b"6409-7", Garbled(b"6409-7")),
+        (b"hello", Garbled(b"hello")),
+        (b"\xff\xfe\x80", Garbled(b"\xff\xfe\x80")),
+    ],
+)
+def test_each_line_kind(line, event):
+    assert Lpm01aDecoder().feed(line + b"\r\n") == [event]
+
+
+def test_ack_echoed_gives_the_whole_command():
+    assert Ack("volt", "1800m").echoed == "volt 1800m"
+    assert Ack("htc").echoed == "htc"
+
+
+def test_nul_bytes_are_dropped_and_bare_newlines_accepted():
+    decoder = Lpm01aDecoder()
+    events = decoder.feed(b"\x00Power\x00Shield > ack htc\n\x001234-05\x00\r\n")
+    assert events == [Ack("htc", ""), Samples(np.array([1.234e-2]), 0)]
+
+
+def test_empty_lines_give_nothing():
+    assert Lpm01aDecoder().feed(b"\r\n\n\r\n") == []
+
+
+def test_sample_indices_run_on_across_feeds_and_edges_mark_the_next_sample():
+    decoder = Lpm01aDecoder()
+    first = decoder.feed(b"1000-06\r\n2000-06\r\nevent 1 ris\r\n3000-06\r\n")
+    second = decoder.feed(b"4000-06\r\nTimeStamp: 1s 000ms, buff 00%\r\nevent 2 ris\r\n")
+    third = decoder.feed(b"5000-06\r\n")
+    assert first == [
+        Samples(np.array([1e-3, 2e-3]), 0),
+        EdgeEvent(2, 1, "ris"),
+        Samples(np.array([3e-3]), 2),
+    ]
+    assert second == [
+        Samples(np.array([4e-3]), 3),
+        TimeStamp(1.0, 0, 4),
+        EdgeEvent(4, 2, "ris"),
+    ]
+    assert third == [Samples(np.array([5e-3]), 4)]
+    assert decoder.sample_count == 5
+    decoder.reset_count()
+    assert decoder.feed(b"6000-06\r\n") == [Samples(np.array([6e-3]), 0)]
+
+
+def test_partial_lines_wait_for_their_end():
+    decoder = Lpm01aDecoder()
+    assert decoder.feed(b"PowerShield > ac") == []
+    assert decoder.feed(b"k start\r") == []
+    assert decoder.feed(b"\n12") == [Ack("start", "")]
+    assert decoder.feed(b"34-07\r\n") == [Samples(np.array([1.234e-4]), 0)]
+
+
+def test_an_endless_line_is_reported_once_and_memory_stays_bounded():
+    decoder = Lpm01aDecoder()
+    events = []
+    for _ in range(10):
+        events += decoder.feed(b"x" * 1000)
+    events += decoder.feed(b"yyy\r\nPowerShield > ack htc\r\n")
+    assert events == [Garbled(b"x" * MAX_LINE), Ack("htc", "")]
+    assert len(decoder._partial) == 0
+
+
+def test_bulk_decoding_matches_pythons_float_parser_exactly():
+    rng = np.random.default_rng(1)
+    mant = rng.integers(0, 10_000, 5000)
+    exp = rng.integers(-22, 23, 5000)
+    lines = [f"{m:04d}{e:+03d}" for m, e in zip(mant, exp, strict=True)]
+    (samples,) = Lpm01aDecoder().feed("\r\n".join(lines).encode() + b"\r\n")
+    expected = [float(f"{line[:4]}e{line[4:]}") for line in lines]
+    assert samples.values.tolist() == expected
+
+
+# -- property tests ------------------------------------------------------------------------------
+
+_LINES = [
+    b"PowerShield > ack volt 1800m\r\n",
+    b"PowerShield > error freq 3k\r\n",
+    b"PowerShield > Error detail: frequency not allowed\r\n",
+    b"PowerShield > Acquisition completed\r\n",
+    b"PowerShield > 1.0.5-sim\r\n",
+    b"event 7 ris\r\n",
+    b"TimeStamp: 3s 001ms, buff 12%\r\n",
+    b"6409-07\r\n",
+    b"0001+03\r\n",
+    b"9999-12\n",
+    b"garbage!\r\n",
+    b"\r\n",
+]
+
+streams = st.lists(
+    st.one_of(st.sampled_from(_LINES), st.sampled_from([b"1234-05\r\n"] * 3)), max_size=40
+).map(b"".join)
+
+
+def _normalise(events):
+    """Merge consecutive sample blocks (a split stream may cut one block into several)."""
+    out = []
+    values: list[float] = []
+    first = None
+    for event in events:
+        if isinstance(event, Samples):
+            if first is None:
+                first = event.first_index
+            assert event.first_index == first + len(values)
+            values += event.values.tolist()
+        else:
+            if values:
+                out.append(("samples", first, tuple(values)))
+                values, first = [], None
+            out.append(event)
+    if values:
+        out.append(("samples", first, tuple(values)))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams)
+def test_a_stream_split_at_every_boundary_decodes_the_same(stream):
+    whole = _normalise(Lpm01aDecoder().feed(stream))
+    for cut in range(len(stream) + 1):
+        decoder = Lpm01aDecoder()
+        assert _normalise(decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])) == whole
+
+
+@settings(max_examples=30, deadline=None)
+@given(streams)
+def test_a_stream_fed_byte_by_byte_decodes_the_same(stream):
+    whole = _normalise(Lpm01aDecoder().feed(stream))
+    decoder = Lpm01aDecoder()
+    events = []
+    for i in range(len(stream)):
+        events += decoder.feed(stream[i : i + 1])
+    assert _normalise(events) == whole
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams, st.integers(0, 10_000))
+def test_nul_laced_stream_decodes_like_the_clean_one(stream, seed):
+    rng = np.random.default_rng(seed)
+    laced = bytearray()
+    for byte in stream:
+        laced += b"\x00" * int(rng.integers(0, 2)) + bytes([byte])
+    assert _normalise(Lpm01aDecoder().feed(bytes(laced))) == _normalise(
+        Lpm01aDecoder().feed(stream)
+    )
+
+
+_EVENT_TYPES = (
+    Ack, ErrorReply, ErrorDetail, Samples, EdgeEvent, TimeStamp, AcquisitionCompleted, Text,
+    Garbled,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=20))
+def test_garbage_gives_only_typed_events(chunks):
+    decoder = Lpm01aDecoder()
+    for chunk in chunks:
+        for event in decoder.feed(chunk):
+            assert isinstance(event, _EVENT_TYPES)
+
+
+@settings(max_examples=80, deadline=None)
+@given(streams, st.data())
+def test_truncated_and_corrupted_streams_give_only_typed_events(stream, data):
+    cut = data.draw(st.integers(0, len(stream)))
+    corrupt = bytearray(stream[:cut])
+    for _ in range(data.draw(st.integers(0, 5))):
+        if corrupt:
+            i = data.draw(st.integers(0, len(corrupt) - 1))
+            corrupt[i] = data.draw(st.integers(0, 255))
+    decoder = Lpm01aDecoder()
+    count = 0
+    for event in decoder.feed(bytes(corrupt)) + decoder.feed(b"\r\n"):
+        assert isinstance(event, _EVENT_TYPES)
+        if isinstance(event, Samples):
+            assert event.first_index == count
+            assert np.all(np.isfinite(event.values)) and np.all(event.values >= 0)
+            count += len(event)

@@ -1,0 +1,106 @@
+"""Bench files: valid ones load, every mistake names the file, the key and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drivers.errors import VoltageLimitError
+from rig.config import known_devices, load_bench, resolve_device
+from rig.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bench.toml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_benches_load() -> None:
+    sim = load_bench(REPO / "benches" / "sim.toml")
+    assert sim.simulated and sim.sim is not None
+    assert sim.emon.supply_voltage_v == 1.8
+    assert (sim.sim.idle_power_mw, sim.sim.active_power_mw, sim.sim.inference_ms) == (
+        1.20, 3.60, 12.5)
+    hw = load_bench(REPO / "benches" / "arduino-lpm01a.toml")
+    assert not hw.simulated and hw.sim is None and hw.dut.port == "/dev/ttyACM0"
+
+
+def test_device_names_resolve_and_unknown_lists_known(monkeypatch) -> None:
+    monkeypatch.chdir(REPO)
+    assert resolve_device("sim") == REPO / "benches" / "sim.toml"
+    assert "sim" in known_devices()
+    with pytest.raises(ConfigError) as err:
+        resolve_device("xylo-typo")
+    assert "xylo-typo" in err.value.message and "sim" in err.value.hint
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_bench(tmp_path / "nope.toml")
+
+
+def test_malformed_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_bench(write(tmp_path, "[bench\nname = 1"))
+
+
+def test_wrong_type_names_file_key_expected_and_found(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace("baud = 115200", 'baud = "fast"'))
+    with pytest.raises(ConfigError) as err:
+        load_bench(path)
+    msg = err.value.message
+    assert str(path) in msg and "[dut]" in msg and "baud" in msg
+    assert "an integer" in msg and "'fast'" in msg
+
+
+def test_bad_choice_lists_allowed(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace('timestamp_mode = "energy"',
+                                                  'timestamp_mode = "turbo"'))
+    with pytest.raises(ConfigError) as err:
+        load_bench(path)
+    assert "energy, performance" in err.value.message and "'turbo'" in err.value.message
+
+
+def test_unknown_key_is_a_typo_not_ignored(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace("sample_rate_hz", "sample_rate"))
+    with pytest.raises(ConfigError) as err:
+        load_bench(path)
+    assert "'sample_rate'" in err.value.message and "sample_rate_hz" in err.value.hint
+
+
+def test_supply_above_limit_refused_at_load(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace("supply_voltage_v = 1.8",
+                                                  "supply_voltage_v = 3.6"))
+    with pytest.raises(VoltageLimitError) as err:
+        load_bench(path)
+    assert "3.6 V" in err.value.message and "3.3 V" in err.value.message
+
+
+def test_missing_voltage_limit(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace("voltage_limit_v = 3.3\n", ""))
+    with pytest.raises(ConfigError, match="voltage_limit_v is missing"):
+        load_bench(path)
+
+
+def test_virtual_port_needs_sim_table(tmp_path: Path, sim_bench_text) -> None:
+    text = sim_bench_text[: sim_bench_text.index("[sim]")]
+    with pytest.raises(ConfigError, match=r"needs a \[sim\] table"):
+        load_bench(write(tmp_path, text))
+
+
+def test_active_below_idle_refused(tmp_path: Path, sim_bench_text) -> None:
+    path = write(tmp_path, sim_bench_text.replace("active_power_mw = 3.60",
+                                                  "active_power_mw = 0.5"))
+    with pytest.raises(ConfigError, match="below idle_power_mw"):
+        load_bench(path)
+
+
+def test_snapshot_has_every_setting() -> None:
+    snap = load_bench(REPO / "benches" / "sim.toml").snapshot()
+    assert snap["emon"]["sample_rate_hz"] == 1000.0
+    assert snap["asc"]["runs"] == 5 and snap["sim"]["speed"] == 50.0
+    assert snap["voltage_limit_v"] == 3.3

@@ -1,0 +1,200 @@
+"""End to end over real ptys: SimDut + World, driven by DutClient through SerialTransport."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from drivers.dut.client import DutClient
+from drivers.errors import DeviceTimeout, DutError
+from drivers.transport import SerialTransport
+from protocols.dut.codec import DutDecoder, DutErrorLine, InferStart, Name, Ready, WarmupStart
+from rig.sim.dut import SimDut
+from rig.sim.world import NS, World
+
+pytestmark = pytest.mark.slow
+
+#: Simulated time runs this much faster than wall time: 100 inferences take ~1 ms.
+SPEED = 1000.0
+INPUT_SIZE = 100
+
+
+class ByteScoresModel:
+    """Scores the first four input bytes as k/1000 (exact at 3 decimals), then their mean/255."""
+
+    input_size = INPUT_SIZE
+    model_id = "ic01"
+
+    def __call__(self, data: bytes) -> np.ndarray:
+        x = np.frombuffer(data, dtype=np.uint8)
+        return np.concatenate((x[:4] / 1000.0, [x.mean() / 255.0]))
+
+
+@dataclass
+class Bench:
+    world: World
+    dut: SimDut
+    client: DutClient
+    per_ns: int
+
+    def edges(self) -> list[int]:
+        return self.world.falling_edges_between(0, 2**62)
+
+
+@pytest.fixture
+def make_bench() -> Iterator:
+    opened: list[Bench] = []
+
+    def make(mode: str = "energy") -> Bench:
+        world = World(speed=SPEED)
+        dut = SimDut(world, ByteScoresModel(), timestamp_mode=mode)
+        dut.start()
+        client = DutClient(SerialTransport(dut.path, 115200, name="DUT"))
+        bench = Bench(world, dut, client, round(world.params.inference_s * NS))
+        opened.append(bench)
+        world.power(True)
+        assert client.wait_for_boot(timeout_s=5.0) == mode
+        return bench
+
+    yield make
+    for bench in opened:
+        bench.client.close()
+        bench.dut.close()
+
+
+DATA = bytes((7 * i + 3) % 256 for i in range(INPUT_SIZE))
+
+
+def test_identify_load_and_db_print(make_bench) -> None:
+    bench = make_bench()
+    info = bench.client.identify()
+    assert (info.name, info.vendor, info.model) == ("dut", "neurobench-rig virtual bench", "ic01")
+    assert info.profile == "ULPMark for tinyML Firmware V0.0.1"
+    bench.client.load(DATA)  # 31 + 31 + 31 + 7 bytes, m-load-done after the last
+    assert bench.client.read_buffer() == DATA
+
+
+def test_infer_performance_mode_times_exactly_n_inferences(make_bench) -> None:
+    bench = make_bench("performance")
+    bench.client.require_mode("performance")
+    bench.client.load(DATA)
+    result = bench.client.infer(100, 10)
+    assert result.elapsed_us == 100 * bench.per_ns // 1000 == 1_250_000
+    assert len(result.lap_us) == 2
+    expected = ByteScoresModel()(DATA)
+    np.testing.assert_array_equal(result.results[:4], expected[:4])
+    np.testing.assert_allclose(result.results, expected, rtol=0, atol=5e-4)
+    np.testing.assert_array_equal(bench.client.results(), result.results)
+    assert bench.edges() == []  # performance mode never pulses the GPIO
+
+
+def test_infer_energy_mode_pulses_two_edges_n_inferences_apart(make_bench) -> None:
+    bench = make_bench("energy")
+    bench.client.load(DATA)
+    before = len(bench.edges())
+    result = bench.client.infer(40, 3)
+    new = bench.edges()[before:]
+    assert len(new) == 2
+    assert new[1] - new[0] == 40 * bench.per_ns
+    assert result.elapsed_us is None and result.lap_us == ()
+    np.testing.assert_allclose(result.results, ByteScoresModel()(DATA), rtol=0, atol=5e-4)
+    # The window between the edges is all active power: exact energy N*T*P.
+    p = bench.world.params
+    (energy,) = bench.world.energy_between(np.array(new))
+    assert energy == pytest.approx(40 * p.inference_s * p.active_w, rel=1e-9)
+
+
+def test_timestamp_command_in_both_modes(make_bench) -> None:
+    energy = make_bench("energy")
+    before = len(energy.edges())
+    assert energy.client.timestamp() is None
+    assert len(energy.edges()) == before + 1
+    perf = make_bench("performance")
+    first = perf.client.timestamp()
+    perf.client.infer(2, 0)
+    assert isinstance(first, int)
+    assert (perf.client.timestamp() - first) & 0xFFFFFFFF >= 2 * perf.per_ns // 1000
+
+
+def test_infer_defaults_and_argument_errors(make_bench) -> None:
+    client = make_bench().client
+    events = client.command("infer")
+    assert WarmupStart(10) in events and InferStart(1) in events
+    with pytest.raises(DutError, match=r"Inference iterations must be >0"):
+        client.command("infer 0 1")
+    with pytest.raises(DutError, match=r"Inference warmup must be >=0"):
+        client.command("infer 1 -1")
+
+
+def test_infer_before_a_complete_load_runs_on_the_buffer_as_it_is(make_bench) -> None:
+    client = make_bench().client
+    np.testing.assert_array_equal(client.infer(1).results, np.zeros(5))  # RAM starts zeroed
+    client.command("db load 4")
+    client.command("db 0a141e")  # 3 of 4 bytes: no m-load-done yet
+    np.testing.assert_allclose(client.infer(1).results[:4], [0.010, 0.020, 0.030, 0.0])
+
+
+def test_db_errors(make_bench) -> None:
+    client = make_bench().client
+    client.command("db load 4")
+    with pytest.raises(DutError, match=r"Insufficent number of hex digits"):
+        client.command("db 123")
+    with pytest.raises(DutError, match=r"Invalid hex digit 'zz'"):
+        client.command("db 00zz")
+    with pytest.raises(DutError, match=r"Unknown command: frobnicate"):
+        client.command("frobnicate")
+    with pytest.raises(DutError, match=r"buffer holds 100"):
+        client.command("db load 101")
+
+
+def test_input_beyond_80_characters_is_truncated(make_bench) -> None:
+    transport = make_bench().client._transport
+    # Bypass the encoder (it refuses such commands) to see what the firmware does with them.
+    transport.write(b"x" * 100 + b"%")
+    raw = transport.read_until(time.monotonic() + 5.0, lambda buf: buf.endswith(b"m-ready\r\n"))
+    assert DutDecoder().feed(raw) == [DutErrorLine("Unknown command: " + "x" * 80), Ready()]
+
+
+def test_unpowered_dut_ignores_input_and_says_nothing(make_bench) -> None:
+    bench = make_bench()
+    bench.world.power(False)
+    transport = bench.client._transport
+    transport.write(b"name%")
+    deadline = time.monotonic() + 0.1
+    heard = b""
+    while time.monotonic() < deadline:
+        heard += transport.read()
+    assert heard == b""
+    bench.world.power(True)
+    assert bench.client.wait_for_boot(timeout_s=5.0) == "energy"
+    assert bench.client.command("name") == [Name("dut", "neurobench-rig virtual bench"), Ready()]
+
+
+def test_power_cut_mid_inference_times_out_and_the_dut_reboots_cleanly(make_bench) -> None:
+    bench = make_bench("energy")
+    world = bench.world
+    before = len(bench.edges())
+
+    def cut_power_once_the_run_is_registered() -> None:
+        deadline = time.monotonic() + 5.0
+        while len(bench.edges()) < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        world.power(False)
+
+    cutter = threading.Thread(target=cut_power_once_the_run_is_registered)
+    cutter.start()
+    # 10^7 inferences would take ~35 h of simulated time (~2 min of wall time).
+    with pytest.raises(DeviceTimeout, match=r"did not finish 'infer 10000000 0'"):
+        bench.client.infer(10_000_000, 0, timeout_s=0.5)
+    cutter.join()
+    assert not world.powered
+    # The power cut dropped the end-of-window pulse that was scheduled for the future.
+    assert len(bench.edges()) == before + 1
+    world.power(True)
+    assert bench.client.wait_for_boot(timeout_s=5.0) == "energy"
+    assert bench.client.identify().model == "ic01"

@@ -1,0 +1,232 @@
+"""The simulated PowerShield, spoken to over its pty with the codec (no driver in between)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from drivers.transport import SerialTransport
+from protocols.lpm01a.codec import (
+    Ack,
+    AcquisitionCompleted,
+    EdgeEvent,
+    ErrorDetail,
+    ErrorReply,
+    Lpm01aDecoder,
+    Samples,
+    Text,
+    TimeStamp,
+    encode,
+)
+from rig.sim.lpm01a import VERSION, SimLpm01a
+from rig.sim.world import NS, PowerParams, World
+
+PARAMS = PowerParams(idle_w=1.2e-3, active_w=3.6e-3)
+
+
+class Client:
+    """Sends commands and decodes everything the board says."""
+
+    def __init__(self, path: str) -> None:
+        self.port = SerialTransport(path, 3_686_400, name="test")
+        self.decoder = Lpm01aDecoder()
+        self.backlog: list = []
+
+    def collect(self, done, timeout_s: float = 5.0) -> list:
+        """Events up to and including the first one that is `done`; later ones are kept."""
+        events, self.backlog = self.backlog, []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for i, event in enumerate(events):
+                if done(event):
+                    self.backlog = events[i + 1 :]
+                    return events[: i + 1]
+            assert time.monotonic() < deadline, f"no end of reply in time; got {events}"
+            events += self.decoder.feed(self.port.read())
+
+    def send(self, cmd: str) -> list:
+        """Events up to the ack or the error detail of `cmd`."""
+        self.port.write(encode(cmd))
+        return self.collect(lambda e: isinstance(e, Ack | ErrorDetail))
+
+    def ok(self, cmd: str) -> list:
+        events = self.send(cmd)
+        assert isinstance(events[-1], Ack), f"{cmd!r} refused: {events}"
+        assert events[-1].echoed == cmd
+        return events
+
+    def refused(self, cmd: str) -> str:
+        events = self.send(cmd)
+        assert [type(e) for e in events[-2:]] == [ErrorReply, ErrorDetail], events
+        return events[-1].text
+
+    def query(self, cmd: str) -> str:
+        self.ok(cmd)
+        events = self.collect(lambda e: isinstance(e, Text))
+        return events[-1].line
+
+    def close(self) -> None:
+        self.port.close()
+
+
+@pytest.fixture
+def bench():
+    world = World(PARAMS, speed=100)
+    sim = SimLpm01a(world)
+    sim.start()
+    client = Client(sim.path)
+    yield world, sim, client
+    client.close()
+    sim.close()
+
+
+def samples_of(events) -> tuple[np.ndarray, int]:
+    blocks = [e for e in events if isinstance(e, Samples)]
+    values = np.concatenate([b.values for b in blocks]) if blocks else np.zeros(0)
+    for before, after in itertools.pairwise(blocks):
+        assert after.first_index == before.first_index + len(before)
+    return values, (blocks[0].first_index if blocks else 0)
+
+
+def test_queries_work_without_host_control_and_settings_do_not(bench):
+    world, _, client = bench
+    assert client.query("version") == VERSION
+    assert client.query("powershield") == "PowerShield present"
+    assert "htc" in client.refused("volt 2500m")
+    assert "htc" in client.refused("pwr on")
+    assert world.supply_v == 3.3 and not world.powered
+
+
+def test_configuration_reaches_the_world_and_bad_values_are_refused(bench):
+    world, sim, client = bench
+    client.ok("htc")
+    client.ok("volt 2500m")
+    assert world.supply_v == 2.5
+    assert client.query("volt get") == "2500m"
+    assert "range" in client.refused("volt 3400m")
+    assert "range" in client.refused("volt 1799m")
+    assert world.supply_v == 2.5
+    assert "not allowed" in client.refused("freq 3k")
+    client.ok("freq 1k")
+    assert sim.freq_hz == 1000
+    assert "unknown" in client.refused("bogus 1")
+    assert "dyn|stat" in client.refused("acqmode fast")
+    client.ok("pwr on")
+    assert world.powered
+    client.ok("pwr off")
+    assert not world.powered
+    client.ok("lcd 1 \"hello\"")
+    assert "not simulated" in client.refused("format bin_hexa")
+
+
+def test_ascii_dec_refuses_fast_unlimited_acquisitions(bench):
+    _, sim, client = bench
+    client.ok("htc")
+    client.ok("acqtime 0")
+    assert "5000" in client.refused("freq 10k")
+    client.ok("acqtime 1")
+    client.ok("freq 10k")  # 10 kHz for at most 1 s
+    assert "5000" in client.refused("acqtime inf")
+    assert "5000" in client.refused("acqtime 2")
+    assert "5000" in client.refused("freq 20k")
+    client.ok("freq 5k")
+    client.ok("acqtime inf")
+    assert sim.acqtime_s == 0 and sim.freq_hz == 5000
+
+
+def test_a_finite_acquisition_streams_exact_samples_stamps_and_edges(bench, monkeypatch):
+    world, sim, client = bench
+    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # stamps and edges across bursts
+    for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 10", "eventsrc d7 fal", "pwr on"):
+        client.ok(cmd)
+    period = NS // 1000
+    client.ok("start")
+    with world.lock:
+        # Registered under the lock, ahead of the clock: nothing of it can have been emitted.
+        now = world.clock.now_ns()
+        pulses = [now + 100_000_000 + 1, now + 600_000_000, now + 900_000_000]
+        for p in pulses:
+            world.add_pulse(p)
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    t0 = sim.acquisition_t0_ns
+    values, first = samples_of(events)
+    assert first == 0 and len(values) == 10_000
+    np.testing.assert_allclose(values, PARAMS.idle_w / 1.8, rtol=5.0001e-4)
+    stamps = [e for e in events if isinstance(e, TimeStamp)]
+    assert [(s.seconds, s.sample_index) for s in stamps] == [(s, s * 1000) for s in range(1, 11)]
+    edges = [e for e in events if isinstance(e, EdgeEvent)]
+    assert [e.number for e in edges] == [1, 2, 3]
+    assert [e.text for e in edges] == ["ris"] * 3
+    assert [e.sample_index for e in edges] == [-(-(p - t0) // period) for p in pulses]
+    assert not sim.running
+
+
+def test_output_energy_gives_joules_per_sample(bench):
+    _, _, client = bench
+    for cmd in ("htc", "volt 3300m", "freq 100", "acqtime 500m", "output energy", "pwr on"):
+        client.ok(cmd)
+    client.port.write(encode("start"))
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    values, _ = samples_of(events)
+    assert len(values) == 50
+    np.testing.assert_allclose(values, PARAMS.idle_w / 100, rtol=5.0001e-4)
+
+
+def test_stop_acks_then_flushes_then_completes(bench):
+    world, sim, client = bench
+    for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 0", "pwr on"):
+        client.ok(cmd)
+    client.ok("start")
+    t0 = sim.acquisition_t0_ns
+    assert "stop" in client.refused("volt 2000m")
+    assert "running" in client.refused("start")
+    world.sleep_until(t0 + NS // 2)
+    client.port.write(encode("stop"))
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    end_ns = world.clock.now_ns()
+    acks = [i for i, e in enumerate(events) if isinstance(e, Ack) and e.command == "stop"]
+    assert len(acks) == 1 and isinstance(events[-1], AcquisitionCompleted)
+    samples_of(events)  # contiguous
+    total = client.decoder.sample_count
+    # Every sample whose period ended before the stop, and none that had not ended.
+    assert 500 <= total <= (end_ns - t0) // (NS // 1000)
+    assert not sim.running
+    assert "no acquisition" in client.refused("stop")
+
+
+def test_world_history_is_forgotten_as_it_is_emitted(bench):
+    world, _, client = bench
+    for cmd in ("htc", "freq 1k", "acqtime 10", "eventsrc d7 fal", "pwr on"):
+        client.ok(cmd)
+    client.ok("start")
+    with world.lock:
+        now = world.clock.now_ns()
+        for i in range(100):
+            world.add_activity(now + i * 30_000_000, now + i * 30_000_000 + 5_000_000)
+            world.add_pulse(now + i * 30_000_000 + 1)
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    assert len([e for e in events if isinstance(e, EdgeEvent)]) == 100
+    assert len(world.falling_ns) < 100 and len(world._step_t) < 200
+
+
+def test_close_does_not_hang_when_nobody_reads():
+    world = World(PARAMS, speed=1000)
+    sim = SimLpm01a(world)
+    sim.start()
+    client = Client(sim.path)
+    for cmd in ("htc", "freq 5k", "acqtime 0", "pwr on"):
+        client.ok(cmd)
+    client.ok("start")
+    # Nobody reads: 5 kHz at 1000x is 45 MB/s of text, far more than the pty buffers.
+    deadline = time.monotonic() + 10.0
+    while sim._next_k < 100_000:  # 20 simulated seconds streamed (and mostly dropped)
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    threads = list(sim._threads)
+    sim.close()
+    assert threads and all(not t.is_alive() for t in threads)
+    assert sim.dropped_bytes > 0
+    client.close()

@@ -1,0 +1,87 @@
+"""The run folder: written as events happen, read back whole or after a kill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rig.events import (
+    Event,
+    InstrumentInfo,
+    LatencyRun,
+    RunFinished,
+    RunStarted,
+    SampleClassified,
+    WindowMeasured,
+)
+from rig.store import INCOMPLETE, RunStore, load_run
+
+
+def started() -> RunStarted:
+    return RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True,
+                      manifest={"bench": {"name": "b"}})
+
+
+def test_every_event_kind_round_trips() -> None:
+    ev = SampleClassified(index=3, label=1, predicted=2, correct=False, scores=[0.1, 0.9])
+    assert Event.from_record(json.loads(json.dumps(ev.to_record()))) == ev
+
+
+def test_unknown_kind_is_kept_not_fatal() -> None:
+    ev = Event.from_record({"event": "from_the_future", "x": 1})
+    assert ev.kind == "unknown" and ev.record["x"] == 1
+
+
+def test_events_are_on_disk_before_the_run_ends(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path, "asc", "sim")
+    store(started())
+    store(LatencyRun(index=0, iterations=800, elapsed_s=10.0, time_per_inference_s=0.0125,
+                     inferences_per_s=80.0, timer="emon"))
+    # No close, no RunFinished: what a kill -9 leaves behind.
+    lines = (store.path / "events.jsonl").read_text().splitlines()
+    assert [json.loads(x)["event"] for x in lines] == ["run_started", "latency_run"]
+    manifest = json.loads((store.path / "manifest.json").read_text())
+    assert manifest["status"] == "running" and manifest["simulated"] is True
+    assert "numpy" in manifest["software"] and "hostname" in manifest["host"]
+    record = load_run(store.path)
+    assert record.status == INCOMPLETE
+    assert [r["kind"] for r in record.rows] == ["latency_run"]
+
+
+def test_finished_run_writes_results_and_status(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path, "asc", "sim")
+    store(started())
+    store(InstrumentInfo(role="emon", info={"driver": "lpm01a", "freq": "1k"}))
+    store(WindowMeasured(index=0, iterations=800, start_sample=10, end_sample=10010,
+                         duration_s=10.0, energy_j=0.036, mean_power_w=3.6e-3,
+                         energy_per_inference_j=45e-6))
+    store(SampleClassified(index=0, label=1, predicted=1, correct=True, scores=[0.0, 1.0]))
+    store(RunFinished(status="complete", summary={"accuracy": 1.0}))
+    table = pq.read_table(store.path / "results.parquet").to_pylist()
+    assert [r["kind"] for r in table] == ["window", "sample"]
+    assert table[0]["energy_j"] == 0.036 and table[0]["simulated"] is True
+    assert json.loads(table[1]["scores"]) == [0.0, 1.0]
+    csv = (store.path / "results.csv").read_text().splitlines()
+    assert len(csv) == 3 and "energy_per_inference_j" in csv[0]
+    record = load_run(store.path)
+    assert record.status == "complete"
+    assert record.manifest["instruments"]["emon"]["freq"] == "1k"
+    assert record.manifest["summary"] == {"accuracy": 1.0}
+
+
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path, "asc", "sim")
+    store(started())
+    store.close()
+    with open(store.path / "events.jsonl", "a") as f:
+        f.write('{"event": "latency_ru')
+    record = load_run(store.path)
+    assert record.bad_lines == 1 and record.status == INCOMPLETE
+
+
+def test_two_runs_in_the_same_second_get_two_folders(tmp_path: Path) -> None:
+    a = RunStore.create(tmp_path, "asc", "sim")
+    b = RunStore.create(tmp_path, "asc", "sim")
+    assert a.path != b.path and a.path.is_dir() and b.path.is_dir()

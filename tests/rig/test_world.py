@@ -1,0 +1,69 @@
+"""The virtual bench's power model integrates exactly (closed-form energies)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rig.sim.world import NS, PowerParams, World
+
+
+@pytest.fixture
+def world() -> World:
+    return World(PowerParams(idle_w=1.2e-3, active_w=3.6e-3), speed=1.0)
+
+
+def force_power_on_at_zero(world: World) -> None:
+    # Tests place steps by hand: power on at t=0 without depending on the host clock.
+    with world.lock:
+        world.powered = True
+        world._step_t[:] = [0]
+        world._step_w[:] = [world.params.idle_w]
+
+
+def test_energy_of_idle_and_active_segments(world: World) -> None:
+    force_power_on_at_zero(world)
+    world.add_activity(1 * NS, 3 * NS)  # 2 s active
+    bounds = np.array([0, 1, 2, 3, 4]) * NS
+    e = world.energy_between(bounds)
+    np.testing.assert_allclose(e, [1.2e-3, 3.6e-3, 3.6e-3, 1.2e-3], rtol=1e-12)
+
+
+def test_partial_sample_overlap_is_exact(world: World) -> None:
+    force_power_on_at_zero(world)
+    world.add_activity(NS // 4, NS // 2)  # 0.25 s active inside the first second
+    e = world.energy_between(np.array([0, NS]))
+    assert e[0] == pytest.approx(0.75 * 1.2e-3 + 0.25 * 3.6e-3, rel=1e-12)
+
+
+def test_unpowered_draws_nothing_and_power_cycle_cancels_future_work(world: World) -> None:
+    e = world.energy_between(np.array([0, NS]))
+    assert e[0] == 0.0
+    t_on = world.power(True)
+    world.add_activity(t_on + 100 * NS, t_on + 200 * NS)
+    world.add_pulse(t_on + 150 * NS)
+    t_off = world.power(False)
+    assert world.falling_edges_between(t_on, t_on + 300 * NS) == []
+    tail = world.energy_between(np.array([t_off, t_off + 300 * NS]))
+    assert tail[0] == 0.0
+
+
+def test_gpio_levels_low_only_inside_pulse(world: World) -> None:
+    world.add_pulse(1000)
+    width = int(world.params.pulse_s * NS)
+    levels = world.gpio_levels(np.array([999, 1000, 1000 + width - 1, 1000 + width]))
+    assert levels.tolist() == [1, 0, 0, 1]
+
+
+def test_dut_timer_wraps_at_32_bits(world: World) -> None:
+    world.power_on_ns = 0
+    assert world.dut_micros((2**32 + 5) * 1000) == 5
+
+
+def test_forget_before_keeps_later_energy(world: World) -> None:
+    force_power_on_at_zero(world)
+    world.add_activity(5 * NS, 6 * NS)
+    before = world.energy_between(np.array([4 * NS, 7 * NS]))
+    world.forget_before(4 * NS)
+    after = world.energy_between(np.array([4 * NS, 7 * NS]))
+    np.testing.assert_allclose(after, before, rtol=1e-12)
