@@ -217,7 +217,9 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
                 f"({sim.idle_power_mw})",
                 hint="a DUT draws at least its idle power while it computes",
             )
-    uses_virtual = dut.port == VIRTUAL_PORT or emon.port == VIRTUAL_PORT
+    uses_virtual = dut.port == VIRTUAL_PORT or (
+        emon.driver != "none" and emon.port == VIRTUAL_PORT
+    )
     if uses_virtual and sim is None:
         raise ConfigError(
             f'{path}: port = "{VIRTUAL_PORT}" needs a [sim] table',

@@ -144,7 +144,7 @@ class _Parts:
 def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> None:
     """Open ports, configure and start the monitor, power the DUT and read its boot banner."""
     dut_port, emon_port = bench.dut.port, bench.emon.port
-    if VIRTUAL_PORT in (dut_port, emon_port):
+    if dut_port == VIRTUAL_PORT or (bench.emon.driver != "none" and emon_port == VIRTUAL_PORT):
         from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
 
         parts.vbench = VirtualBenchProcess(bench)

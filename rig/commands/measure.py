@@ -42,13 +42,15 @@ def run(args: argparse.Namespace) -> int:
             **({"error": str(outcome.error)} if outcome.error else {}),
         })
     elif outcome.error is not None:
-        Console(stderr=True).print(f"run folder: {outcome.run_path} ({outcome.status})")
+        Console(stderr=True).print(
+            f"run folder: {outcome.run_path} ({outcome.status})", soft_wrap=True
+        )
     else:
         out = Console()
         label = " (SIMULATED)" if bench.simulated else ""
         out.print(summary_table(outcome.summary, title=f"ASC on {device}{label}"))
         out.print(f"status: [bold]{outcome.status}[/]")
-        out.print(f"run folder: {outcome.run_path}")
+        out.print(f"run folder: {outcome.run_path}", soft_wrap=True)
     if outcome.error is not None:
         raise outcome.error
     return EXIT_FOR_STATUS.get(outcome.status, 1)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = Console()
     sim = " (SIMULATED)" if data["simulated"] else ""
-    out.print(f"[bold]{record.path}[/]")
+    out.print(f"[bold]{record.path}[/]", soft_wrap=True)
     out.print(f"{data['procedure']} on {data['device']}{sim}, started {data['started_at']}")
     style = "green" if record.status == "complete" else "yellow"
     out.print(f"status: [{style}]{record.status}[/]")

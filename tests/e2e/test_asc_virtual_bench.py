@@ -1,0 +1,140 @@
+"""ASC end to end on the virtual bench: the rig talks over real ptys, through pyserial, to a
+simulated MLPerf Tiny DUT and a simulated LPM01A, and must measure the simulated truth."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rig.analysis import analyze
+from rig.cli import main
+from rig.config import load_bench
+from rig.datasets.synthetic import make_split
+from rig.sim.model import LinearAscModel
+from rig.traces import read_trace
+
+from .runs import REPO, TRUTH, bench_variant, only_run, run_rig
+
+pytestmark = pytest.mark.slow
+
+
+def expected_accuracy(samples_per_class: int = 10, seed: int = 0) -> float:
+    """The DUT's model applied directly to the same test split (what the DUT must reproduce)."""
+    model = LinearAscModel.train(seed=seed)
+    test = make_split(samples_per_class, seed, "test")
+    return float(np.mean([model.predict(x.tobytes()) == y
+                          for x, y in zip(test.inputs, test.labels, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory) -> tuple[dict, Path]:
+    """One `rig measure asc --device sim --json` run, shared by the checks below."""
+    runs = tmp_path_factory.mktemp("runs")
+    proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(runs), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    return out, only_run(runs)
+
+
+def test_results_equal_the_simulated_truth_within_0_1_percent(sim_run) -> None:
+    out, _ = sim_run
+    s = out["summary"]
+    assert out["status"] == "complete" and out["simulated"] is True and s["simulated"] is True
+    for key, truth in TRUTH.items():
+        assert s[key] == pytest.approx(truth, rel=1e-3), key
+    assert s["latency_runs"] == 5 and s["energy_windows"] == 5
+    assert s["latency_timer"] == "emon"
+    assert all(c["ok"] for c in s["checks"]), s["checks"]
+
+
+def test_accuracy_is_the_dut_models_on_every_test_sample(sim_run) -> None:
+    s = sim_run[0]["summary"]
+    assert s["samples"] == 40
+    assert s["accuracy"] == pytest.approx(expected_accuracy(), abs=1e-12)
+    assert s["accuracy"] > 0.5  # four classes: chance is 0.25
+
+
+def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
+    out, run = sim_run
+    assert out["run"] == str(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["simulated"] is True
+    assert manifest["bench"]["sim"]["active_power_mw"] == 3.6
+    emon = manifest["instruments"]["emon"]
+    assert emon["simulated"] is True and emon["version"].endswith("-sim")
+    assert manifest["instruments"]["dut"]["timestamp_mode"] == "energy"
+    assert {"python", "numpy", "pyserial", "pyjls"} <= set(manifest["software"])
+    rows = pq.read_table(run / "results.parquet").to_pylist()
+    kinds = [r["kind"] for r in rows]
+    assert kinds.count("latency_run") == 5 and kinds.count("window") == 5
+    assert kinds.count("idle") == 1 and kinds.count("sample") == 40
+    assert all(r["simulated"] for r in rows)
+    assert (run / "results.csv").read_text().count("\n") == len(rows) + 1
+
+
+def test_stored_trace_reanalysed_gives_the_live_numbers(sim_run) -> None:
+    """The JLS trace in the run folder holds the same windows the live pipeline measured."""
+    _, run = sim_run
+    trace = read_trace(run / "traces" / "emon.jls")
+    assert trace.simulated and trace.sample_rate == 1000
+    result = analyze(trace.current, trace.voltage, trace.gpio, trace.sample_rate)
+    # calibration + idle span + 5 runs + 40 samples, two edges each
+    assert len(result.windows) == 1 + 1 + 5 + 40
+    live = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    live_windows = [e for e in live if e["event"] == "window_measured"]
+    for stored, event in zip(result.windows[2:7], live_windows, strict=True):
+        assert (stored.start_sample, stored.end_sample) == (
+            event["start_sample"], event["end_sample"])
+        assert stored.energy_j == pytest.approx(event["energy_j"], rel=1e-6)
+
+
+def test_show_reads_the_folder_back(sim_run) -> None:
+    out, run = sim_run
+    proc = run_rig("show", str(run), "--json")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["status"] == "complete" and shown["simulated"] is True
+    assert shown["measured"] == {"idle": 1, "latency_run": 5, "sample": 40, "window": 5}
+    assert shown["summary"]["energy_per_inference_j"] == out["summary"]["energy_per_inference_j"]
+    text = run_rig("show", str(run))
+    assert text.returncode == 0 and "SIMULATED" in text.stdout and "complete" in text.stdout
+
+
+def test_human_output_has_table_and_run_folder(tmp_path: Path) -> None:
+    proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "Energy per inference" in proc.stdout and "45 µJ" in proc.stdout
+    assert f"run folder: {only_run(tmp_path)}" in proc.stdout.replace("\n", "")
+
+
+def test_performance_mode_times_with_the_dut_timer(tmp_path: Path, capsys) -> None:
+    bench = bench_variant(tmp_path, mode=('timestamp_mode = "energy"',
+                                          'timestamp_mode = "performance"'),
+                          speed=("speed = 50", "speed = 100"))
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    s = out["summary"]
+    assert s["latency_timer"] == "dut"
+    # The DUT's µs timer counts whole 12.5 ms inferences: exact.
+    assert s["inferences_per_s"] == pytest.approx(80.0, rel=1e-9)
+    assert "energy_per_inference_j" not in s and s["power"].startswith("unavailable")
+    assert s["accuracy"] == pytest.approx(expected_accuracy(), abs=1e-12)
+
+
+def test_bench_limit_is_enforced_before_anything_starts(tmp_path: Path) -> None:
+    bench = bench_variant(tmp_path, v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.5"))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert "3.5 V is above the bench voltage limit of 3.3 V" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()  # no run folder, no virtual bench, no instrument
+
+
+def test_bench_file_loads_like_the_shipped_one() -> None:
+    assert load_bench(REPO / "benches" / "sim.toml").asc.runs == 5
