@@ -145,6 +145,12 @@ class EmonRecorder:
         with self._cond:
             return [g for g in self.gaps if start <= g[0] < stop]
 
+    def annotate(self, sample_id: int, text: str) -> None:
+        """Mark a sample in the stored trace (window edges, so a viewer shows what was what)."""
+        with self._cond:
+            if self._writer is not None:
+                self._writer.annotate(sample_id, text)
+
     def close(self) -> None:
         """Finish the trace file; safe to call twice."""
         with self._cond:

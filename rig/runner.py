@@ -38,7 +38,7 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """`kill` ends a run like Ctrl-C does: DUT off, folder marked interrupted."""
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -75,7 +75,7 @@ def measure_asc(
     status, error, interrupted = "failed", None, False
     parts = _Parts()
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             _connect(bench, parts, store, bus)
             asc.AscProcedure(bench, parts.dut, parts.recorder, bus.publish).run()
         status = "complete"

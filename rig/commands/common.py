@@ -32,3 +32,4 @@ def print_json(data: Any) -> None:
     """One JSON object on stdout."""
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+    sys.stdout.flush()  # a parent process may be waiting for this line (rig sim --json)

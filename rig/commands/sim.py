@@ -7,6 +7,7 @@ import contextlib
 import threading
 
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
+from rig.runner import sigterm_as_interrupt
 from rig.sim.bench import VirtualBench
 
 
@@ -29,6 +30,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"  DUT    (MLPerf Tiny protocol, 115200 baud): {vb.ports['dut']}")
             print(f"  LPM01A (PowerShield protocol):              {vb.ports['emon']}")
             print("  the DUT is powered through the LPM01A (`pwr on`); Ctrl-C stops the bench")
-        with contextlib.suppress(KeyboardInterrupt):
+        with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
             threading.Event().wait()
     return 0

@@ -191,6 +191,8 @@ class AscProcedure:
         self._edges_used += 2
         power = self.recorder.mean_power(start, end)
         self._require_finite(power, start, end, "idle span")
+        self.recorder.annotate(start, "idle span start")
+        self.recorder.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
                                   duration_s=(end - start) / fs, power_w=power))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
@@ -201,6 +203,8 @@ class AscProcedure:
         power = self.recorder.mean_power(start, end)
         self._require_finite(power, start, end, f"window {index}")
         energy = power * (end - start) / fs
+        self.recorder.annotate(start, f"run {index} start ({t.iterations} inferences)")
+        self.recorder.annotate(end, f"run {index} end: {energy / t.iterations * 1e6:.4g} uJ/inf")
         self.publish(WindowMeasured(
             index=index, iterations=t.iterations, start_sample=start, end_sample=end,
             start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,

@@ -90,6 +90,10 @@ def test_stored_trace_reanalysed_gives_the_live_numbers(sim_run) -> None:
         assert (stored.start_sample, stored.end_sample) == (
             event["start_sample"], event["end_sample"])
         assert stored.energy_j == pytest.approx(event["energy_j"], rel=1e-6)
+    marks = dict(trace.meta["annotations"])
+    first = live_windows[0]
+    assert marks[first["start_sample"]].startswith("run 0 start (")
+    assert marks[first["end_sample"]].startswith("run 0 end: 45 uJ/inf")
 
 
 def test_show_reads_the_folder_back(sim_run) -> None:
@@ -138,3 +142,18 @@ def test_bench_limit_is_enforced_before_anything_starts(tmp_path: Path) -> None:
 
 def test_bench_file_loads_like_the_shipped_one() -> None:
     assert load_bench(REPO / "benches" / "sim.toml").asc.runs == 5
+
+
+def test_failed_checks_exit_1_and_are_kept(tmp_path: Path) -> None:
+    """A run whose own replicability check fails: exit 1, status failed-checks, data kept."""
+    strict = "idle_s = 2.0\nreplicability_tolerance = 1e-9"
+    bench = bench_variant(tmp_path, tol=("idle_s = 2.0", strict),
+                          speed=("speed = 50", "speed = 100"))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
+                   "--json")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "failed-checks"
+    failed = [c["name"] for c in out["summary"]["checks"] if not c["ok"]]
+    assert "energy replicable" in failed
+    assert out["summary"]["energy_per_inference_j"] == pytest.approx(45e-6, rel=1e-3)
