@@ -9,8 +9,19 @@ import serial
 
 from drivers.errors import DeviceTimeout, PortError
 
+#: What flushing a port can raise: on POSIX an unplugged USB device makes tcflush raise
+#: termios.error, which is not an OSError.
+_FLUSH_ERRORS: tuple[type[Exception], ...] = (serial.SerialException, OSError)
+try:
+    import termios
+
+    _FLUSH_ERRORS += (termios.error,)
+except ImportError:  # not POSIX
+    pass
+
 #: How long one `read()` may block while polling; short so that deadlines stay sharp.
 POLL_S = 0.02
+_GONE_HINT = "the device was unplugged, reset or closed; reconnect it and run again"
 
 
 class SerialTransport:
@@ -47,28 +58,44 @@ class SerialTransport:
                 hint="the device is not reading its port; check that it is powered and running",
             ) from exc
         except (serial.SerialException, OSError) as exc:
-            raise PortError(f"{self.name}: write to {self.url} failed: {exc}") from exc
+            raise PortError(
+                f"{self.name}: write to {self.url} failed: {exc}", hint=_GONE_HINT
+            ) from exc
 
     def read(self, max_bytes: int = 65536) -> bytes:
         """Return the bytes available now, waiting at most `POLL_S` for the first one."""
+        # A closed pyserial port has no fd: `in_waiting` would fail with a TypeError.
+        if not self._port.is_open:
+            raise PortError(f"{self.name}: read from {self.url}: the port is closed",
+                            hint=_GONE_HINT)
         try:
             waiting = self._port.in_waiting
             return self._port.read(min(max(waiting, 1), max_bytes))
         except (serial.SerialException, OSError) as exc:
-            raise PortError(f"{self.name}: read from {self.url} failed: {exc}") from exc
+            raise PortError(
+                f"{self.name}: read from {self.url} failed: {exc}", hint=_GONE_HINT
+            ) from exc
 
     def read_until(self, deadline: float, done) -> bytes:
         """Read until `done(buffer)` is true or the monotonic `deadline` passes (then raise)."""
         buf = bytearray()
         while not done(buf):
             if time.monotonic() > deadline:
-                raise DeviceTimeout(f"{self.name}: no complete reply from {self.url} in time")
+                raise DeviceTimeout(
+                    f"{self.name}: no complete reply from {self.url} in time",
+                    hint="check that the device is powered, running and at this baud rate",
+                )
             buf += self.read()
         return bytes(buf)
 
     def reset_input(self) -> None:
         """Drop whatever is waiting in the input buffer."""
-        self._port.reset_input_buffer()
+        try:
+            self._port.reset_input_buffer()
+        except _FLUSH_ERRORS as exc:
+            raise PortError(
+                f"{self.name}: flushing {self.url} failed: {exc}", hint=_GONE_HINT
+            ) from exc
 
     def close(self) -> None:
         """Close the port; safe to call twice."""

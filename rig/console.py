@@ -50,15 +50,16 @@ class ConsoleView:
 
 _ROWS = [
     ("accuracy", "Accuracy (top-1)", lambda v: f"{v:.2%}"),
-    ("inferences_per_s", "Inferences per second (median)", lambda v: f"{v:.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference (mean)", lambda v: f"{v * 1e3:.4g} ms"),
+    ("inferences_per_s", "Inferences per second (median)", lambda v: f"{v:#.4g} /s"),
+    ("execution_time_mean_s", "Execution time per inference (mean)",
+     lambda v: f"{v * 1e3:#.4g} ms"),
     ("execution_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
-    ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:.4g} mW"),
-    ("active_power_w", "Active power", lambda v: f"{v * 1e3:.4g} mW"),
-    ("dynamic_power_w", "Dynamic power", lambda v: f"{v * 1e3:.4g} mW"),
-    ("energy_per_inference_j", "Energy per inference (median)", lambda v: f"{v * 1e6:.4g} µJ"),
+    ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:#.4g} mW"),
+    ("active_power_w", "Active power", lambda v: f"{v * 1e3:#.4g} mW"),
+    ("dynamic_power_w", "Dynamic power", lambda v: f"{v * 1e3:#.4g} mW"),
+    ("energy_per_inference_j", "Energy per inference (median)", lambda v: f"{v * 1e6:#.4g} µJ"),
     ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
-     lambda v: f"{v * 1e6:.4g} µJ"),
+     lambda v: f"{v * 1e6:#.4g} µJ"),
     ("power", "Power", str),
 ]
 

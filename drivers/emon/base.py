@@ -62,6 +62,17 @@ class MonitorStats:
     samples: int = 0
     dropped: int = 0
     notes: list[str] = field(default_factory=list)
+    #: Notes not kept because `MAX_NOTES` were already there (a noisy line must not eat memory).
+    notes_suppressed: int = 0
+
+    MAX_NOTES = 100
+
+    def note(self, text: str) -> None:
+        """Keep a note about the stream, up to `MAX_NOTES`; count the rest."""
+        if len(self.notes) < self.MAX_NOTES:
+            self.notes.append(text)
+        else:
+            self.notes_suppressed += 1
 
 
 class EnergyMonitor(ABC):

@@ -280,7 +280,7 @@ class Lpm01a(EnergyMonitor):
             with self._lock:
                 self._on_chunk = None
                 if self._pending_edges:
-                    self.stats.notes.append(
+                    self.stats.note(
                         f"{len(self._pending_edges)} D7 edge(s) after the last sample were dropped"
                     )
                     self._pending_edges.clear()
@@ -315,7 +315,9 @@ class Lpm01a(EnergyMonitor):
     def _command(self, cmd: str, timeout_s: float | None = None) -> Ack:
         """Send `cmd`, wait for its ack; an error reply raises `InstrumentError`."""
         data = encode(cmd)
-        word = cmd.split()[0].lower() if cmd.split() else ""
+        # Match the whole echo (as the reference runner does), so a late ack of an abandoned
+        # `pwr on` can never be taken for the ack of `pwr off`.
+        echo = " ".join(cmd.split()).lower()
         with self._command_lock:
             if self._reader_error is not None:
                 raise DeviceError(f"LPM01A: cannot send {cmd!r}: the port failed earlier: "
@@ -325,11 +327,14 @@ class Lpm01a(EnergyMonitor):
             deadline = time.monotonic() + (timeout_s or self.command_timeout_s)
             while True:
                 event = self._next_reply(deadline, cmd)
-                if isinstance(event, Ack) and event.command.lower() == word:
+                if isinstance(event, Ack) and echo in event.echoed.lower():
                     return event
                 if isinstance(event, ErrorReply):
                     detail = self._error_detail(event)
-                    raise InstrumentError(f"LPM01A refused {cmd!r}: {detail}", command=cmd)
+                    raise InstrumentError(
+                        f"LPM01A refused {cmd!r}: {detail}", command=cmd,
+                        hint="check the value against the PowerShield's ranges (UM2269)",
+                    )
 
     def _query(self, cmd: str) -> str:
         """A command whose value comes on the prompt line after its ack."""
@@ -380,20 +385,21 @@ class Lpm01a(EnergyMonitor):
     # -- reader thread ------------------------------------------------------------------------
     def _read_loop(self) -> None:
         while not self._reader_stop.is_set():
-            if self._flush_wanted:
-                with self._lock:
-                    self.transport.reset_input()
-                    self._decoder.reset()
-                    self._drain_replies()
-                self._flush_wanted = False
-                self._flush_done.set()
             try:
+                if self._flush_wanted:
+                    with self._lock:
+                        self.transport.reset_input()
+                        self._decoder.reset()
+                        self._drain_replies()
+                    self._flush_wanted = False
+                    self._flush_done.set()
                 data = self.transport.read()
             except (RigError, OSError) as exc:
                 if not self._reader_stop.is_set():
                     log.warning("LPM01A: reader stopped: %s", exc)
                     self._reader_error = exc
                     self._replies.put(_ReaderFailed(exc))
+                self._flush_done.set()  # connect() need not wait for a flush that cannot come
                 return
             if not data:
                 continue
@@ -432,7 +438,7 @@ class Lpm01a(EnergyMonitor):
             elif isinstance(event, Garbled):
                 log.debug("LPM01A: garbled line %r", event.raw)
                 if self._running:
-                    self.stats.notes.append(f"garbled line in the data stream: {event.raw[:40]!r}")
+                    self.stats.note(f"garbled line in the data stream: {event.raw[:40]!r}")
             else:
                 replies.append(event)
         if not blocks or self._on_chunk is None:
@@ -447,7 +453,7 @@ class Lpm01a(EnergyMonitor):
             elif index >= first + n:
                 keep.append(index)  # the edge is before a sample that has not arrived yet
             else:
-                self.stats.notes.append(f"D7 edge at sample {index} arrived too late to mark")
+                self.stats.note(f"D7 edge at sample {index} arrived too late to mark")
         self._pending_edges = keep
         self.stats.samples += n
         voltage = np.full(n, self._voltage_v if self._voltage_v is not None else math.nan)
@@ -466,7 +472,7 @@ class Lpm01a(EnergyMonitor):
             lost = shortfall - self._acq_shortfall
             self._acq_shortfall = shortfall
             self.stats.dropped += lost
-            self.stats.notes.append(
+            self.stats.note(
                 f"{lost} sample(s) lost by {stamp.seconds:.3f} s of acquisition "
                 f"({stamp.sample_index} received, {expected} expected; board buffer "
                 f"{stamp.buffer_pct}%)"

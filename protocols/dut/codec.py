@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from protocols.errors import ProtocolError
 
@@ -170,26 +170,7 @@ DutEvent = (
 )
 
 #: Every event class, e.g. for ``isinstance(x, EVENT_TYPES)``.
-EVENT_TYPES: tuple[type, ...] = (
-    TimestampMode,
-    InitDone,
-    Ready,
-    Name,
-    Profile,
-    Model,
-    ExpectingBytes,
-    LoadDone,
-    BufferDump,
-    WarmupStart,
-    WarmupDone,
-    InferStart,
-    InferDone,
-    LapUs,
-    Results,
-    DutErrorLine,
-    Message,
-    Unparsed,
-)
+EVENT_TYPES: tuple[type, ...] = get_args(DutEvent)
 
 
 # -- commands ---------------------------------------------------------------------------------

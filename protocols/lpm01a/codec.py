@@ -392,18 +392,14 @@ class Lpm01aDecoder:
                 return ErrorDetail(m.group(1).strip())
             if m := _ERROR_RE.match(text):
                 return ErrorReply(m.group(1).strip())
-            if _COMPLETED_RE.match(text):
-                return AcquisitionCompleted()
+        if _COMPLETED_RE.match(text):
+            return AcquisitionCompleted()
         if m := _EVENT_RE.match(text):
             return EdgeEvent(self._count, int(m.group(1)), m.group(2))
         if m := _TIMESTAMP_RE.match(text):
             seconds = int(m.group(1)) + int(m.group(2)) / 1000
             return TimeStamp(seconds, int(m.group(3)), self._count)
-        if prompted:
-            return Text(text)
-        if _COMPLETED_RE.match(text):
-            return AcquisitionCompleted()
-        return Garbled(raw)
+        return Text(text) if prompted else Garbled(raw)
 
 
 # -- vectorised helpers --------------------------------------------------------------------------

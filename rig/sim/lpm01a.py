@@ -43,7 +43,7 @@ VERSION = "1.0.5-sim"
 #: Host seconds between two bursts of streamed samples.
 STREAM_PERIOD_S = 0.005
 #: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
-WRITE_PATIENCE_S = 0.2
+WRITE_PATIENCE_S = 1.0
 #: Commands that work without host control (`htc`).
 _WITHOUT_HTC = {"htc", "hrc", "version", "powershield", "status", "help"}
 #: Commands whose handler writes its own ack (its place relative to the data matters).
@@ -166,8 +166,13 @@ class SimLpm01a:
             *lines, pending = pending.split(b"\n")
             for raw in lines:
                 line = raw.decode("ascii", "replace").strip()
-                if line:
+                if not line:
+                    continue
+                try:
                     self._handle(line)
+                except Exception as exc:  # a simulator bug must not leave the board mute
+                    log.exception("LPM01A simulator: command %r failed", line)
+                    self._reply(f"error {line}", f"Error detail: simulator failure: {exc}")
 
     def _handle(self, line: str) -> None:
         """Answer one command line."""
@@ -312,7 +317,7 @@ class SimLpm01a:
     def _cmd_start(self, line: str, args: list[str]) -> None:
         self._require_idle()
         self._check_rate(self.freq_hz, self.acqtime_s, self.settings["format"])
-        with self._acq_lock, self.world.lock:
+        with self._acq_lock:  # not the world's lock: the ack write below may wait
             t0 = self.world.clock.now_ns()
             self.acquisition_t0_ns = t0
             self._next_k = 0
@@ -377,7 +382,7 @@ class SimLpm01a:
         if total is not None:
             end = min(end, max(total, 1))
         # In bursts of bounded size: a long backlog must not need gigabytes at once.
-        while self._next_k < end:
+        while self._next_k < end and not self._closing.is_set():
             self._emit_samples(self._next_k, min(end, self._next_k + _MAX_BURST), now_ns)
         if total is not None and end >= max(total, 1):
             self._finish()
@@ -405,15 +410,16 @@ class SimLpm01a:
             pos = self._next_second * fs - k
             inserts.append((pos, f"TimeStamp: {self._next_second}s 000ms, buff 00%"))
             self._next_second += 1
+        last_start = int(starts[-1])
         if self.settings["eventsrc"] == "d7 fal":
             # An edge at t goes before the first sample starting at or after t.
-            last_start = int(starts[-1])
             edges = self.world.falling_edges_between(self._edge_from_ns, last_start + 1)
-            self._edge_from_ns = last_start + 1
             positions = np.searchsorted(starts, np.asarray(edges, dtype=np.int64), side="left")
             for pos in positions.tolist():
                 self._event_number += 1
                 inserts.append((pos, f"event {self._event_number} ris"))
+        # Edges up to here are done with, reported or not: `forget_before` may drop them.
+        self._edge_from_ns = last_start + 1
         inserts.sort(key=lambda item: item[0])  # stable: TimeStamp before events at one place
 
         width = len(data) // len(starts)

@@ -104,8 +104,10 @@ class World:
     def add_pulse(self, t_ns: int) -> None:
         """A falling edge of the timestamp line at `t_ns`, rising again after `pulse_s`."""
         with self.lock:
-            self.falling_ns.append(t_ns)
-            self.rising_ns.append(t_ns + int(self.params.pulse_s * NS))
+            # Kept sorted: edge queries bisect these lists.
+            i = bisect.bisect_right(self.falling_ns, t_ns)
+            self.falling_ns.insert(i, t_ns)
+            self.rising_ns.insert(i, t_ns + int(self.params.pulse_s * NS))
 
     def _set_step(self, t: int, watts: float) -> None:
         i = bisect.bisect_right(self._step_t, t)

@@ -4,7 +4,6 @@ the simulated board sharing a `World`."""
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -186,6 +185,27 @@ def test_no_reply_raises_device_timeout_naming_the_command():
     monitor.close()
 
 
+def test_a_late_ack_of_another_command_is_not_taken_for_this_one():
+    # `pwr on` timed out; its ack arrives late, just before `pwr off` is acked.
+    monitor, transport = connected([
+        (b"pwr on\n", b""),
+        (b"pwr off\n", ack("pwr on") + ack("pwr off")),
+    ])
+    with pytest.raises(DeviceTimeout):
+        monitor._command("pwr on", timeout_s=0.1)
+    reply = monitor._command("pwr off")
+    assert reply.echoed == "pwr off"
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_stream_notes_are_bounded():
+    stats = Lpm01a(ScriptedTransport([]), voltage_limit_v=3.3).stats
+    for k in range(stats.MAX_NOTES + 7):
+        stats.note(f"garbled {k}")
+    assert len(stats.notes) == stats.MAX_NOTES and stats.notes_suppressed == 7
+
+
 def test_start_streams_chunks_with_edges_on_their_samples_and_stop_drains():
     monitor, transport = connected([*CONFIGURE, (b"pwr on\n", ack("pwr on"))])
     monitor.configure(1.8, 1000)
@@ -255,7 +275,10 @@ def test_close_after_the_port_died_does_not_raise():
 
     transport.read = dead
     transport.write = dead
-    time.sleep(0.05)
+    monitor._reader.join(timeout=5.0)  # the reader sees the dead port and records it
+    assert not monitor._reader.is_alive()
+    with pytest.raises(DeviceError, match="port failed"):
+        monitor.power_on()  # fails at once, without waiting for a reply that cannot come
     monitor.close()
     assert transport.closed
 
@@ -284,6 +307,21 @@ def test_a_silent_board_fails_connect_with_a_timeout_and_close_sends_nothing_mor
         monitor.connect()
     monitor.close()
     assert transport.written == [b"stop\n", b"htc\n"] and transport.closed
+
+
+def test_a_port_that_fails_to_flush_fails_connect_with_the_port_error():
+    transport = ScriptedTransport([(b"stop\n", b"")])
+
+    def unplugged():
+        raise PortError("LPM01A: flushing /dev/x failed: Input/output error")
+
+    transport.reset_input = unplugged
+    monitor = Lpm01a(transport, voltage_limit_v=3.3)
+    with pytest.raises(DeviceError, match="Input/output error"):
+        monitor.connect()
+    monitor.close()
+    assert transport.written == [b"stop\n"] and transport.closed
+    assert not monitor._reader.is_alive()
 
 
 def test_open_names_a_missing_port():

@@ -111,7 +111,7 @@ def test_show_reads_the_folder_back(sim_run) -> None:
 def test_human_output_has_table_and_run_folder(tmp_path: Path) -> None:
     proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert "Energy per inference" in proc.stdout and "45 µJ" in proc.stdout
+    assert "Energy per inference" in proc.stdout and "45.00 µJ" in proc.stdout
     assert f"run folder: {only_run(tmp_path)}" in proc.stdout.replace("\n", "")
 
 

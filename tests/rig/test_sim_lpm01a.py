@@ -137,32 +137,45 @@ def test_ascii_dec_refuses_fast_unlimited_acquisitions(bench):
     assert sim.acqtime_s == 0 and sim.freq_hz == 5000
 
 
-def test_a_finite_acquisition_streams_exact_samples_stamps_and_edges(bench, monkeypatch):
+def test_a_finite_acquisition_streams_exact_samples_and_stamps(bench, monkeypatch):
+    _, sim, client = bench
+    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # stamps across bursts
+    for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 10", "pwr on"):
+        client.ok(cmd)
+    client.ok("start")
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    values, first = samples_of(events)
+    assert first == 0 and len(values) == 10_000
+    np.testing.assert_allclose(values, PARAMS.idle_w / 1.8, rtol=5.0001e-4)
+    stamps = [e for e in events if isinstance(e, TimeStamp)]
+    assert [(s.seconds, s.sample_index) for s in stamps] == [(s, s * 1000) for s in range(1, 11)]
+    assert not sim.running
+
+
+def test_edges_come_before_the_first_sample_starting_at_or_after_them(bench, monkeypatch):
     world, sim, client = bench
-    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # stamps and edges across bursts
-    for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 10", "eventsrc d7 fal", "pwr on"):
+    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # edges across bursts
+    for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 0", "eventsrc d7 fal", "pwr on"):
         client.ok(cmd)
     period = NS // 1000
     client.ok("start")
+    t0 = sim.acquisition_t0_ns
     with world.lock:
         # Registered under the lock, ahead of the clock: nothing of it can have been emitted.
         now = world.clock.now_ns()
         pulses = [now + 100_000_000 + 1, now + 600_000_000, now + 900_000_000]
         for p in pulses:
             world.add_pulse(p)
+    # An unlimited acquisition stopped after the last edge: however late this thread runs,
+    # every edge is in the stream.
+    world.sleep_until(pulses[-1] + 3 * period)
+    client.port.write(encode("stop"))
     events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
-    t0 = sim.acquisition_t0_ns
-    values, first = samples_of(events)
-    assert first == 0 and len(values) == 10_000
-    np.testing.assert_allclose(values, PARAMS.idle_w / 1.8, rtol=5.0001e-4)
-    stamps = [e for e in events if isinstance(e, TimeStamp)]
-    assert [(s.seconds, s.sample_index) for s in stamps] == [(s, s * 1000) for s in range(1, 11)]
+    samples_of(events)  # contiguous
     edges = [e for e in events if isinstance(e, EdgeEvent)]
     assert [e.number for e in edges] == [1, 2, 3]
     assert [e.text for e in edges] == ["ris"] * 3
     assert [e.sample_index for e in edges] == [-(-(p - t0) // period) for p in pulses]
-    assert not sim.running
-
 
 def test_output_energy_gives_joules_per_sample(bench):
     _, _, client = bench
@@ -197,19 +210,32 @@ def test_stop_acks_then_flushes_then_completes(bench):
     assert "no acquisition" in client.refused("stop")
 
 
-def test_world_history_is_forgotten_as_it_is_emitted(bench):
+@pytest.mark.parametrize("events", [True, False])
+def test_world_history_is_forgotten_as_it_is_emitted(bench, events):
     world, _, client = bench
-    for cmd in ("htc", "freq 1k", "acqtime 10", "eventsrc d7 fal", "pwr on"):
+    for cmd in ("htc", "freq 1k", "acqtime 0", "pwr on"):
         client.ok(cmd)
+    if events:
+        client.ok("eventsrc d7 fal")
     client.ok("start")
     with world.lock:
         now = world.clock.now_ns()
         for i in range(100):
             world.add_activity(now + i * 30_000_000, now + i * 30_000_000 + 5_000_000)
             world.add_pulse(now + i * 30_000_000 + 1)
-    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
-    assert len([e for e in events if isinstance(e, EdgeEvent)]) == 100
+    # Two simulated seconds past the last activity: forgotten at least once after it.
+    world.sleep_until(now + 5 * NS)
+    client.port.write(encode("stop"))
+    stream = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    assert len([e for e in stream if isinstance(e, EdgeEvent)]) == (100 if events else 0)
     assert len(world.falling_ns) < 100 and len(world._step_t) < 200
+
+
+def test_a_command_that_breaks_the_simulator_is_refused_and_it_keeps_answering(bench):
+    _, _, client = bench
+    client.ok("htc")
+    assert "simulator failure" in client.refused("volt " + "9" * 400)  # a float overflow
+    assert client.query("version") == VERSION
 
 
 def test_close_does_not_hang_when_nobody_reads():
@@ -217,16 +243,18 @@ def test_close_does_not_hang_when_nobody_reads():
     sim = SimLpm01a(world)
     sim.start()
     client = Client(sim.path)
-    for cmd in ("htc", "freq 5k", "acqtime 0", "pwr on"):
-        client.ok(cmd)
-    client.ok("start")
-    # Nobody reads: 5 kHz at 1000x is 45 MB/s of text, far more than the pty buffers.
-    deadline = time.monotonic() + 10.0
-    while sim._next_k < 100_000:  # 20 simulated seconds streamed (and mostly dropped)
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    threads = list(sim._threads)
-    sim.close()
+    try:
+        for cmd in ("htc", "freq 5k", "acqtime 0", "pwr on"):
+            client.ok(cmd)
+        client.ok("start")
+        # Nobody reads: 5 kHz at 1000x is 45 MB/s of text, far more than the pty buffers.
+        deadline = time.monotonic() + 10.0
+        while sim._next_k < 100_000:  # 20 simulated seconds streamed (and mostly dropped)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        threads = list(sim._threads)
+    finally:
+        sim.close()
+        client.close()
     assert threads and all(not t.is_alive() for t in threads)
     assert sim.dropped_bytes > 0
-    client.close()

@@ -67,3 +67,10 @@ def test_forget_before_keeps_later_energy(world: World) -> None:
     world.forget_before(4 * NS)
     after = world.energy_between(np.array([4 * NS, 7 * NS]))
     np.testing.assert_allclose(after, before, rtol=1e-12)
+
+
+def test_pulses_registered_out_of_order_are_found(world: World) -> None:
+    for t in (300, 100, 200):
+        world.add_pulse(t)
+    assert world.falling_edges_between(0, 1000) == [100, 200, 300]
+    assert world.falling_edges_between(150, 250) == [200]

@@ -1,0 +1,39 @@
+"""SerialTransport over a real pty: a port that is gone fails with a typed PortError."""
+
+from __future__ import annotations
+
+import termios
+
+import pytest
+
+from drivers.errors import PortError
+from drivers.transport import SerialTransport
+from rig.sim.pty import Pty
+
+
+@pytest.fixture
+def transport():
+    pty = Pty()
+    port = SerialTransport(pty.path, 115200, name="DUT")
+    yield port
+    port.close()
+    pty.close()
+
+
+def test_read_and_flush_of_a_closed_port_raise_port_error(transport) -> None:
+    transport.close()
+    with pytest.raises(PortError, match=r"DUT: read from .*closed"):
+        transport.read()
+    with pytest.raises(PortError, match="DUT: flushing"):
+        transport.reset_input()
+    transport.close()  # twice is fine
+
+
+def test_flushing_an_unplugged_device_raises_port_error(transport, monkeypatch) -> None:
+    def unplugged(fd: int, queue: int) -> None:
+        raise termios.error(5, "Input/output error")
+
+    monkeypatch.setattr(termios, "tcflush", unplugged)
+    with pytest.raises(PortError, match="Input/output error") as info:
+        transport.reset_input()
+    assert "reconnect" in info.value.hint
