@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from protocols.errors import RigError
+from rig import __version__
 
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
 COMMANDS = ["devices", "sim", "measure", "analyze", "show"]
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rig", description="NeuroBench system-track bench: measure, analyse, report."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"neurobench-rig {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = importlib.import_module(f"rig.commands.{name}")

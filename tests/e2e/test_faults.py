@@ -61,6 +61,12 @@ def test_missing_bench_file(tmp_path: Path) -> None:
     assert "does not exist" in line
 
 
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    proc = run_rig("--debug", "measure", "asc", "--bench", str(tmp_path / "nope.toml"))
+    assert proc.returncode != 0
+    assert "Traceback" in proc.stderr and "ConfigError" in proc.stderr
+
+
 def test_malformed_bench_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[dut\nport = 3\n")
