@@ -1,24 +1,33 @@
 """The DUT client: drives any DUT that speaks the MLPerf Tiny protocol over a byte transport.
 
-Every reply is checked: an ``e-`` line raises `DutError`, a download must end in ``m-load-done``,
-counts echoed by the DUT must match what was asked, and every wait has a deadline. Not
-thread-safe: one client per port, used from one thread.
+Every reply is checked: an ``e-`` line raises `DutError`, counts echoed by the DUT must match
+what was asked, every wait has a deadline, and every download is verified (``m-bload-done`` with
+the CRC for the binary download, a ``db print`` read-back for legacy firmware) and retried once
+before `DownloadError`. The rig's extensions (protocols/dut/SPEC.md) are negotiated with
+``caps`` and used only when the DUT offers them. Not thread-safe: one client per port, used from
+one thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 import numpy as np
 
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from protocols.dut.codec import (
+    CAP_BLOAD,
+    CAP_QUBO,
     DEFAULT_HEX_PER_COMMAND,
     TIMESTAMP_MODES,
+    BloadDone,
+    BloadReady,
     BufferDump,
+    Capabilities,
     DutDecoder,
     DutErrorLine,
     DutEvent,
@@ -31,37 +40,116 @@ from protocols.dut.codec import (
     Model,
     Name,
     Profile,
+    QbestCost,
+    QbestTime,
+    Qimprove,
+    QloadDone,
+    QloadReady,
+    QsolveDone,
+    QsolveStart,
+    QstateChunk,
     Ready,
     Results,
     TimestampMode,
     WarmupStart,
+    cmd_bload,
+    cmd_caps,
     cmd_db_load,
     cmd_db_print,
     cmd_infer,
     cmd_name,
     cmd_profile,
+    cmd_qload,
+    cmd_qresult,
+    cmd_qsolve,
     cmd_results,
     cmd_timestamp,
+    decode_qubo,
     encode_command,
+    encode_qubo,
     hex_chunks,
+    payload_crc,
+    qubo_cost,
 )
+from protocols.errors import ProtocolError
 
 #: Deadline for a command that does no real work (name, profile, db, results, timestamp).
 COMMAND_TIMEOUT_S = 5.0
 #: The DUT's lap counter is 32 bits of microseconds.
 _LAP_MASK = 0xFFFFFFFF
+#: Bytes per write of a binary payload: pyserial's write timeout covers one write call, so a
+#: long payload at a low baud rate goes out in pieces that each fit in it.
+BINARY_WRITE_CHUNK = 1024
+#: Baud rate assumed for deadlines when the transport does not say.
+DEFAULT_BAUD = 115200
+#: Reply bytes per downloaded byte of a ``db print`` dump (``-xx`` plus the line overhead).
+_DUMP_BYTES_PER_BYTE = 4
+#: Before a retry, the line counts as quiet after this long without a byte (host time: this
+#: only bounds a wait, it measures nothing) ...
+_QUIET_S = 0.05
+#: ... and draining stray bytes stops after this long in any case.
+_DRAIN_LIMIT_S = 2.0
 
 _E = TypeVar("_E")
 
 
 class ByteTransport(Protocol):
-    """What the client needs from a transport (`drivers.transport.SerialTransport` fits)."""
+    """What the client needs from a transport (`drivers.transport.SerialTransport` fits).
+
+    Optional attributes the client looks for: ``binary_ok`` (False for a transport that cannot
+    carry raw bytes, such as an IO manager's pass-through; default True), ``baudrate`` (for
+    deadlines of long transfers), ``hex_per_command`` (bytes per legacy ``db`` command; 26
+    behind an IO manager) and ``reset_input()``.
+    """
 
     def write(self, data: bytes) -> None: ...
 
     def read(self) -> bytes: ...
 
     def close(self) -> None: ...
+
+
+class DownloadError(DeviceError):
+    """A download the DUT did not receive intact, even after one retry.
+
+    `n_bytes` is the payload size, `method` "binary", "hex" or "qload", `offset` the first byte
+    that differed when a read-back could tell (else None), `reason` what went wrong.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        n_bytes: int,
+        method: str,
+        reason: str,
+        offset: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.n_bytes = n_bytes
+        self.method = method
+        self.reason = reason
+        self.offset = offset
+
+
+class _TransferFailed(Exception):
+    """One download attempt failed verification (internal: it triggers the one retry)."""
+
+    def __init__(self, reason: str, *, offset: int | None = None, hint: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.offset = offset
+        self.hint = hint
+
+
+@dataclass
+class DutStats:
+    """Counters of one client: verified downloads, retried attempts, bytes loaded."""
+
+    downloads: int = 0
+    retries: int = 0
+    bytes_loaded: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +160,15 @@ class DutInfo:
     vendor: str
     profile: str
     model: str
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """A verified download: its size, "binary" or "hex", and attempts used (1 or 2)."""
+
+    n_bytes: int
+    method: str
+    attempts: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,21 +186,49 @@ class InferResult:
     results: np.ndarray
 
 
-class DutClient:
-    """Speaks the DUT protocol over `transport`; `name` labels the DUT in error messages."""
+@dataclass(frozen=True, eq=False)
+class QuboResult:
+    """``qresult``: best cost, when it was found (µs into the solve), the best state (bool per
+    variable) and the improvements (t_us, cost) in time order."""
 
-    def __init__(self, transport: ByteTransport, *, name: str = "DUT") -> None:
+    best_cost: int
+    best_time_us: int
+    state: np.ndarray
+    improvements: list[tuple[int, int]] = field(default_factory=list)
+
+
+class DutClient:
+    """Speaks the DUT protocol over `transport`; `name` labels the DUT in error messages.
+
+    `command_timeout_s` is the deadline of a command that does no real work; long transfers
+    and inference runs get deadlines scaled to their size.
+    """
+
+    def __init__(
+        self,
+        transport: ByteTransport,
+        *,
+        name: str = "DUT",
+        command_timeout_s: float = COMMAND_TIMEOUT_S,
+    ) -> None:
         self._transport = transport
         self.name = name
-        #: "energy" or "performance" from the boot banner; None until the banner is seen.
+        self.command_timeout_s = command_timeout_s
+        #: "energy" or "performance" from the boot banner or the ``caps`` reply; None until seen.
         self.timestamp_mode: str | None = None
+        #: Extensions the DUT speaks (``caps``); empty for plain MLPerf Tiny firmware; None
+        #: until negotiated (`load` and the QUBO methods negotiate when they need to know).
+        self.capabilities: frozenset[str] | None = None
         #: Filled by `identify()`.
         self.info: DutInfo | None = None
+        self.stats = DutStats()
         self._decoder = DutDecoder()
         self._pending: deque[DutEvent] = deque()
         #: Set after a timeout: late replies to the abandoned command must not be taken as
         #: replies to the next one.
         self._out_of_sync = False
+        #: The QUBO last loaded (n_vars, terms), to check what `qubo_result` reports.
+        self._qubo: tuple[int, np.ndarray] | None = None
 
     # -- boot ---------------------------------------------------------------------------------
     def wait_for_boot(self, timeout_s: float = 5.0) -> str:
@@ -127,6 +252,9 @@ class DutClient:
             elif isinstance(event, Ready) and init_done and mode is not None:
                 self.timestamp_mode = mode
                 self._out_of_sync = False
+                # A reboot empties the DUT's memory (and may follow a flash): ask again.
+                self._qubo = None
+                self.capabilities = None
                 return mode
 
     def require_mode(self, mode: str) -> None:
@@ -137,7 +265,7 @@ class DutClient:
             raise DeviceError(
                 f"{self.name}: timestamp mode unknown (no boot banner seen), {mode} mode needed",
                 hint="reset or power-cycle the DUT after opening its port so that its banner "
-                "is seen",
+                "is seen (firmware with the rig's extensions also tells it on `caps`)",
             )
         if self.timestamp_mode != mode:
             raise DeviceError(
@@ -147,37 +275,32 @@ class DutClient:
             )
 
     # -- one command --------------------------------------------------------------------------
-    def command(self, text: str, timeout_s: float = COMMAND_TIMEOUT_S) -> list[DutEvent]:
-        """Send `text` as one command; return its reply events up to and including `Ready`."""
-        payload = encode_command(text)
-        if self._out_of_sync:
-            self._resync()
-        self._transport.write(payload)
-        deadline = time.monotonic() + timeout_s
-        events: list[DutEvent] = []
-        while True:
-            event = self._next_event(deadline)
-            if event is None:
-                self._out_of_sync = True
-                got = ", ".join(type(e).__name__ for e in events[-5:]) or "nothing"
-                raise DeviceTimeout(
-                    f"{self.name} did not finish {text!r} within {timeout_s:g} s (got: {got})",
-                    hint="the DUT stopped answering: check its power, reset line and port",
-                )
-            events.append(event)
-            if isinstance(event, TimestampMode):
-                self.timestamp_mode = event.mode
-            if isinstance(event, Ready):
-                break
-        if any(isinstance(e, InitDone) for e in events):
-            raise DeviceError(
-                f"{self.name} restarted while running {text!r}",
-                hint="check its supply (brown-out) and its reset line",
-            )
-        errors = [e.text for e in events if isinstance(e, DutErrorLine)]
+    def command(self, text: str, timeout_s: float | None = None) -> list[DutEvent]:
+        """Send `text` as one command; return its reply events up to and including `Ready`.
+
+        An ``e-`` line in the reply raises `DutError`; no reply by `timeout_s` (default
+        `command_timeout_s`) raises `DeviceTimeout`; a boot banner raises `DeviceError`.
+        """
+        events = self._exchange(text, timeout_s)
+        errors = _refusals(events)
         if errors:
             raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
         return events
+
+    # -- negotiation --------------------------------------------------------------------------
+    def negotiate(self) -> frozenset[str]:
+        """Ask ``caps``: the extensions the DUT speaks (empty for plain MLPerf Tiny firmware).
+
+        The reply also carries the timestamp mode, so the mode is known without a reboot.
+        """
+        text = cmd_caps()
+        events = self._exchange(text)
+        errors = _refusals(events)
+        if errors and not any("unknown command" in e.lower() for e in errors):
+            raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
+        words = [w for e in events if isinstance(e, Capabilities) for w in e.words]
+        self.capabilities = frozenset() if errors else frozenset(words)
+        return self.capabilities
 
     # -- the MLPerf Tiny commands -------------------------------------------------------------
     def identify(self) -> DutInfo:
@@ -189,35 +312,37 @@ class DutClient:
         self.info = DutInfo(name.name, name.vendor, profile.text, model.model_id)
         return self.info
 
-    def load(self, data: bytes, *, per_command: int = DEFAULT_HEX_PER_COMMAND) -> None:
-        """Download `data` into the DUT's input buffer and check that all of it arrived."""
-        data = bytes(data)
-        chunks = hex_chunks(data, per_command)
-        announce = cmd_db_load(len(data))
-        expecting = self._one(self.command(announce), ExpectingBytes, announce)
-        if expecting.n != len(data):
-            raise DeviceError(
-                f"{self.name} expects {expecting.n} bytes after {announce!r}",
-                hint="its input buffer may be smaller than the data: check the model's input size",
-            )
-        for k, chunk in enumerate(chunks, start=1):
-            done = any(isinstance(e, LoadDone) for e in self.command(chunk))
-            if done and k < len(chunks):
-                raise DeviceError(
-                    f"{self.name} said m-load-done after {k} of {len(chunks)} db commands",
-                    hint="the DUT counted more bytes than were sent: check the line for noise",
-                )
-            if not done and k == len(chunks):
-                raise DeviceError(
-                    f"download incomplete: sent {len(data)} bytes in {len(chunks)} db commands "
-                    f"but {self.name} never said m-load-done",
-                    hint="bytes were lost on the line; lower per_command (26 behind an IO "
-                    "manager) or the baud rate",
-                )
+    def load(self, data: bytes, *, per_command: int | None = None) -> LoadResult:
+        """Download `data` into the DUT's input buffer and verify that it arrived intact.
 
-    def read_buffer(self) -> bytes:
+        Binary (``bload`` with CRC-32) when the DUT offers it and the transport carries raw
+        bytes, else ``db`` hex commands (`per_command` bytes each; default the transport's
+        ``hex_per_command`` or 31) checked by a ``db print`` read-back. A failed verification
+        is retried once; then `DownloadError`.
+        """
+        data = bytes(data)
+        if not data:
+            raise ProtocolError("nothing to download: the input is empty",
+                                hint="load at least one byte")
+        if self._binary_offered(CAP_BLOAD):
+            method, attempt = "binary", self._load_binary
+        else:
+            if per_command is None:
+                per_command = getattr(self._transport, "hex_per_command", DEFAULT_HEX_PER_COMMAND)
+            hex_chunks(b"\0", per_command)  # refuses a bad per_command before anything is sent
+            method = "hex"
+
+            def attempt(payload: bytes) -> None:
+                self._load_hex(payload, per_command)
+
+        attempts = self._with_one_retry(attempt, data, method)
+        self.stats.downloads += 1
+        self.stats.bytes_loaded += len(data)
+        return LoadResult(len(data), method, attempts)
+
+    def read_buffer(self, *, timeout_s: float | None = None) -> bytes:
         """``db print%``: the bytes the DUT has received since the last ``db load``."""
-        events = self.command(cmd_db_print())
+        events = self.command(cmd_db_print(), timeout_s)
         return b"".join(e.data for e in events if isinstance(e, BufferDump))
 
     def infer(
@@ -269,6 +394,83 @@ class DutClient:
             )
         return laps[-1] if laps else None
 
+    # -- QUBO (rig extension) -----------------------------------------------------------------
+    def qubo_load(
+        self, n_vars: int, terms: Iterable[tuple[int, int, int]] | np.ndarray
+    ) -> None:
+        """Download a QUBO (terms (i, j, w), i <= j) with ``qload``; verified, retried once."""
+        payload = encode_qubo(n_vars, terms)  # validates before anything is sent
+        if not self._binary_offered(CAP_QUBO, need="QUBO commands"):
+            raise DeviceError(
+                f"{self.name}: a QUBO graph is a binary download, which this connection "
+                "cannot carry",
+                hint="connect the DUT directly, not through an IO manager's pass-through",
+            )
+        n_vars, arr = decode_qubo(payload)
+        self._qubo = None
+        self._with_one_retry(lambda p: self._qload_once(p, n_vars, len(arr)), payload, "qload")
+        self._qubo = (n_vars, arr)
+
+    def qubo_solve(self, timeout_us: int, seed: int, *, deadline_s: float | None = None) -> int:
+        """``qsolve``: solve the loaded QUBO for `timeout_us`; the DUT's elapsed µs.
+
+        `deadline_s` bounds the host's wait (default: the command deadline plus twice the
+        solve timeout).
+        """
+        text = cmd_qsolve(timeout_us, seed)
+        self._require_capability(CAP_QUBO, "QUBO commands")
+        if deadline_s is None:
+            deadline_s = self.command_timeout_s + 2.0 * timeout_us / 1e6
+        events = self.command(text, deadline_s)
+        self._one(events, QsolveStart, text)
+        return self._one(events, QsolveDone, text).elapsed_us
+
+    def qubo_result(self) -> QuboResult:
+        """``qresult``: the best cost and state and the improvement timeline, checked.
+
+        When the graph was loaded by this client, the reported best cost must be the cost of
+        the reported state.
+        """
+        text = cmd_qresult()
+        self._require_capability(CAP_QUBO, "QUBO commands")
+        events = self.command(text)
+        best = self._one(events, QbestCost, text).cost
+        best_time = self._one(events, QbestTime, text).us
+        raw = bytearray()
+        for chunk in (e for e in events if isinstance(e, QstateChunk)):
+            if chunk.offset != len(raw):
+                raise DeviceError(
+                    f"{self.name} sent state bytes at offset {chunk.offset} for {text!r}, "
+                    f"expected offset {len(raw)}",
+                    hint="state lines were lost or reordered: check the line",
+                )
+            raw += chunk.data
+        bits = np.unpackbits(np.frombuffer(bytes(raw), dtype=np.uint8), bitorder="little")
+        n_vars = self._qubo[0] if self._qubo is not None else bits.size
+        if bits.size < n_vars or bits[n_vars:].any():
+            raise DeviceError(
+                f"{self.name} sent a state of {len(raw)} bytes for {n_vars} variables",
+                hint="the DUT's graph differs from the one loaded: load it again",
+            )
+        state = bits[:n_vars].astype(bool)
+        improvements = [(e.t_us, e.cost) for e in events if isinstance(e, Qimprove)]
+        times = np.array([t for t, _ in improvements], dtype=np.int64)
+        if np.any(np.diff(times) < 0):
+            raise DeviceError(
+                f"{self.name} listed improvements out of time order for {text!r}",
+                hint="the firmware's qresult does not follow the protocol spec",
+            )
+        if self._qubo is not None:
+            actual = qubo_cost(self._qubo[1], state)
+            if actual != best:
+                raise DeviceError(
+                    f"{self.name} reported best cost {best}, but its best state costs {actual} "
+                    "on the loaded graph",
+                    hint="the DUT's graph or cost convention differs: load it again, check "
+                    "the shim against protocols/dut/SPEC.md",
+                )
+        return QuboResult(best, best_time, state, improvements)
+
     def close(self) -> None:
         """Close the transport."""
         self._transport.close()
@@ -279,7 +481,231 @@ class DutClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- downloads ----------------------------------------------------------------------------
+    def _with_one_retry(self, attempt: Callable[[bytes], None], data: bytes, method: str) -> int:
+        """Run `attempt(data)`; after a failed verification resynchronise and try once more."""
+        try:
+            attempt(data)
+            return 1
+        except _TransferFailed as first:
+            self.stats.retries += 1
+            self._resync_dut()
+            try:
+                attempt(data)
+                return 2
+            except _TransferFailed as second:
+                offset = second.offset
+                if offset is None and method == "binary":
+                    offset = self._diagnose(data)
+                where = f"; first difference at byte {offset}" if offset is not None else ""
+                raise DownloadError(
+                    f"{method} download of {len(data)} bytes to {self.name} failed twice: "
+                    f"{first.reason}; then {second.reason}{where}",
+                    n_bytes=len(data), method=method, reason=second.reason, offset=offset,
+                    hint=second.hint or "bytes are lost or corrupted on the line: check the "
+                    "cable, ground and baud rate",
+                ) from None
+
+    def _load_binary(self, data: bytes) -> None:
+        """One ``bload`` attempt; `_TransferFailed` unless the DUT acknowledged our CRC."""
+        crc = payload_crc(data)
+        text = cmd_bload(len(data), crc)
+        events = self._binary_exchange(text, data, BloadReady)
+        _fail_on_refusal(events, text)
+        done = [e for e in events if isinstance(e, BloadDone)]
+        if not done:
+            raise _TransferFailed(f"{self.name} never said m-bload-done")
+        if done[0].crc != crc:
+            raise _TransferFailed(
+                f"{self.name} acknowledged CRC {done[0].crc:08x}, the data's is {crc:08x}"
+            )
+
+    def _qload_once(self, payload: bytes, n_vars: int, n_terms: int) -> None:
+        """One ``qload`` attempt; `_TransferFailed` unless the DUT echoed the graph's size."""
+        text = cmd_qload(len(payload), payload_crc(payload))
+        events = self._binary_exchange(text, payload, QloadReady)
+        _fail_on_refusal(events, text)
+        done = [e for e in events if isinstance(e, QloadDone)]
+        if not done:
+            raise _TransferFailed(f"{self.name} never said m-qload-done")
+        if (done[0].n_vars, done[0].n_terms) != (n_vars, n_terms):
+            raise _TransferFailed(
+                f"{self.name} loaded {done[0].n_vars} variables and {done[0].n_terms} terms, "
+                f"not {n_vars} and {n_terms}"
+            )
+
+    def _load_hex(self, data: bytes, per_command: int) -> None:
+        """One legacy attempt: ``db load``, ``db <hex>`` commands, ``db print`` read-back."""
+        chunks = hex_chunks(data, per_command)
+        announce = cmd_db_load(len(data))
+        events = self._exchange(announce)
+        _fail_on_refusal(events, announce)
+        expecting = [e for e in events if isinstance(e, ExpectingBytes)]
+        if not expecting or expecting[0].n != len(data):
+            got = f"{expecting[0].n} bytes" if expecting else "no m-[Expecting N bytes] line"
+            raise _TransferFailed(
+                f"{self.name} answered {announce!r} with {got}",
+                hint="its input buffer may be smaller than the data: check the model's "
+                "input size",
+            )
+        for k, chunk in enumerate(chunks, start=1):
+            events = self._exchange(chunk)
+            errors = _refusals(events)
+            if errors:
+                raise _TransferFailed(
+                    f"{self.name} refused db command {k} of {len(chunks)}: {'; '.join(errors)}",
+                    offset=(k - 1) * per_command,
+                )
+            done = any(isinstance(e, LoadDone) for e in events)
+            if done and k < len(chunks):
+                raise _TransferFailed(
+                    f"{self.name} said m-load-done after {k} of {len(chunks)} db commands"
+                )
+            if not done and k == len(chunks):
+                raise _TransferFailed(
+                    f"sent {len(data)} bytes in {len(chunks)} db commands but {self.name} "
+                    "never said m-load-done",
+                    hint="bytes were lost on the line; lower per_command (26 behind an IO "
+                    "manager) or the baud rate",
+                )
+        try:
+            back = self.read_buffer(
+                timeout_s=self._transfer_timeout(_DUMP_BYTES_PER_BYTE * len(data))
+            )
+        except DutError as exc:
+            raise _TransferFailed(f"the db print read-back was refused: {exc.message}") from exc
+        offset = _first_difference(data, back)
+        if offset is not None:
+            raise _TransferFailed(
+                f"the db print read-back differs from the data at byte {offset} "
+                f"({len(back)} bytes read back)",
+                offset=offset,
+            )
+
+    def _binary_exchange(
+        self, text: str, payload: bytes, ready_kind: type[BloadReady | QloadReady]
+    ) -> list[DutEvent]:
+        """Send `text`; after the DUT's ready line write `payload` raw; events up to ``m-ready``.
+
+        The payload goes out only if the DUT announced exactly its length: otherwise the DUT
+        times out on its own and says so.
+        """
+        self._send(text)
+        events = self._collect(text, self.command_timeout_s, stop=(Ready, ready_kind))
+        ready = events[-1]
+        if isinstance(ready, Ready):
+            return events  # refused before the transfer
+        if ready.n == len(payload):
+            view = memoryview(payload)
+            for i in range(0, len(view), BINARY_WRITE_CHUNK):
+                self._transport.write(bytes(view[i : i + BINARY_WRITE_CHUNK]))
+        return events + self._collect(text, self._transfer_timeout(len(payload)))
+
+    def _diagnose(self, data: bytes) -> int | None:
+        """After a failed binary download: the first differing byte per ``db print``, if any."""
+        try:
+            back = self.read_buffer(
+                timeout_s=self._transfer_timeout(_DUMP_BYTES_PER_BYTE * len(data))
+            )
+        except DeviceError:
+            return None  # a diagnosis only: the download error says what matters
+        return _first_difference(data, back)
+
+    def _transfer_timeout(self, n_bytes: int) -> float:
+        """A deadline for moving `n_bytes` over the line: 3x the time at its baud rate."""
+        baud = getattr(self._transport, "baudrate", None) or DEFAULT_BAUD
+        return self.command_timeout_s + 3.0 * n_bytes * 10 / baud
+
+    def _binary_offered(self, capability: str, need: str = "") -> bool:
+        """Whether this connection can use `capability` (negotiating first if needed).
+
+        With `need`, a DUT without the capability is an error rather than False.
+        """
+        if not getattr(self._transport, "binary_ok", True):
+            return False
+        if need:
+            self._require_capability(capability, need)
+            return True
+        if self.capabilities is None:
+            self.negotiate()
+        return capability in (self.capabilities or frozenset())
+
+    def _require_capability(self, capability: str, what: str) -> None:
+        if self.capabilities is None:
+            self.negotiate()
+        if capability not in (self.capabilities or frozenset()):
+            offered = ", ".join(sorted(self.capabilities or ())) or "none"
+            raise DeviceError(
+                f"{self.name} does not speak the {what} (its capabilities: {offered})",
+                hint=f"flash firmware that offers '{capability}' in its caps reply",
+            )
+
+    def _resync_dut(self) -> None:
+        """Back to a known state before a retry: drain stray replies, then end any partial
+        command in the DUT's buffer with a harmless ``name%`` and drain its reply."""
+        self._drain()
+        self._transport.write(encode_command(cmd_name()))
+        self._collect(cmd_name(), self.command_timeout_s, check_restart=False)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Read and drop bytes until the line has been quiet for `_QUIET_S` (bounded)."""
+        now = time.monotonic()
+        limit, last = now + _DRAIN_LIMIT_S, now
+        while now < limit and now - last < _QUIET_S:
+            if self._transport.read():
+                last = time.monotonic()
+            now = time.monotonic()
+        self._pending.clear()
+        self._decoder.reset()
+        self._out_of_sync = False
+
     # -- internals ----------------------------------------------------------------------------
+    def _send(self, text: str) -> None:
+        payload = encode_command(text)  # refuses what does not fit the DUT's 80 characters
+        if self._out_of_sync:
+            self._resync()
+        self._transport.write(payload)
+
+    def _exchange(self, text: str, timeout_s: float | None = None) -> list[DutEvent]:
+        """Send `text`; its reply events up to ``m-ready`` (``e-`` lines included)."""
+        self._send(text)
+        return self._collect(text, self.command_timeout_s if timeout_s is None else timeout_s)
+
+    def _collect(
+        self,
+        text: str,
+        timeout_s: float,
+        *,
+        stop: tuple[type, ...] = (Ready,),
+        check_restart: bool = True,
+    ) -> list[DutEvent]:
+        """Reply events of `text` up to the first of a `stop` kind, within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        events: list[DutEvent] = []
+        while True:
+            event = self._next_event(deadline)
+            if event is None:
+                self._out_of_sync = True
+                got = ", ".join(type(e).__name__ for e in events[-5:]) or "nothing"
+                raise DeviceTimeout(
+                    f"{self.name} did not finish {text!r} within {timeout_s:g} s (got: {got})",
+                    hint="the DUT stopped answering: check its power, reset line and port",
+                )
+            events.append(event)
+            if isinstance(event, TimestampMode):
+                self.timestamp_mode = event.mode
+            if isinstance(event, stop):
+                break
+        if check_restart and any(isinstance(e, InitDone) for e in events):
+            self._qubo = None
+            self.capabilities = None
+            raise DeviceError(
+                f"{self.name} restarted while running {text!r}",
+                hint="check its supply (brown-out) and its reset line",
+            )
+        return events
+
     def _next_event(self, deadline: float) -> DutEvent | None:
         """The next event, or None once the monotonic `deadline` has passed."""
         while not self._pending:
@@ -312,3 +738,30 @@ class DutClient:
     def _results(self, events: list[DutEvent], command: str) -> np.ndarray:
         found = self._one(events, Results, command)
         return np.asarray(found.values, dtype=np.float64)
+
+
+def _refusals(events: list[DutEvent]) -> list[str]:
+    """The texts of the ``e-`` lines in a reply."""
+    return [e.text for e in events if isinstance(e, DutErrorLine)]
+
+
+def _fail_on_refusal(events: list[DutEvent], text: str) -> None:
+    errors = _refusals(events)
+    if errors:
+        too_large = any("too large" in e for e in errors)
+        raise _TransferFailed(
+            f"the DUT refused {text!r}: {'; '.join(errors)}",
+            hint="the data is larger than the DUT's input buffer: check the model's input size"
+            if too_large else "",
+        )
+
+
+def _first_difference(expected: bytes, got: bytes) -> int | None:
+    """The first offset where `got` differs from `expected` (None if it starts with all of it)."""
+    n = min(len(expected), len(got))
+    a = np.frombuffer(expected, dtype=np.uint8, count=n)
+    b = np.frombuffer(got, dtype=np.uint8, count=n)
+    diff = np.flatnonzero(a != b)
+    if diff.size:
+        return int(diff[0])
+    return None if len(got) >= len(expected) else n

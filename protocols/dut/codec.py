@@ -5,14 +5,20 @@ Commands are ASCII text ending in ``%``; replies are ``\\r\\n`` lines, ``m-`` fo
 helpers build commands; `DutDecoder` turns received bytes into typed events and never raises,
 whatever arrives on the line. Reply kinds are recognised by the table `_RULES`, so protocol
 extensions add rows there instead of branches.
+
+The rig's negotiated extensions (``caps``, the binary ``bload`` download, the QUBO commands) are
+here too; `encode_qubo`/`decode_qubo` build and check the binary graph that ``qload`` carries.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
+
+import numpy as np
 
 from protocols.errors import ProtocolError
 
@@ -25,6 +31,16 @@ DEFAULT_HEX_PER_COMMAND = 31
 MAX_HEX_PER_COMMAND = (MAX_COMMAND - len("db %")) // 2
 #: Longest reply line kept; longer lines become one `Unparsed` event (bounded memory on garbage).
 MAX_LINE = 16384
+
+#: Most bytes one ``m-qstate-`` line carries (64 hex digits).
+QSTATE_BYTES_PER_LINE = 32
+#: Capability word of the binary bulk download.
+CAP_BLOAD = "bload"
+#: Capability word of the QUBO commands.
+CAP_QUBO = "qubo"
+#: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
+QUBO_HEADER_BYTES = 8
+QUBO_TERM_BYTES = 12
 
 TimestampModeName = Literal["energy", "performance"]
 TIMESTAMP_MODES: tuple[str, ...] = ("energy", "performance")
@@ -127,6 +143,86 @@ class Results:
     values: tuple[float, ...]
 
 
+# -- events of the rig's negotiated extensions ------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    """``m-caps-[w1,w2,...]``: the extensions the DUT speaks (reply to ``caps``)."""
+
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BloadReady:
+    """``m-bload-ready-N``: the DUT now reads exactly N raw bytes."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class BloadDone:
+    """``m-bload-done-<crc>``: all bytes arrived and their CRC-32 matched `crc`."""
+
+    crc: int
+
+
+@dataclass(frozen=True)
+class QloadReady:
+    """``m-qload-ready-N``: the DUT now reads exactly N raw bytes of a QUBO graph."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class QloadDone:
+    """``m-qload-done-<n_vars>-<n_terms>``: the graph arrived, its CRC matched, it is valid."""
+
+    n_vars: int
+    n_terms: int
+
+
+@dataclass(frozen=True)
+class QsolveStart:
+    """``m-qsolve-start``: the solver started."""
+
+
+@dataclass(frozen=True)
+class QsolveDone:
+    """``m-qsolve-done-<elapsed_us>``: the solver stopped after `elapsed_us` (DUT timer)."""
+
+    elapsed_us: int
+
+
+@dataclass(frozen=True)
+class QbestCost:
+    """``m-qbest-cost-<int>``: the cost of the best state found."""
+
+    cost: int
+
+
+@dataclass(frozen=True)
+class QbestTime:
+    """``m-qbest-time-us-<t>``: when (µs after the solve started) the best state was found."""
+
+    us: int
+
+
+@dataclass(frozen=True)
+class QstateChunk:
+    """``m-qstate-<offset>-[<hex>]``: bytes `offset`.. of the best state's bitmap."""
+
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Qimprove:
+    """``m-qimprove-<t_us>-<cost>``: the solver found a better state of `cost` at `t_us`."""
+
+    t_us: int
+    cost: int
+
+
+# -- generic lines ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DutErrorLine:
     """``e-[<text>]``: the DUT refused the command; `text` is what is inside the brackets."""
@@ -164,6 +260,17 @@ DutEvent = (
     | InferDone
     | LapUs
     | Results
+    | Capabilities
+    | BloadReady
+    | BloadDone
+    | QloadReady
+    | QloadDone
+    | QsolveStart
+    | QsolveDone
+    | QbestCost
+    | QbestTime
+    | QstateChunk
+    | Qimprove
     | DutErrorLine
     | Message
     | Unparsed
@@ -253,6 +360,117 @@ def cmd_timestamp() -> str:
     return "timestamp"
 
 
+# -- commands of the rig's negotiated extensions ----------------------------------------------
+def _check_uint(value: object, what: str, *, low: int = 0, high: int = 0xFFFFFFFF) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
+        raise ProtocolError(f"{what} must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def payload_crc(data: bytes) -> int:
+    """CRC-32/IEEE of `data` (zlib's), the checksum ``bload`` and ``qload`` carry."""
+    return zlib.crc32(bytes(data)) & 0xFFFFFFFF
+
+
+def cmd_caps() -> str:
+    """``caps`` (rig extension): the DUT answers its timestamp mode and capability words."""
+    return "caps"
+
+
+def cmd_bload(n: int, crc: int) -> str:
+    """``bload N CRC`` (rig extension): N raw bytes with CRC-32 `crc` follow the ready line."""
+    _check_uint(n, "bload byte count", low=1)
+    _check_uint(crc, "bload CRC-32")
+    return f"bload {n} {crc:08x}"
+
+
+def cmd_qload(n: int, crc: int) -> str:
+    """``qload N CRC`` (rig extension): an `encode_qubo` payload of N bytes follows."""
+    _check_uint(n, "qload byte count", low=QUBO_HEADER_BYTES)
+    _check_uint(crc, "qload CRC-32")
+    return f"qload {n} {crc:08x}"
+
+
+def cmd_qsolve(timeout_us: int, seed: int) -> str:
+    """``qsolve T SEED`` (rig extension): solve the loaded QUBO for `timeout_us` wall time."""
+    _check_uint(timeout_us, "qsolve timeout_us", low=1)
+    _check_uint(seed, "qsolve seed")
+    return f"qsolve {timeout_us} {seed}"
+
+
+def cmd_qresult() -> str:
+    """``qresult`` (rig extension): best cost, its time, best state and improvement timeline."""
+    return "qresult"
+
+
+#: One QUBO term on the wire: u32 i, u32 j, i32 w, little-endian.
+_TERM = np.dtype([("i", "<u4"), ("j", "<u4"), ("w", "<i4")])
+_HEADER = np.dtype([("n_vars", "<u4"), ("n_terms", "<u4")])
+
+
+def encode_qubo(n_vars: int, terms: Iterable[tuple[int, int, int]] | np.ndarray) -> bytes:
+    """The ``qload`` payload for a QUBO of `n_vars` variables and `terms` (i, j, w), i <= j.
+
+    cost(x) = sum over terms of w * x_i * x_j; an off-diagonal term carries Q_ij + Q_ji.
+    """
+    _check_uint(n_vars, "QUBO variable count", low=1)
+    try:
+        raw = np.asarray(terms if isinstance(terms, np.ndarray) else list(terms))
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"QUBO terms must be integer triples (i, j, w): {exc}") from exc
+    if raw.size == 0:
+        raw = np.empty((0, 3), dtype=np.int64)
+    # Refuse floats and huge ints rather than truncate them silently.
+    if not np.issubdtype(raw.dtype, np.integer) or raw.ndim != 2 or raw.shape[1] != 3:
+        raise ProtocolError(
+            f"QUBO terms must be integer triples (i, j, w), got an array of {raw.dtype} "
+            f"with shape {raw.shape}"
+        )
+    arr = raw.astype(np.int64)
+    i, j, w = arr[:, 0], arr[:, 1], arr[:, 2]
+    bad = (i < 0) | (j < i) | (j >= n_vars) | (w < -(2**31)) | (w >= 2**31)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ProtocolError(
+            f"QUBO term {k} (i={i[k]}, j={j[k]}, w={w[k]}) is invalid for {n_vars} variables",
+            hint="each term needs 0 <= i <= j < n_vars and a weight that fits in 32 bits",
+        )
+    if len(arr) > 0xFFFFFFFF:
+        raise ProtocolError(f"{len(arr)} QUBO terms do not fit a 32-bit count")
+    body = np.empty(len(arr), dtype=_TERM)
+    body["i"], body["j"], body["w"] = i, j, w
+    header = np.array([(n_vars, len(arr))], dtype=_HEADER)
+    return header.tobytes() + body.tobytes()
+
+
+def decode_qubo(payload: bytes) -> tuple[int, np.ndarray]:
+    """`n_vars` and the (n_terms, 3) int64 array (i, j, w) of a ``qload`` payload; checked."""
+    payload = bytes(payload)
+    if len(payload) < QUBO_HEADER_BYTES:
+        raise ProtocolError(f"a QUBO payload of {len(payload)} bytes has no 8-byte header")
+    n_vars, n_terms = (int(v) for v in np.frombuffer(payload, _HEADER, count=1)[0])
+    expected = QUBO_HEADER_BYTES + QUBO_TERM_BYTES * n_terms
+    if len(payload) != expected:
+        raise ProtocolError(
+            f"a QUBO payload announcing {n_terms} terms must be {expected} bytes, "
+            f"not {len(payload)}"
+        )
+    body = np.frombuffer(payload, _TERM, offset=QUBO_HEADER_BYTES)
+    arr = np.stack([body["i"].astype(np.int64), body["j"].astype(np.int64),
+                    body["w"].astype(np.int64)], axis=1)
+    bad = (arr[:, 1] < arr[:, 0]) | (arr[:, 1] >= n_vars)
+    if n_vars < 1 or bad.any():
+        raise ProtocolError(f"QUBO payload has terms outside 0 <= i <= j < n_vars={n_vars}")
+    return n_vars, arr
+
+
+def qubo_cost(terms: np.ndarray, state: np.ndarray) -> int:
+    """cost(x) = sum of w * x_i * x_j over the (i, j, w) rows of `terms`, x a 0/1 vector."""
+    t = np.asarray(terms, dtype=np.int64).reshape(-1, 3)
+    x = np.asarray(state, dtype=np.int64)
+    return int(np.sum(t[:, 2] * x[t[:, 0]] * x[t[:, 1]]))
+
+
 def hex_chunks(data: bytes, per_command: int = DEFAULT_HEX_PER_COMMAND) -> list[str]:
     """The ``db <hex>`` commands that download `data`, `per_command` bytes each."""
     if (
@@ -296,6 +514,24 @@ def _results(m: re.Match[str]) -> DutEvent:
         return Message(m.group(0)[2:])
 
 
+def _capabilities(m: re.Match[str]) -> DutEvent:
+    words = tuple(w.strip() for w in m.group(1).split(","))
+    return Capabilities(tuple(w for w in words if w))
+
+
+def _qstate(m: re.Match[str]) -> DutEvent:
+    digits = m.group(2)
+    if len(digits) % 2:
+        return Message(m.group(0)[2:])
+    return QstateChunk(int(m.group(1)), bytes.fromhex(digits))
+
+
+#: An unsigned decimal of at most 20 digits (any 64-bit count). Bounded because Python refuses
+#: to convert integers of more than 4300 digits, and a garbled line must not crash the decoder.
+_U = r"(\d{1,20})"
+#: The same, signed (QUBO costs are negative).
+_S = r"(-?\d{1,20})"
+
 #: (pattern on the whole line, event builder). First match wins; order matters where patterns
 #: overlap (``m-[Expecting ...]`` before the generic ``m-`` fallback).
 _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
@@ -305,15 +541,29 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
     (re.compile(r"m-name-(.*?)-\[(.*)\]"), lambda m: Name(m.group(1), m.group(2))),
     (re.compile(r"m-profile-\[(.*)\]"), lambda m: Profile(m.group(1))),
     (re.compile(r"m-model-\[(.*)\]"), lambda m: Model(m.group(1))),
-    (re.compile(r"m-\[Expecting (\d+) bytes\]"), lambda m: ExpectingBytes(int(m.group(1)))),
+    (re.compile(rf"m-\[Expecting {_U} bytes\]"), lambda m: ExpectingBytes(int(m.group(1)))),
     (re.compile(r"m-load-done"), lambda m: LoadDone()),
     (re.compile(r"m-buffer-(.*)"), _buffer_dump),
-    (re.compile(r"m-warmup-start-(\d+)"), lambda m: WarmupStart(int(m.group(1)))),
+    (re.compile(rf"m-warmup-start-{_U}"), lambda m: WarmupStart(int(m.group(1)))),
     (re.compile(r"m-warmup-done"), lambda m: WarmupDone()),
-    (re.compile(r"m-infer-start-(\d+)"), lambda m: InferStart(int(m.group(1)))),
+    (re.compile(rf"m-infer-start-{_U}"), lambda m: InferStart(int(m.group(1)))),
     (re.compile(r"m-infer-done"), lambda m: InferDone()),
-    (re.compile(r"m-lap-us-(\d+)"), lambda m: LapUs(int(m.group(1)))),
+    (re.compile(rf"m-lap-us-{_U}"), lambda m: LapUs(int(m.group(1)))),
     (re.compile(r"m-results-\[(.*)\]"), _results),
+    # Rig extensions (negotiated).
+    (re.compile(r"m-caps-\[(.*)\]"), _capabilities),
+    (re.compile(rf"m-bload-ready-{_U}"), lambda m: BloadReady(int(m.group(1)))),
+    (re.compile(r"m-bload-done-([0-9a-fA-F]{8})"), lambda m: BloadDone(int(m.group(1), 16))),
+    (re.compile(rf"m-qload-ready-{_U}"), lambda m: QloadReady(int(m.group(1)))),
+    (re.compile(rf"m-qload-done-{_U}-{_U}"),
+     lambda m: QloadDone(int(m.group(1)), int(m.group(2)))),
+    (re.compile(r"m-qsolve-start"), lambda m: QsolveStart()),
+    (re.compile(rf"m-qsolve-done-{_U}"), lambda m: QsolveDone(int(m.group(1)))),
+    (re.compile(rf"m-qbest-cost-{_S}"), lambda m: QbestCost(int(m.group(1)))),
+    (re.compile(rf"m-qbest-time-us-{_U}"), lambda m: QbestTime(int(m.group(1)))),
+    (re.compile(rf"m-qstate-{_U}-\[([0-9a-fA-F]{{0,{2 * QSTATE_BYTES_PER_LINE}}})\]"), _qstate),
+    (re.compile(rf"m-qimprove-{_U}-{_S}"), lambda m: Qimprove(int(m.group(1)), int(m.group(2)))),
+    # Generic lines.
     (re.compile(r"e-\[(.*)\]"), lambda m: DutErrorLine(m.group(1))),
     (re.compile(r"e-(.*)"), lambda m: DutErrorLine(m.group(1))),
     (re.compile(r"m-(.*)"), lambda m: Message(m.group(1))),

@@ -7,6 +7,11 @@ before simulated time reaches them, so a simulated energy monitor sees them exac
 are GPIO pulses in the world (energy mode) or lap lines from the world's 32-bit µs timer
 (performance mode). Without power it discards its input and says nothing; a power cut abandons
 whatever it was doing.
+
+With `extensions` (the default) it also speaks the rig's negotiated extensions that a DUT shim
+implements: ``caps`` and the binary ``bload`` download (raw bytes on the same pty after its
+ready line, CRC-32 checked, inter-byte timeout). Without, it is plain MLPerf Tiny firmware that
+answers ``caps`` with ``e-[Unknown command: caps]``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import re
 import select
 import threading
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from protocols.dut.codec import MAX_COMMAND, TIMESTAMP_MODES
+from protocols.dut.codec import CAP_BLOAD, MAX_COMMAND, TIMESTAMP_MODES, payload_crc
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -35,7 +41,23 @@ _WRITE_WAIT_S = 0.5
 #: Longest host wait in one slice of a simulated sleep, so that `close()` is noticed promptly.
 _SLEEP_SLICE_S = 0.05
 
+#: Host seconds a binary download may pause between two bytes before the DUT gives up (the
+#: spec's 1000 ms; a UART timeout, not a simulated duration).
+BLOAD_TIMEOUT_S = 1.0
+
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
+_BLOAD_ARGS = re.compile(r"([1-9][0-9]{0,9}) ([0-9a-f]{8})")
+
+
+@dataclass
+class _BinaryReceive:
+    """A ``bload`` in progress: `n` bytes announced with CRC `crc`; `got` so far."""
+
+    n: int
+    crc: int
+    got: int = 0
+    #: Host monotonic time of the last byte (or of the ready line).
+    last: float = 0.0
 
 
 class DutModel(Protocol):
@@ -58,6 +80,8 @@ class SimDut:
         timestamp_mode: str = "energy",
         name: str = "dut",
         vendor: str = "neurobench-rig virtual bench",
+        extensions: bool = True,
+        bload_timeout_s: float = BLOAD_TIMEOUT_S,
     ) -> None:
         if timestamp_mode not in TIMESTAMP_MODES:
             raise ValueError(f"timestamp_mode must be one of {TIMESTAMP_MODES}")
@@ -68,6 +92,8 @@ class SimDut:
         self.timestamp_mode = timestamp_mode
         self.name = name
         self.vendor = vendor
+        self.extensions = extensions
+        self.bload_timeout_s = bload_timeout_s
         self._pty = Pty()
         self.path = self._pty.path
         os.set_blocking(self._pty.master, False)
@@ -104,6 +130,7 @@ class SimDut:
         self._expected = 0
         self._pos = 0
         self._results: np.ndarray | None = None
+        self._rx: _BinaryReceive | None = None
 
     def _run(self) -> None:
         world = self.world
@@ -128,15 +155,23 @@ class SimDut:
                 booted = True
                 continue
             self._receive(self._read(_POLL_S), gen)
+            rx = self._rx
+            if rx is not None and time.monotonic() - rx.last > self.bload_timeout_s:
+                self._rx = None
+                self._say(gen, f"e-[bload timeout: got {rx.got} of {rx.n} bytes]", "m-ready")
 
     def _receive(self, data: bytes, gen: int) -> None:
-        """Append to the command buffer (truncated at 80 characters); run each finished one."""
-        parts = data.split(b"%")
-        for i, part in enumerate(parts):
-            room = max(MAX_COMMAND - len(self._cmd), 0)
-            self._cmd += part[:room]
-            if i == len(parts) - 1:
-                break
+        """Feed a binary download, or append to the command buffer (truncated at 80
+        characters) and run each finished command; after a ``bload`` the bytes are raw data."""
+        while data:
+            if self._rx is not None:
+                data = self._receive_binary(data, gen)
+                continue
+            end = data.find(b"%")
+            part, data = (data, b"") if end < 0 else (data[:end], data[end + 1 :])
+            self._cmd += part[: max(MAX_COMMAND - len(self._cmd), 0)]
+            if end < 0:
+                return
             text = self._cmd.decode("ascii", errors="replace")
             self._cmd.clear()
             if self._execute(text.strip(), gen):
@@ -144,11 +179,37 @@ class SimDut:
             if self.world.generation != gen:
                 return  # power was cut: the rest of the input went to a dead DUT
 
+    def _receive_binary(self, data: bytes, gen: int) -> bytes:
+        """Store the next bytes of a ``bload`` in the input buffer; the rest is returned."""
+        rx = self._rx
+        take = data[: rx.n - rx.got]
+        self._buffer[rx.got : rx.got + len(take)] = take
+        rx.got += len(take)
+        rx.last = time.monotonic()
+        self._pos = rx.got
+        if rx.got == rx.n:
+            self._rx = None
+            crc = payload_crc(self._buffer[: rx.n])
+            if crc == rx.crc:
+                self._say(gen, f"m-bload-done-{crc:08x}", "m-ready")
+            else:
+                self._say(gen, f"e-[bload crc mismatch: expected {rx.crc:08x} got {crc:08x}]",
+                          "m-ready")
+        return data[len(take) :]
+
     def _execute(self, text: str, gen: int) -> bool:
-        """Run one command; False if it was abandoned by a power cut (then nothing more)."""
+        """Run one command; True when its reply is complete and ``m-ready`` is due.
+
+        False if it was abandoned by a power cut (then nothing more), or if a ``bload`` now
+        waits for its data (``m-ready`` follows the data).
+        """
         words = text.split()
         head = words[0] if words else ""
-        if head == "name":
+        if head == "caps" and self.extensions:
+            self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{CAP_BLOAD}]")
+        elif head == "bload" and self.extensions:
+            return self._bload(text[len("bload") :].strip(), gen)
+        elif head == "name":
             self._say(gen, f"m-name-{self.name}-[{self.vendor}]")
         elif head == "profile":
             self._say(gen, f"m-profile-[{PROFILE}]", f"m-model-[{self.model.model_id}]")
@@ -165,6 +226,22 @@ class SimDut:
         return True
 
     # -- commands -----------------------------------------------------------------------------
+    def _bload(self, args: str, gen: int) -> bool:
+        """``bload N CRC``: get ready for N raw bytes; True if refused (``m-ready`` now)."""
+        m = _BLOAD_ARGS.fullmatch(args)
+        if m is None:
+            self._say(gen, "e-[bload bad arguments]")
+            return True
+        n, crc = int(m.group(1)), int(m.group(2), 16)
+        if n > len(self._buffer):
+            self._say(gen, f"e-[bload too large: {n} > {len(self._buffer)}]")
+            return True
+        # Listen before saying ready: the host may send the data right after the line.
+        self._rx = _BinaryReceive(n, crc, last=time.monotonic())
+        self._expected, self._pos = n, 0
+        self._say(gen, f"m-bload-ready-{n}")
+        return False
+
     def _db(self, args: list[str], gen: int) -> None:
         if args[0] == "load":
             arg = args[1] if len(args) > 1 else ""

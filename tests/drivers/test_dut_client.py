@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
 
 import numpy as np
 import pytest
 
-from drivers.dut.client import DutClient, DutInfo
+from drivers.dut.client import DownloadError, DutClient, DutInfo, DutStats, LoadResult
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from protocols.errors import ProtocolError
 
@@ -145,57 +147,271 @@ def test_restart_during_a_command_is_reported() -> None:
     assert client.timestamp_mode == "performance"
 
 
-def test_load_sends_hex_chunks_and_requires_load_done() -> None:
-    data = bytes(range(40))
-    client, transport = booted(
-        [
-            (b"db load 40%", b"m-[Expecting 40 bytes]\r\nm-ready\r\n"),
-            (b"db " + data[:31].hex().encode() + b"%", b"m-ready\r\n"),
-            (b"db " + data[31:].hex().encode() + b"%", b"m-load-done\r\nm-ready\r\n"),
-        ]
-    )
-    client.load(data)
+CAPS_PLAIN = (b"caps%", b"e-[Unknown command: caps]\r\nm-ready\r\n")
+CAPS_BLOAD = (b"caps%", b"m-timestamp-mode-energy\r\nm-caps-[bload]\r\nm-ready\r\n")
+CAPS_QUBO = (b"caps%", b"m-timestamp-mode-performance\r\nm-caps-[bload,qubo]\r\nm-ready\r\n")
+RESYNC = (b"name%", b"m-name-dut-[x]\r\nm-ready\r\n")
+
+
+def dump(data: bytes) -> bytes:
+    """A db print reply (16 bytes per line, like the simulator), ending m-ready."""
+    rows = [data[i : i + 16] for i in range(0, len(data), 16)] or [b""]
+    return b"".join(b"m-buffer-" + row.hex("-").encode() + b"\r\n" for row in rows) + b"m-ready\r\n"
+
+
+def hex_load(data: bytes, per_command: int = 31, readback: bytes | None = None) -> list:
+    """The legacy download of `data` as a plain firmware answers it, with its read-back."""
+    script = [(b"db load %d%%" % len(data), b"m-[Expecting %d bytes]\r\nm-ready\r\n" % len(data))]
+    chunks = [data[i : i + per_command] for i in range(0, len(data), per_command)]
+    for k, chunk in enumerate(chunks, start=1):
+        done = b"m-load-done\r\n" if k == len(chunks) else b""
+        script.append((b"db " + chunk.hex().encode() + b"%", done + b"m-ready\r\n"))
+    script.append((b"db print%", dump(data if readback is None else readback)))
+    return script
+
+
+def bload(data: bytes, reply: bytes | None = None) -> list:
+    """The binary download of `data`; `reply` replaces the DUT's m-bload-done line."""
+    crc = zlib.crc32(data)
+    done = b"m-bload-done-%08x\r\n" % crc if reply is None else reply
+    return [
+        (b"bload %d %08x%%" % (len(data), crc), b"m-bload-ready-%d\r\n" % len(data)),
+        (data, done + b"m-ready\r\n"),
+    ]
+
+
+def test_negotiate_reads_capabilities_and_the_mode_without_a_reboot() -> None:
+    transport = ScriptedTransport([CAPS_QUBO])
+    client = DutClient(transport)
+    assert client.capabilities is None and client.timestamp_mode is None
+    assert client.negotiate() == frozenset({"bload", "qubo"})
+    assert client.capabilities == frozenset({"bload", "qubo"})
+    assert client.timestamp_mode == "performance"
+    client.require_mode("performance")
+
+
+def test_negotiate_with_plain_firmware_gives_no_capabilities() -> None:
+    client, transport = booted([CAPS_PLAIN])
+    assert client.negotiate() == frozenset()
+    assert client.timestamp_mode == "energy"  # still the banner's
     assert transport.done()
 
 
-def test_load_without_load_done_is_incomplete() -> None:
-    data = bytes(10)
-    client, _ = booted(
+def test_negotiate_other_refusal_is_an_error() -> None:
+    client, _ = booted([(b"caps%", b"e-[caps disabled]\r\nm-ready\r\n")])
+    with pytest.raises(DutError, match="caps disabled"):
+        client.negotiate()
+
+
+def test_load_binary_when_offered() -> None:
+    data = bytes(range(200))
+    client, transport = booted([CAPS_BLOAD, *bload(data)])
+    result = client.load(data)
+    assert result == LoadResult(200, "binary", 1)
+    assert transport.written[2] == data  # raw, no framing
+    assert client.stats == DutStats(downloads=1, retries=0, bytes_loaded=200)
+    assert transport.done()
+
+
+def test_binary_payload_goes_out_in_pieces() -> None:
+    data = bytes(i % 251 for i in range(2500))
+    crc = zlib.crc32(data)
+    client, transport = booted(
         [
-            (b"db load 10%", b"m-[Expecting 10 bytes]\r\nm-ready\r\n"),
-            (b"db 00000000000000000000%", b"m-ready\r\n"),
+            CAPS_BLOAD,
+            (b"bload 2500 %08x%%" % crc, b"m-bload-ready-2500\r\n"),
+            (data[:1024], b""),
+            (data[1024:2048], b""),
+            (data[2048:], b"m-bload-done-%08x\r\nm-ready\r\n" % crc),
         ]
     )
-    with pytest.raises(DeviceError, match="download incomplete: sent 10 bytes in 1 db commands"):
+    assert client.load(data).method == "binary"
+    assert transport.done()
+
+
+def test_binary_crc_mismatch_is_retried_once_after_a_resync() -> None:
+    data = b"\x01\x02\x03\x04" * 10
+    crc = zlib.crc32(data)
+    mismatch = b"e-[bload crc mismatch: expected %08x got 12345678]\r\n" % crc
+    client, transport = booted([CAPS_BLOAD, *bload(data, mismatch), RESYNC, *bload(data)])
+    assert client.load(data) == LoadResult(40, "binary", 2)
+    assert client.stats.retries == 1 and client.stats.downloads == 1
+    assert transport.done()
+
+
+def test_binary_wrong_acknowledged_crc_is_retried() -> None:
+    data = b"abc" * 5
+    client, transport = booted(
+        [CAPS_BLOAD, *bload(data, b"m-bload-done-00000000\r\n"), RESYNC, *bload(data)]
+    )
+    assert client.load(data).attempts == 2
+    assert transport.done()
+
+
+def test_binary_failing_twice_names_bytes_reason_and_first_difference() -> None:
+    data = bytes(range(50))
+    got = bytearray(data)
+    got[37] ^= 0xFF
+    crc = zlib.crc32(data)
+    mismatch = b"e-[bload crc mismatch: expected %08x got %08x]\r\n" % (crc, zlib.crc32(got))
+    client, transport = booted(
+        [CAPS_BLOAD, *bload(data, mismatch), RESYNC, *bload(data, mismatch),
+         (b"db print%", dump(bytes(got)))]
+    )
+    with pytest.raises(DownloadError) as exc:
         client.load(data)
+    err = exc.value
+    assert (err.n_bytes, err.method, err.offset) == (50, "binary", 37)
+    assert "binary download of 50 bytes" in err.message and "failed twice" in err.message
+    assert "first difference at byte 37" in err.message and "crc mismatch" in err.reason
+    assert "cable" in err.hint
+    assert isinstance(err, DeviceError)
+    assert client.stats == DutStats(downloads=0, retries=1, bytes_loaded=0)
+    assert transport.done()
 
 
-def test_load_checks_the_announced_count() -> None:
-    client, _ = booted([(b"db load 10%", b"m-[Expecting 8 bytes]\r\nm-ready\r\n")])
-    with pytest.raises(DeviceError, match="expects 8 bytes"):
+def test_binary_too_large_says_what_to_check() -> None:
+    data = bytes(30)
+    crc = zlib.crc32(data)
+    refuse = (b"bload 30 %08x%%" % crc, b"e-[bload too large: 30 > 20]\r\nm-ready\r\n")
+    client, _ = booted([CAPS_BLOAD, refuse, RESYNC, refuse, (b"db print%", dump(b""))])
+    with pytest.raises(DownloadError, match="too large: 30 > 20") as exc:
+        client.load(data)
+    assert "input buffer" in exc.value.hint
+    assert exc.value.offset == 0  # nothing arrived
+
+
+def test_binary_payload_is_not_sent_when_the_dut_expects_another_length() -> None:
+    data = bytes(10)
+    crc = zlib.crc32(data)
+    client, transport = booted(
+        [
+            CAPS_BLOAD,
+            # Noise turned 10 into 19: the DUT waits for 19 bytes, then gives up by itself.
+            (b"bload 10 %08x%%" % crc, b"m-bload-ready-19\r\ne-[bload timeout: got 0 of 19 "
+             b"bytes]\r\nm-ready\r\n"),
+            RESYNC,
+            *bload(data),
+        ]
+    )
+    assert client.load(data).attempts == 2
+    assert data not in transport.written[:3]
+    assert transport.done()
+
+
+def test_load_hex_with_plain_firmware_is_verified_by_read_back() -> None:
+    data = bytes(range(40))
+    client, transport = booted([CAPS_PLAIN, *hex_load(data)])
+    assert client.load(data) == LoadResult(40, "hex", 1)
+    assert transport.written[1:4] == [
+        b"db load 40%",
+        b"db " + data[:31].hex().encode() + b"%",
+        b"db " + data[31:].hex().encode() + b"%",
+    ]
+    assert transport.done()
+
+
+def test_hex_read_back_difference_is_retried_then_named() -> None:
+    data = bytes(range(40))
+    bad = data[:33] + b"\xee" + data[34:]
+    client, transport = booted(
+        [CAPS_PLAIN, *hex_load(data, readback=bad), RESYNC, *hex_load(data, readback=bad)]
+    )
+    with pytest.raises(DownloadError, match=r"hex download of 40 bytes") as exc:
+        client.load(data)
+    assert exc.value.offset == 33
+    assert "read-back differs from the data at byte 33" in exc.value.message
+    assert transport.done()
+
+
+def test_hex_short_read_back_is_a_difference() -> None:
+    data = bytes(range(20))
+    client, transport = booted(
+        [CAPS_PLAIN, *hex_load(data, readback=data[:16]), RESYNC, *hex_load(data)]
+    )
+    assert client.load(data).attempts == 2
+    assert transport.done()
+
+
+def test_hex_missing_load_done_is_retried() -> None:
+    data = bytes(10)
+    first = hex_load(data)[:2]
+    first[1] = (first[1][0], b"m-ready\r\n")  # the last db command without m-load-done
+    client, transport = booted([CAPS_PLAIN, *first, RESYNC, *hex_load(data)])
+    assert client.load(data) == LoadResult(10, "hex", 2)
+    assert client.stats.retries == 1
+    assert transport.done()
+
+
+def test_hex_missing_load_done_twice_is_a_download_error() -> None:
+    data = bytes(10)
+    first = hex_load(data)[:2]
+    first[1] = (first[1][0], b"m-ready\r\n")
+    client, _ = booted([CAPS_PLAIN, *first, RESYNC, *first])
+    with pytest.raises(DownloadError, match="never said m-load-done") as exc:
+        client.load(data)
+    assert "per_command" in exc.value.hint
+
+
+def test_hex_announced_count_mismatch() -> None:
+    wrong = (b"db load 10%", b"m-[Expecting 8 bytes]\r\nm-ready\r\n")
+    client, _ = booted([CAPS_PLAIN, wrong, RESYNC, wrong])
+    with pytest.raises(DownloadError, match="with 8 bytes") as exc:
         client.load(bytes(10))
+    assert "input size" in exc.value.hint
 
 
-def test_load_refused_chunk_raises() -> None:
-    client, _ = booted(
-        [
-            (b"db load 2%", b"m-[Expecting 2 bytes]\r\nm-ready\r\n"),
-            (b"db 0102%", b"e-[Invalid hex digit '01']\r\nm-ready\r\n"),
-        ]
-    )
-    with pytest.raises(DutError, match="Invalid hex digit"):
-        client.load(b"\x01\x02")
+def test_hex_refused_chunk_is_retried() -> None:
+    data = b"\x01\x02"
+    refused = [hex_load(data)[0], (b"db 0102%", b"e-[Invalid hex digit '01']\r\nm-ready\r\n")]
+    client, transport = booted([CAPS_PLAIN, *refused, RESYNC, *hex_load(data)])
+    assert client.load(data).attempts == 2
+    assert transport.done()
 
 
-def test_load_done_too_early_is_an_error() -> None:
-    client, _ = booted(
-        [
-            (b"db load 4%", b"m-[Expecting 4 bytes]\r\nm-ready\r\n"),
-            (b"db 0102%", b"m-load-done\r\nm-ready\r\n"),
-        ]
-    )
-    with pytest.raises(DeviceError, match="m-load-done after 1 of 2"):
-        client.load(b"\x01\x02\x03\x04", per_command=2)
+def test_hex_load_done_too_early_is_a_failure() -> None:
+    data = b"\x01\x02\x03\x04"
+    early = [hex_load(data, 2)[0], (b"db 0102%", b"m-load-done\r\nm-ready\r\n")]
+    client, _ = booted([CAPS_PLAIN, *early, RESYNC, *early])
+    with pytest.raises(DownloadError, match="m-load-done after 1 of 2"):
+        client.load(data, per_command=2)
+
+
+class PassThroughTransport(ScriptedTransport):
+    """Like an IO manager's pass-through: no raw bytes, 26 bytes per db command."""
+
+    binary_ok = False
+    hex_per_command = 26
+
+
+def test_a_transport_without_binary_uses_hex_and_never_asks_caps() -> None:
+    data = bytes(range(30))
+    transport = PassThroughTransport(hex_load(data, 26), initial=BANNER_ENERGY)
+    client = DutClient(transport)
+    client.wait_for_boot(1.0)
+    assert client.load(data).method == "hex"
+    assert transport.written[1] == b"db " + data[:26].hex().encode() + b"%"
+    assert client.capabilities is None
+    assert transport.done()
+
+
+def test_load_refuses_empty_data_and_bad_chunk_sizes_before_sending() -> None:
+    client, transport = booted([CAPS_PLAIN])
+    with pytest.raises(ProtocolError, match="empty"):
+        client.load(b"")
+    with pytest.raises(ProtocolError, match="per_command"):
+        client.load(b"abc", per_command=39)
+    assert transport.written == [b"caps%"]
+
+
+def test_timeout_during_a_download_is_not_retried() -> None:
+    data = bytes(8)
+    crc = zlib.crc32(data)
+    client, _ = booted([CAPS_BLOAD, (b"bload 8 %08x%%" % crc, b"")])
+    client.command_timeout_s = 0.05
+    with pytest.raises(DeviceTimeout, match="did not finish 'bload 8"):
+        client.load(data)
+    assert client.stats.retries == 0
 
 
 def test_read_buffer_joins_dump_lines() -> None:
@@ -282,3 +498,139 @@ def test_close_closes_the_transport() -> None:
     client, transport = booted([])
     client.close()
     assert transport.closed
+
+
+# -- QUBO (rig extension) ---------------------------------------------------------------------
+
+#: Path 0-1-2-3-4 as a maximum-independent-set QUBO: -1 on the diagonal, 4 per edge.
+QUBO_TERMS = [(k, k, -1) for k in range(5)] + [(k, k + 1, 4) for k in range(4)]
+QUBO_PAYLOAD = b"".join(
+    [struct.pack("<II", 5, len(QUBO_TERMS))] + [struct.pack("<IIi", *t) for t in QUBO_TERMS]
+)
+
+
+def qload(reply: bytes = b"m-qload-done-5-9\r\n") -> list:
+    crc = zlib.crc32(QUBO_PAYLOAD)
+    n = len(QUBO_PAYLOAD)
+    return [
+        (b"qload %d %08x%%" % (n, crc), b"m-qload-ready-%d\r\n" % n),
+        (QUBO_PAYLOAD, reply + b"m-ready\r\n"),
+    ]
+
+
+#: Best state x = 1,0,1,0,1 (cost -3): bits 0, 2, 4 of byte 0 = 0x15.
+QRESULT = (
+    b"m-qbest-cost--3\r\nm-qbest-time-us-420\r\nm-qstate-0-[15]\r\n"
+    b"m-qimprove-10--1\r\nm-qimprove-95--2\r\nm-qimprove-420--3\r\nm-ready\r\n"
+)
+
+
+def test_qubo_load_solve_result() -> None:
+    client, transport = booted(
+        [
+            CAPS_QUBO,
+            *qload(),
+            (b"qsolve 1000 7%", b"m-qsolve-start\r\nm-qsolve-done-1003\r\nm-ready\r\n"),
+            (b"qresult%", QRESULT),
+        ],
+        banner=BANNER_PERF,
+    )
+    client.qubo_load(5, QUBO_TERMS)
+    assert transport.written[2] == QUBO_PAYLOAD
+    assert client.qubo_solve(1000, 7) == 1003
+    result = client.qubo_result()
+    assert result.best_cost == -3 and result.best_time_us == 420
+    np.testing.assert_array_equal(result.state, [True, False, True, False, True])
+    assert result.state.dtype == bool
+    assert result.improvements == [(10, -1), (95, -2), (420, -3)]
+    assert transport.done()
+
+
+def test_qubo_state_spans_several_lines() -> None:
+    n = 300  # 38 bytes: one full 32-byte line and one of 6
+    bits = np.zeros(n, dtype=bool)
+    bits[[0, 9, 255, 256, 299]] = True
+    raw = np.packbits(bits, bitorder="little").tobytes()
+    reply = (
+        b"m-qbest-cost-0\r\nm-qbest-time-us-0\r\n"
+        + b"m-qstate-0-[" + raw[:32].hex().encode() + b"]\r\n"
+        + b"m-qstate-32-[" + raw[32:].hex().encode() + b"]\r\nm-ready\r\n"
+    )
+    client, _ = booted([CAPS_QUBO, (b"qresult%", reply)])
+    result = client.qubo_result()  # no graph loaded by this client: no cost check
+    np.testing.assert_array_equal(result.state[:n], bits)
+    assert result.improvements == []
+
+
+def test_qubo_load_crc_mismatch_is_retried() -> None:
+    client, transport = booted(
+        [CAPS_QUBO, *qload(b"e-[qload crc mismatch: expected 1 got 2]\r\n"), RESYNC, *qload()]
+    )
+    client.qubo_load(5, QUBO_TERMS)
+    assert client.stats.retries == 1
+    assert transport.done()
+
+
+def test_qubo_load_wrong_echo_fails_after_the_retry() -> None:
+    bad = b"m-qload-done-5-8\r\n"
+    client, _ = booted([CAPS_QUBO, *qload(bad), RESYNC, *qload(bad)])
+    with pytest.raises(DownloadError, match="8 terms, not 5 and 9") as exc:
+        client.qubo_load(5, QUBO_TERMS)
+    assert exc.value.method == "qload"
+
+
+@pytest.mark.parametrize(
+    ("reply", "match"),
+    [
+        (QRESULT.replace(b"m-qbest-cost--3", b"m-qbest-cost--4"), "best cost -4, but its best "
+         "state costs -3"),
+        (QRESULT.replace(b"m-qstate-0-[15]", b"m-qstate-1-[15]"), "offset 1 .* expected offset 0"),
+        (QRESULT.replace(b"m-qstate-0-[15]", b"m-qstate-0-[35]"), "state of 1 bytes for 5"),
+        (QRESULT.replace(b"m-qstate-0-[15]\r\n", b""), "state of 0 bytes for 5"),
+        (QRESULT.replace(b"m-qimprove-95", b"m-qimprove-9"), "out of time order"),
+        (QRESULT.replace(b"m-qbest-time-us-420\r\n", b""), "expected QbestTime"),
+    ],
+)
+def test_qubo_result_is_checked_against_the_loaded_graph(reply: bytes, match: str) -> None:
+    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", reply)])
+    client.qubo_load(5, QUBO_TERMS)
+    with pytest.raises(DeviceError, match=match):
+        client.qubo_result()
+
+
+def test_qubo_needs_the_capability_and_a_binary_link() -> None:
+    client, transport = booted([CAPS_BLOAD])
+    with pytest.raises(DeviceError, match=r"does not speak the QUBO commands \(its capabilities: "
+                       r"bload\)"):
+        client.qubo_load(5, QUBO_TERMS)
+    with pytest.raises(DeviceError, match="QUBO"):
+        client.qubo_solve(10, 1)
+    assert transport.written == [b"caps%"]
+    passthrough = DutClient(PassThroughTransport([]))
+    with pytest.raises(DeviceError, match="binary download") as exc:
+        passthrough.qubo_load(5, QUBO_TERMS)
+    assert "IO manager" in exc.value.hint
+
+
+def test_qubo_invalid_graph_is_refused_before_sending() -> None:
+    client, transport = booted([])
+    with pytest.raises(ProtocolError):
+        client.qubo_load(2, [(1, 0, 4)])
+    assert transport.written == []
+
+
+def test_qubo_solve_deadline_and_refusal() -> None:
+    client, _ = booted(
+        [
+            CAPS_QUBO,
+            (b"qsolve 1000000 1%", b"m-qsolve-start\r\n"),  # never finishes
+        ]
+    )
+    with pytest.raises(DeviceTimeout, match=r"'qsolve 1000000 1' within 0.05 s \(got: "
+                       r"QsolveStart\)"):
+        client.qubo_solve(1_000_000, 1, deadline_s=0.05)
+    client, _ = booted(
+        [CAPS_QUBO, (b"qsolve 10 1%", b"e-[no QUBO loaded]\r\nm-ready\r\n")]
+    )
+    with pytest.raises(DutError, match="no QUBO loaded"):
+        client.qubo_solve(10, 1)

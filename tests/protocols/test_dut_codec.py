@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +15,10 @@ from protocols.dut.codec import (
     MAX_COMMAND,
     MAX_HEX_PER_COMMAND,
     MAX_LINE,
+    BloadDone,
+    BloadReady,
     BufferDump,
+    Capabilities,
     DutDecoder,
     DutErrorLine,
     ExpectingBytes,
@@ -24,22 +31,39 @@ from protocols.dut.codec import (
     Model,
     Name,
     Profile,
+    QbestCost,
+    QbestTime,
+    Qimprove,
+    QloadDone,
+    QloadReady,
+    QsolveDone,
+    QsolveStart,
+    QstateChunk,
     Ready,
     Results,
     TimestampMode,
     Unparsed,
     WarmupDone,
     WarmupStart,
+    cmd_bload,
+    cmd_caps,
     cmd_db_hex,
     cmd_db_load,
     cmd_db_print,
     cmd_infer,
     cmd_name,
     cmd_profile,
+    cmd_qload,
+    cmd_qresult,
+    cmd_qsolve,
     cmd_results,
     cmd_timestamp,
+    decode_qubo,
     encode_command,
+    encode_qubo,
     hex_chunks,
+    payload_crc,
+    qubo_cost,
 )
 from protocols.errors import ProtocolError
 
@@ -58,6 +82,12 @@ from protocols.errors import ProtocolError
         (cmd_infer(1, 0), b"infer 1 0%"),
         (cmd_results(), b"results%"),
         (cmd_timestamp(), b"timestamp%"),
+        (cmd_caps(), b"caps%"),
+        (cmd_bload(16000, 0x0A1B2C3D), b"bload 16000 0a1b2c3d%"),
+        (cmd_bload(1, 0), b"bload 1 00000000%"),
+        (cmd_qload(44, 0xFFFFFFFF), b"qload 44 ffffffff%"),
+        (cmd_qsolve(1_000_000, 7), b"qsolve 1000000 7%"),
+        (cmd_qresult(), b"qresult%"),
     ],
 )
 def test_command_bytes(text: str, wire: bytes) -> None:
@@ -109,6 +139,90 @@ def test_db_load_needs_a_positive_count(n: int) -> None:
         cmd_db_load(n)
 
 
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: cmd_bload(0, 1),
+        lambda: cmd_bload(10, -1),
+        lambda: cmd_bload(10, 2**32),
+        lambda: cmd_bload(True, 1),
+        lambda: cmd_qload(7, 0),  # shorter than the 8-byte header
+        lambda: cmd_qsolve(0, 1),
+        lambda: cmd_qsolve(10, -1),
+        lambda: cmd_qsolve(10, 2**32),
+    ],
+)
+def test_extension_arguments_are_checked(build) -> None:
+    with pytest.raises(ProtocolError):
+        build()
+
+
+def test_payload_crc_is_zlib_crc32() -> None:
+    assert payload_crc(b"123456789") == 0xCBF43926  # the CRC-32/IEEE check value
+    assert payload_crc(b"") == 0
+    data = bytes(range(256)) * 3
+    assert payload_crc(data) == zlib.crc32(data)
+
+
+# -- the QUBO payload -------------------------------------------------------------------------
+
+
+def test_encode_qubo_layout_is_little_endian_u32_u32_then_u32_u32_i32() -> None:
+    payload = encode_qubo(3, [(0, 0, -1), (0, 2, 4), (2, 2, -1)])
+    expected = struct.pack("<II", 3, 3) + b"".join(
+        struct.pack("<IIi", i, j, w) for i, j, w in [(0, 0, -1), (0, 2, 4), (2, 2, -1)]
+    )
+    assert payload == expected
+    n_vars, terms = decode_qubo(payload)
+    assert n_vars == 3
+    np.testing.assert_array_equal(terms, [[0, 0, -1], [0, 2, 4], [2, 2, -1]])
+
+
+def test_encode_qubo_accepts_an_array_and_no_terms() -> None:
+    arr = np.array([[1, 1, -(2**31)], [0, 1, 2**31 - 1]])
+    assert decode_qubo(encode_qubo(2, arr))[1].tolist() == arr.tolist()
+    assert encode_qubo(5, []) == struct.pack("<II", 5, 0)
+
+
+@pytest.mark.parametrize(
+    ("n_vars", "terms"),
+    [
+        (3, [(1, 0, 1)]),  # i > j
+        (3, [(0, 3, 1)]),  # j out of range
+        (3, [(-1, 0, 1)]),
+        (3, [(0, 1, 2**31)]),  # weight beyond i32
+        (3, [(0, 1, 1.5)]),  # not an integer
+        (3, [(0, 1)]),  # not a triple
+        (0, []),
+    ],
+)
+def test_encode_qubo_refuses_invalid_graphs(n_vars: int, terms: list) -> None:
+    with pytest.raises(ProtocolError):
+        encode_qubo(n_vars, terms)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x01\x00\x00",
+        struct.pack("<II", 2, 2) + struct.pack("<IIi", 0, 1, 4),  # one term short
+        struct.pack("<II", 2, 1) + struct.pack("<IIi", 1, 0, 4),  # i > j
+        struct.pack("<II", 0, 0),
+    ],
+)
+def test_decode_qubo_refuses_malformed_payloads(payload: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        decode_qubo(payload)
+
+
+def test_qubo_cost_matches_x_transpose_q_x() -> None:
+    # Path 0-1-2 as a maximum-independent-set QUBO: -1 on the diagonal, Q_ij + Q_ji = 4.
+    terms = np.array([[0, 0, -1], [1, 1, -1], [2, 2, -1], [0, 1, 4], [1, 2, 4]])
+    assert qubo_cost(terms, [1, 0, 1]) == -2
+    assert qubo_cost(terms, [1, 1, 0]) == 2
+    assert qubo_cost(terms, [0, 0, 0]) == 0
+
+
 # -- replies ----------------------------------------------------------------------------------
 
 REPLIES = [
@@ -142,6 +256,36 @@ REPLIES = [
     (b"e-[Invalid hex digit 'zz']", DutErrorLine("Invalid hex digit 'zz'")),
     (b"e-oops", DutErrorLine("oops")),
     (b"m-timestamp-mode-turbo", Message("timestamp-mode-turbo")),
+    # Rig extensions.
+    (b"m-caps-[bload]", Capabilities(("bload",))),
+    (b"m-caps-[bload,qubo]", Capabilities(("bload", "qubo"))),
+    (b"m-caps-[ bload , qubo ,]", Capabilities(("bload", "qubo"))),
+    (b"m-caps-[]", Capabilities(())),
+    (b"m-bload-ready-16000", BloadReady(16000)),
+    (b"m-bload-done-cbf43926", BloadDone(0xCBF43926)),
+    (b"m-bload-done-CBF43926", BloadDone(0xCBF43926)),
+    (b"m-bload-done-cbf4392", Message("bload-done-cbf4392")),
+    (b"e-[bload crc mismatch: expected cbf43926 got 00000000]",
+     DutErrorLine("bload crc mismatch: expected cbf43926 got 00000000")),
+    (b"e-[bload timeout: got 10 of 16000 bytes]",
+     DutErrorLine("bload timeout: got 10 of 16000 bytes")),
+    (b"m-qload-ready-44", QloadReady(44)),
+    (b"m-qload-done-100-250", QloadDone(100, 250)),
+    (b"m-qsolve-start", QsolveStart()),
+    (b"m-qsolve-done-1000123", QsolveDone(1000123)),
+    (b"m-qbest-cost--42", QbestCost(-42)),
+    (b"m-qbest-cost-0", QbestCost(0)),
+    (b"m-qbest-time-us-517", QbestTime(517)),
+    (b"m-qstate-0-[0f80]", QstateChunk(0, b"\x0f\x80")),
+    (b"m-qstate-32-[]", QstateChunk(32, b"")),
+    (b"m-qstate-0-[" + b"ab" * 32 + b"]", QstateChunk(0, b"\xab" * 32)),
+    (b"m-qstate-0-[" + b"ab" * 33 + b"]", Message("qstate-0-[" + "ab" * 33 + "]")),
+    (b"m-qstate-0-[abc]", Message("qstate-0-[abc]")),
+    (b"m-qimprove-12-5", Qimprove(12, 5)),
+    (b"m-qimprove-12--5", Qimprove(12, -5)),
+    # Numbers too long for any counter are not numbers (and must not crash the decoder).
+    (b"m-lap-us-" + b"9" * 21, Message("lap-us-" + "9" * 21)),
+    (b"m-lap-us-" + b"9" * 5000, Message("lap-us-" + "9" * 5000)),
     (b"m-something-new", Message("something-new")),
     (b"hello from main()", Unparsed("hello from main()")),
 ]
@@ -214,6 +358,22 @@ _events = st.one_of(
         st.lists(st.integers(-1000, 1000).map(lambda k: k / 1000), max_size=6).map(tuple),
     ),
     st.builds(DutErrorLine, _word),
+    # Rig extensions.
+    st.sampled_from([QsolveStart()]),
+    st.builds(
+        Capabilities,
+        st.lists(st.text("abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1), max_size=4)
+        .map(tuple),
+    ),
+    st.builds(BloadReady, st.integers(0, 2**32)),
+    st.builds(BloadDone, st.integers(0, 2**32 - 1)),
+    st.builds(QloadReady, st.integers(0, 2**32)),
+    st.builds(QloadDone, st.integers(0, 2**32), st.integers(0, 2**32)),
+    st.builds(QsolveDone, st.integers(0, 2**40)),
+    st.builds(QbestCost, st.integers(-(2**40), 2**40)),
+    st.builds(QbestTime, st.integers(0, 2**40)),
+    st.builds(QstateChunk, st.integers(0, 2**20), st.binary(max_size=32)),
+    st.builds(Qimprove, st.integers(0, 2**40), st.integers(-(2**40), 2**40)),
 )
 
 
@@ -252,6 +412,28 @@ def _render(event: object) -> bytes:
             line = "m-results-[" + ",".join(f"{v:.3f}" for v in values) + "]"
         case DutErrorLine(text):
             line = f"e-[{text}]"
+        case QsolveStart():
+            line = "m-qsolve-start"
+        case Capabilities(words):
+            line = "m-caps-[" + ",".join(words) + "]"
+        case BloadReady(n):
+            line = f"m-bload-ready-{n}"
+        case BloadDone(crc):
+            line = f"m-bload-done-{crc:08x}"
+        case QloadReady(n):
+            line = f"m-qload-ready-{n}"
+        case QloadDone(n_vars, n_terms):
+            line = f"m-qload-done-{n_vars}-{n_terms}"
+        case QsolveDone(us):
+            line = f"m-qsolve-done-{us}"
+        case QbestCost(cost):
+            line = f"m-qbest-cost-{cost}"
+        case QbestTime(us):
+            line = f"m-qbest-time-us-{us}"
+        case QstateChunk(offset, data):
+            line = f"m-qstate-{offset}-[" + "".join(f"{b:02x}" for b in data) + "]"
+        case Qimprove(t_us, cost):
+            line = f"m-qimprove-{t_us}-{cost}"
         case _:
             raise AssertionError(event)
     return line.encode() + b"\r\n"

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from drivers.dut.client import DutClient
+from drivers.dut.client import DutClient, LoadResult
 from drivers.errors import DeviceTimeout, DutError
 from drivers.transport import SerialTransport
-from protocols.dut.codec import DutDecoder, DutErrorLine, InferStart, Name, Ready, WarmupStart
+from protocols.dut.codec import (
+    BloadDone,
+    BloadReady,
+    Capabilities,
+    DutDecoder,
+    DutErrorLine,
+    InferStart,
+    Name,
+    Ready,
+    TimestampMode,
+    WarmupStart,
+)
 from rig.sim.dut import SimDut
 from rig.sim.world import NS, World
 
@@ -50,9 +62,9 @@ class Bench:
 def make_bench() -> Iterator:
     opened: list[Bench] = []
 
-    def make(mode: str = "energy") -> Bench:
+    def make(mode: str = "energy", **options) -> Bench:
         world = World(speed=SPEED)
-        dut = SimDut(world, ByteScoresModel(), timestamp_mode=mode)
+        dut = SimDut(world, ByteScoresModel(), timestamp_mode=mode, **options)
         dut.start()
         client = DutClient(SerialTransport(dut.path, 115200, name="DUT"))
         bench = Bench(world, dut, client, round(world.params.inference_s * NS))
@@ -75,8 +87,100 @@ def test_identify_load_and_db_print(make_bench) -> None:
     info = bench.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", "neurobench-rig virtual bench", "ic01")
     assert info.profile == "ULPMark for tinyML Firmware V0.0.1"
-    bench.client.load(DATA)  # 31 + 31 + 31 + 7 bytes, m-load-done after the last
+    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 1)
     assert bench.client.read_buffer() == DATA
+
+
+def test_plain_firmware_is_loaded_with_hex_commands(make_bench) -> None:
+    bench = make_bench(extensions=False)
+    assert bench.client.negotiate() == frozenset()
+    # 31 + 31 + 31 + 7 bytes, m-load-done after the last, then the db print read-back.
+    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 1)
+    assert bench.client.read_buffer() == DATA
+    with pytest.raises(DutError, match=r"Unknown command: bload 1 00000000"):
+        bench.client.command("bload 1 00000000")
+
+
+def converse(bench: Bench, *writes: bytes) -> list:
+    """Write raw bytes to the DUT (one command, maybe its data); its reply up to m-ready."""
+    transport = bench.client._transport
+    for data in writes:
+        transport.write(data)
+    raw = transport.read_until(time.monotonic() + 5.0, lambda buf: buf.endswith(b"m-ready\r\n"))
+    return DutDecoder().feed(raw)
+
+
+def test_caps_reply_has_the_mode_and_the_capability_words(make_bench) -> None:
+    assert converse(make_bench("performance"), b"caps%") == [
+        TimestampMode("performance"), Capabilities(("bload",)), Ready()
+    ]
+    assert converse(make_bench(extensions=False), b"caps%") == [
+        DutErrorLine("Unknown command: caps"), Ready()
+    ]
+
+
+def test_bload_exchange_exactly_per_spec(make_bench) -> None:
+    bench = make_bench()
+    # Bytes that look like commands ('%', "name") are data inside a bload.
+    data = (b"name%\r\n" + bytes(range(256)))[:INPUT_SIZE]
+    crc = zlib.crc32(data)
+    transport = bench.client._transport
+    transport.write(b"bload %d %08x%%" % (len(data), crc))
+    head = transport.read_until(time.monotonic() + 5.0, lambda b: b.endswith(b"\r\n"))
+    assert head == b"m-bload-ready-%d\r\n" % len(data)
+    transport.write(data[:50])
+    transport.write(data[50:])
+    tail = transport.read_until(time.monotonic() + 5.0, lambda b: b.endswith(b"m-ready\r\n"))
+    assert DutDecoder().feed(tail) == [BloadDone(crc), Ready()]
+    assert bench.client.read_buffer() == data
+
+
+def test_bload_with_its_data_and_the_next_command_in_one_write(make_bench) -> None:
+    bench = make_bench()
+    data = bytes(range(INPUT_SIZE))
+    crc = zlib.crc32(data)
+    transport = bench.client._transport
+    transport.write(b"bload %d %08x%%" % (len(data), crc) + data + b"name%")
+    raw = transport.read_until(time.monotonic() + 5.0, lambda b: b.count(b"m-ready") == 2)
+    assert DutDecoder().feed(raw) == [
+        BloadReady(INPUT_SIZE), BloadDone(crc), Ready(),
+        Name("dut", "neurobench-rig virtual bench"), Ready(),
+    ]
+
+
+def test_bload_crc_mismatch(make_bench) -> None:
+    bench = make_bench()
+    data = bytes(10)
+    events = converse(bench, b"bload 10 0badc0de%", data)
+    assert events == [
+        BloadReady(10),
+        DutErrorLine(f"bload crc mismatch: expected 0badc0de got {zlib.crc32(data):08x}"),
+        Ready(),
+    ]
+
+
+def test_bload_timeout_returns_to_command_mode(make_bench) -> None:
+    bench = make_bench(bload_timeout_s=0.1)
+    events = converse(bench, b"bload 20 00000000%", bytes(7))
+    assert events == [BloadReady(20), DutErrorLine("bload timeout: got 7 of 20 bytes"), Ready()]
+    assert bench.client.command("name")[0] == Name("dut", "neurobench-rig virtual bench")
+
+
+@pytest.mark.parametrize(
+    ("command", "error"),
+    [
+        (b"bload 101 00000000%", "bload too large: 101 > 100"),
+        (b"bload 0 00000000%", "bload bad arguments"),
+        (b"bload 10 0000000%", "bload bad arguments"),
+        (b"bload 10 0000000G%", "bload bad arguments"),
+        (b"bload 10 ABCDEF01%", "bload bad arguments"),  # the CRC is lowercase hex
+        (b"bload 10%", "bload bad arguments"),
+        (b"bload%", "bload bad arguments"),
+    ],
+)
+def test_bload_refusals(make_bench, command: bytes, error: str) -> None:
+    bench = make_bench()
+    assert converse(bench, command) == [DutErrorLine(error), Ready()]
 
 
 def test_infer_performance_mode_times_exactly_n_inferences(make_bench) -> None:
