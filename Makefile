@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench sim clean
+.PHONY: run test lint bench sim clean firmware-host
 
-run: $(STAMP)  ## Create .venv, install, measure ASC on the virtual bench.
+run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
-test: $(STAMP)  ## Install test dependencies and run the whole suite (lint first).
+test: $(STAMP) firmware-host  ## Install test deps, build the host shim, run the whole suite.
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -21,6 +21,11 @@ bench: $(STAMP)  ## Speed and memory figures (printed, never asserted).
 
 sim: $(STAMP)  ## Start a virtual bench in the foreground and print its ports.
 	$(BIN)/rig sim
+
+firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it when gcc is here).
+	@if command -v $(CC) >/dev/null 2>&1; then \
+		$(MAKE) -C firmware/dut/host OUT=$(CURDIR)/build/firmware; \
+	else echo "no C compiler: the virtual bench will use its Python DUT"; fi
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -23,7 +23,8 @@ DUT_KINDS = ("mlperf-tiny",)
 EMON_DRIVERS = ("lpm01a", "none")
 TIMESTAMP_MODES = ("energy", "performance")
 DATASETS = ("synthetic-asc",)
-SIM_DUTS = ("python",)
+#: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
+SIM_DUTS = ("auto", "c-shim", "python")
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class SimConfig:
     active_power_mw: float = 3.60
     inference_ms: float = 12.5
     speed: float = 50.0
-    dut: str = "python"
+    dut: str = "auto"
 
 
 @dataclass(frozen=True)

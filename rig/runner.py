@@ -151,7 +151,10 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
         ports = parts.vbench.ports
         dut_port = ports["dut"] if dut_port == VIRTUAL_PORT else dut_port
         emon_port = ports["emon"] if emon_port == VIRTUAL_PORT else emon_port
-        bus.publish(Note(text=f"virtual bench on {dut_port} (DUT) and {emon_port} (LPM01A)"))
+        bus.publish(Note(text=f"virtual bench: DUT {parts.vbench.dut_impl} on {dut_port}, "
+                              f"LPM01A on {emon_port}"))
+        bus.publish(InstrumentInfo(role="virtual_bench", info={
+            "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
 
     parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
     if bench.emon.driver == "none":

@@ -82,10 +82,12 @@ class AscProcedure:
     # -- the method ---------------------------------------------------------------------------
     def run(self) -> None:
         """Identify, calibrate, measure idle, the timed runs, then accuracy."""
+        capabilities = self.dut.negotiate()  # plain MLPerf Tiny firmware: empty
         info = self.dut.identify()
         self.publish(InstrumentInfo(role="dut", info={
             "name": info.name, "vendor": info.vendor, "profile": info.profile,
             "model": info.model, "timestamp_mode": self.dut.timestamp_mode,
+            "capabilities": sorted(capabilities),
             "port": self.bench.dut.port, "baud": self.bench.dut.baud,
         }))
         test = make_split(self.bench.dataset.samples_per_class, self.bench.dataset.seed, "test")

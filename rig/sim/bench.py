@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from rig.config import Bench, load_bench
 from rig.errors import ConfigError
 from rig.sim.dut import SimDut
+from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
 from rig.sim.world import PowerParams, World
@@ -35,8 +37,19 @@ class VirtualBench:
             inference_s=sim.inference_ms * 1e-3,
         )
         self.world = World(params, speed=speed or sim.speed)
-        model = LinearAscModel.train(seed=bench.dataset.seed)
-        self.dut = SimDut(self.world, model, timestamp_mode=bench.dut.timestamp_mode)
+        mode = bench.dut.timestamp_mode
+        binary = host_shim_binary(build=True) if sim.dut in ("auto", "c-shim") else None
+        if binary is not None:
+            self.dut: SimDut | HostShimDut = HostShimDut(self.world, binary, timestamp_mode=mode)
+            self.dut_impl = f"c-shim ({binary})"
+        elif sim.dut == "c-shim":
+            raise ConfigError(
+                f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built",
+                hint="run `make firmware-host` (needs gcc), or set dut = \"auto\"",
+            )
+        else:
+            self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
+            self.dut_impl = "python" if sim.dut == "python" else "python (no C compiler)"
         self.emon = SimLpm01a(self.world)
 
     @property
@@ -68,7 +81,8 @@ def serve(bench_path: Path, *, speed: float | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with VirtualBench(bench, speed=speed) as vb:
-        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed}), flush=True)
+        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl}),
+              flush=True)
         while not stop.is_set():
             ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready and not os.read(sys.stdin.fileno(), 4096):
@@ -81,14 +95,19 @@ class VirtualBenchProcess:
 
     def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
         cmd = [sys.executable, "-m", "rig.sim", "--bench", str(bench.path)]
+        # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
+        # would freeze the bench.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
         )
         line = self._read_line(start_timeout_s)
         try:
-            self.ports: dict[str, str] = json.loads(line)["ports"]
-        except (ValueError, KeyError) as exc:
+            started = json.loads(line)
+            self.ports: dict[str, str] = started["ports"]
+            self.dut_impl: str = started.get("dut", "?")
+        except (ValueError, KeyError, TypeError) as exc:
             err = self._stderr_tail()
             self.close()
             raise ConfigError(
@@ -117,9 +136,10 @@ class VirtualBenchProcess:
 
     def _stderr_tail(self) -> str:
         """The child's last stderr line, once it has exited (its error message)."""
-        if self._proc.poll() is None or self._proc.stderr is None:
+        if self._proc.poll() is None:
             return ""
-        lines = self._proc.stderr.read().decode(errors="replace").strip().splitlines()
+        self._stderr.seek(0)
+        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else ""
 
     def close(self) -> None:
@@ -136,6 +156,6 @@ class VirtualBenchProcess:
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     self._proc.wait()
-        for stream in (self._proc.stdout, self._proc.stderr, self._proc.stdin):
+        for stream in (self._proc.stdout, self._proc.stdin, self._stderr):
             if stream and not stream.closed:
                 stream.close()

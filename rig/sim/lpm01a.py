@@ -334,7 +334,7 @@ class SimLpm01a:
             if not self.running:
                 raise _Refused("no acquisition running")
             self._reply(f"ack {line}")
-            self._emit_until(self.world.clock.now_ns())
+            self._emit_until(self.world.observable_ns())
             if self.running:  # a finite acquisition may have just ended by itself
                 self._finish()
 
@@ -361,7 +361,7 @@ class SimLpm01a:
                 if not self.running:
                     continue
                 try:
-                    self._emit_until(self.world.clock.now_ns())
+                    self._emit_until(self.world.observable_ns())
                 except Exception:  # a simulator bug must not hang the rig: end the acquisition
                     log.exception("LPM01A simulator: streaming failed")
                     self._finish()

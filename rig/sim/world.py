@@ -70,6 +70,9 @@ class World:
         self.rising_ns: list[int] = []
         #: Bumped on every power cycle so that a DUT can abandon work across a reset.
         self.generation = 0
+        #: Set while an out-of-process DUT works (sim bus): the latest simulated time whose
+        #: state it has declared. Monitors report nothing past it (see `observable_ns`).
+        self.horizon_ns: int | None = None
 
     # -- supply -------------------------------------------------------------------------------
     def set_supply(self, volts: float) -> None:
@@ -86,6 +89,7 @@ class World:
             self._truncate_after(t)
             self.powered = on
             self.generation += 1
+            self.horizon_ns = None  # a power cut ends whatever the DUT had declared
             if on:
                 self.power_on_ns = t
             self._set_step(t, self.params.idle_w if on else 0.0)
@@ -123,6 +127,36 @@ class World:
         del self._step_t[i:], self._step_w[i:]
         j = bisect.bisect_right(self.falling_ns, t)
         del self.falling_ns[j:], self.rising_ns[j:]
+
+    # -- the horizon of an out-of-process DUT ------------------------------------------------
+    def hold(self) -> int:
+        """The DUT starts work now: monitors wait for it to declare what it does from here."""
+        with self.lock:
+            t = self.clock.now_ns()
+            self.horizon_ns = t
+            return t
+
+    def extend_horizon(self, t_ns: int) -> None:
+        """The DUT has declared its state up to `t_ns`."""
+        with self.lock:
+            if self.horizon_ns is not None and t_ns > self.horizon_ns:
+                self.horizon_ns = t_ns
+
+    def release(self) -> None:
+        """The DUT is idle until further notice: monitors may report up to now again."""
+        with self.lock:
+            self.horizon_ns = None
+
+    def observable_ns(self) -> int:
+        """How far a monitor may report: now, or the DUT's horizon if it is holding one.
+
+        A DUT in another process runs on the host's CPU, which may be slower than simulated
+        time; without this, a monitor could report idle power for time the DUT then declares
+        busy.
+        """
+        with self.lock:
+            now = self.clock.now_ns()
+            return now if self.horizon_ns is None else min(now, self.horizon_ns)
 
     # -- what an energy monitor sees ----------------------------------------------------------
     def energy_between(self, bounds_ns: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 def expected_accuracy(samples_per_class: int = 10, seed: int = 0) -> float:
     """The DUT's model applied directly to the same test split (what the DUT must reproduce)."""
-    model = LinearAscModel.train(seed=seed)
+    model = LinearAscModel.load()
     test = make_split(samples_per_class, seed, "test")
     return float(np.mean([model.predict(x.tobytes()) == y
                           for x, y in zip(test.inputs, test.labels, strict=True)]))
@@ -66,7 +66,12 @@ def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
     assert manifest["bench"]["sim"]["active_power_mw"] == 3.6
     emon = manifest["instruments"]["emon"]
     assert emon["simulated"] is True and emon["version"].endswith("-sim")
-    assert manifest["instruments"]["dut"]["timestamp_mode"] == "energy"
+    dut = manifest["instruments"]["dut"]
+    assert dut["timestamp_mode"] == "energy" and dut["capabilities"] == ["bload"]
+    assert dut["model"] == "asc01"
+    # gcc is on every machine this suite runs on: the real C firmware was the DUT.
+    assert manifest["instruments"]["virtual_bench"]["dut"].startswith("c-shim")
+    assert dut["vendor"] == "neurobench-rig host shim"
     assert {"python", "numpy", "pyserial", "pyjls"} <= set(manifest["software"])
     rows = pq.read_table(run / "results.parquet").to_pylist()
     kinds = [r["kind"] for r in rows]
@@ -129,6 +134,21 @@ def test_performance_mode_times_with_the_dut_timer(tmp_path: Path, capsys) -> No
     assert s["inferences_per_s"] == pytest.approx(80.0, rel=1e-9)
     assert "energy_per_inference_j" not in s and s["power"].startswith("unavailable")
     assert s["accuracy"] == pytest.approx(expected_accuracy(), abs=1e-12)
+
+
+def test_python_dut_measures_the_same(tmp_path: Path, capsys) -> None:
+    """Without the C shim the Python simulation of the same firmware gives the same figures."""
+    bench = bench_variant(tmp_path, dut=('dut = "auto"', 'dut = "python"'),
+                          speed=("speed = 50", "speed = 100"))
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
+                 "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    for key, truth in TRUTH.items():
+        assert out["summary"][key] == pytest.approx(truth, rel=1e-3), key
+    assert out["summary"]["accuracy"] == pytest.approx(expected_accuracy(), abs=1e-12)
+    manifest = json.loads((Path(out["run"]) / "manifest.json").read_text())
+    assert manifest["instruments"]["virtual_bench"]["dut"] == "python"
 
 
 def test_bench_limit_is_enforced_before_anything_starts(tmp_path: Path) -> None:
