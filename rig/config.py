@@ -49,6 +49,15 @@ class EmonConfig:
 
 
 @dataclass(frozen=True)
+class IoManagerConfig:
+    """An Arduino UNO IO manager between the rig and the DUT (energy mode): the rig talks to
+    the DUT through its pass-through, and `[dut] port` is then not opened by the rig."""
+
+    port: str = VIRTUAL_PORT
+    baud: int = 115200
+
+
+@dataclass(frozen=True)
 class DatasetConfig:
     """Which test set goes through the DUT."""
 
@@ -93,6 +102,7 @@ class Bench:
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     asc: AscOptions = field(default_factory=AscOptions)
     sim: SimConfig | None = None
+    io_manager: IoManagerConfig | None = None
     #: True for the virtual bench and for benches attached to one: every number is simulated.
     simulated: bool = False
 
@@ -108,6 +118,7 @@ _SECTIONS: dict[str, type] = {
     "emon": EmonConfig,
     "dataset": DatasetConfig,
     "sim": SimConfig,
+    "io_manager": IoManagerConfig,
 }
 
 
@@ -170,7 +181,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     for key, cls in _SECTIONS.items():
         table = raw.get(key)
         if table is None:
-            sections[key] = None if key == "sim" else cls()
+            sections[key] = None if key in ("sim", "io_manager") else cls()
             continue
         _is_table(table, path, key)
         sections[key] = _dataclass_from(cls, table, path, key)
@@ -186,6 +197,9 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     emon: EmonConfig = sections["emon"]
     dataset: DatasetConfig = sections["dataset"]
     sim: SimConfig | None = sections["sim"]
+    io_manager: IoManagerConfig | None = sections["io_manager"]
+    if io_manager is not None:
+        _positive(io_manager.baud, path, "io_manager.baud")
     _choice(dut.kind, DUT_KINDS, path, "dut.kind")
     _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
     _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
@@ -218,8 +232,10 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
                 f"({sim.idle_power_mw})",
                 hint="a DUT draws at least its idle power while it computes",
             )
-    uses_virtual = dut.port == VIRTUAL_PORT or (
-        emon.driver != "none" and emon.port == VIRTUAL_PORT
+    uses_virtual = (
+        (dut.port == VIRTUAL_PORT and io_manager is None)
+        or (emon.driver != "none" and emon.port == VIRTUAL_PORT)
+        or (io_manager is not None and io_manager.port == VIRTUAL_PORT)
     )
     if uses_virtual and sim is None:
         raise ConfigError(
@@ -237,6 +253,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         dataset=dataset,
         asc=asc,
         sim=sim,
+        io_manager=io_manager,
         simulated=simulated,
     )
 

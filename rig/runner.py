@@ -15,6 +15,7 @@ from typing import Any
 from drivers.dut.client import DutClient
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
+from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.config import VIRTUAL_PORT, Bench
@@ -144,19 +145,29 @@ class _Parts:
 def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> None:
     """Open ports, configure and start the monitor, power the DUT and read its boot banner."""
     dut_port, emon_port = bench.dut.port, bench.emon.port
-    if dut_port == VIRTUAL_PORT or (bench.emon.driver != "none" and emon_port == VIRTUAL_PORT):
+    io_port = bench.io_manager.port if bench.io_manager else None
+    if bench.sim is not None and VIRTUAL_PORT in (dut_port, emon_port, io_port):
         from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
 
         parts.vbench = VirtualBenchProcess(bench)
         ports = parts.vbench.ports
         dut_port = ports["dut"] if dut_port == VIRTUAL_PORT else dut_port
         emon_port = ports["emon"] if emon_port == VIRTUAL_PORT else emon_port
+        if io_port == VIRTUAL_PORT:
+            io_port = ports["io_manager"]
         bus.publish(Note(text=f"virtual bench: DUT {parts.vbench.dut_impl} on {dut_port}, "
                               f"LPM01A on {emon_port}"))
         bus.publish(InstrumentInfo(role="virtual_bench", info={
             "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
 
-    parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
+    if bench.io_manager is not None:
+        # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
+        io = IoManager(SerialTransport(io_port, bench.io_manager.baud, name="IO manager"))
+        parts.dut = DutClient(IoManagerTransport(io))
+        bus.publish(InstrumentInfo(role="io_manager", info={
+            "name": io.handshake(), "version": io.version(), "port": io_port}))
+    else:
+        parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
     if bench.emon.driver == "none":
         bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
                          "the DUT, so its boot banner is not checked"))

@@ -93,7 +93,10 @@ class AscProcedure:
         test = make_split(self.bench.dataset.samples_per_class, self.bench.dataset.seed, "test")
 
         self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
-        self.dut.load(test.inputs[0].tobytes())
+        loaded = self.dut.load(test.inputs[0].tobytes())
+        how = ("binary with CRC-32" if loaded.method == "binary"
+               else "hex, checked by read-back")
+        self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
         cal = self._timed(self.opts.calibration_iterations, 0)
         per_inference = cal.elapsed_s / cal.iterations
         iterations = max(

@@ -19,6 +19,7 @@ from rig.config import Bench, load_bench
 from rig.errors import ConfigError
 from rig.sim.dut import SimDut
 from rig.sim.host_dut import HostShimDut, host_shim_binary
+from rig.sim.io_manager import SimIoManager
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
 from rig.sim.world import PowerParams, World
@@ -51,20 +52,31 @@ class VirtualBench:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
             self.dut_impl = "python" if sim.dut == "python" else "python (no C compiler)"
         self.emon = SimLpm01a(self.world)
+        #: A simulated UNO in front of the DUT when the bench routes it through one.
+        self.io_manager: SimIoManager | None = None
+        self._wants_io_manager = bench.io_manager is not None
 
     @property
     def ports(self) -> dict[str, str]:
-        """The pty paths the rig opens: {"dut": ..., "emon": ...}."""
-        return {"dut": self.dut.path, "emon": self.emon.path}
+        """The pty paths the rig opens: {"dut", "emon"[, "io_manager"]}."""
+        ports = {"dut": self.dut.path, "emon": self.emon.path}
+        if self.io_manager is not None:
+            ports["io_manager"] = self.io_manager.path
+        return ports
 
     def start(self) -> VirtualBench:
-        """Start both devices' threads."""
+        """Start every device's threads (the IO manager last: it opens the DUT's port)."""
         self.dut.start()
         self.emon.start()
+        if self._wants_io_manager:
+            self.io_manager = SimIoManager(self.dut.path, world=self.world)
+            self.io_manager.start()
         return self
 
     def close(self) -> None:
-        """Stop both devices and close their ptys."""
+        """Stop every device and close its pty."""
+        if self.io_manager is not None:
+            self.io_manager.close()
         self.emon.close()
         self.dut.close()
 

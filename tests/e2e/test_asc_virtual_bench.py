@@ -71,6 +71,9 @@ def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
     assert dut["model"] == "asc01"
     # gcc is on every machine this suite runs on: the real C firmware was the DUT.
     assert manifest["instruments"]["virtual_bench"]["dut"].startswith("c-shim")
+    notes = [e["text"] for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
+             if e["event"] == "note"]
+    assert "inputs are downloaded binary with CRC-32 (16000 bytes each)" in notes
     assert dut["vendor"] == "neurobench-rig host shim"
     assert {"python", "numpy", "pyserial", "pyjls"} <= set(manifest["software"])
     rows = pq.read_table(run / "results.parquet").to_pylist()
@@ -177,3 +180,21 @@ def test_failed_checks_exit_1_and_are_kept(tmp_path: Path) -> None:
     failed = [c["name"] for c in out["summary"]["checks"] if not c["ok"]]
     assert "energy replicable" in failed
     assert out["summary"]["energy_per_inference_j"] == pytest.approx(45e-6, rel=1e-3)
+
+
+def test_through_an_io_manager(tmp_path: Path) -> None:
+    """benches/sim-io-manager.toml: the DUT reached only through the UNO's pass-through."""
+    proc = run_rig("measure", "asc", "--device", "sim-io-manager", "--runs-dir", str(tmp_path),
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key, truth in TRUTH.items():
+        assert out["summary"][key] == pytest.approx(truth, rel=1e-3), key
+    assert out["summary"]["samples"] == 8
+    assert out["summary"]["accuracy"] == pytest.approx(expected_accuracy(2), abs=1e-12)
+    run = Path(out["run"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["instruments"]["io_manager"]["name"]
+    notes = [e["text"] for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
+             if e["event"] == "note"]
+    assert any("downloaded hex, checked by read-back" in n for n in notes)

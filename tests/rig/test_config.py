@@ -104,3 +104,12 @@ def test_snapshot_has_every_setting() -> None:
     assert snap["emon"]["sample_rate_hz"] == 1000.0
     assert snap["asc"]["runs"] == 5 and snap["sim"]["speed"] == 50.0
     assert snap["voltage_limit_v"] == 3.3
+
+
+def test_io_manager_section(tmp_path: Path, sim_bench_text) -> None:
+    bench = load_bench(REPO / "benches" / "sim-io-manager.toml")
+    assert bench.io_manager is not None and bench.io_manager.baud == 115200
+    assert load_bench(REPO / "benches" / "sim.toml").io_manager is None
+    bad = write(tmp_path, sim_bench_text + "\n[io_manager]\nport = 3\n")
+    with pytest.raises(ConfigError, match=r"\[io_manager\] port: expected a string"):
+        load_bench(bad)
