@@ -16,6 +16,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_bench_arguments(p)
     p.add_argument("--speed", type=float, default=None,
                    help="simulated seconds per host second (default: the bench file's)")
+    p.add_argument("--power-on", action="store_true",
+                   help="switch the DUT's supply on at once (to talk to it with `rig dut`)")
     p.add_argument("--json", action="store_true", help="print the ports as one JSON object")
     p.set_defaults(run=run)
 
@@ -23,13 +25,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     bench, _ = bench_from_args(args)
     with VirtualBench(bench, speed=args.speed) as vb:
+        if args.power_on:  # as the LPM01A would: supply at the bench's voltage, then on
+            vb.world.set_supply(bench.emon.supply_voltage_v)
+            vb.world.power(True)
         if args.json:
-            print_json({"ports": vb.ports, "speed": vb.world.clock.speed, "simulated": True})
+            print_json({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl,
+                        "powered": vb.world.powered, "simulated": True})
         else:
             print(f"virtual bench up (SIMULATED, {vb.world.clock.speed:g}x real time)")
-            print(f"  DUT    (MLPerf Tiny protocol, 115200 baud): {vb.ports['dut']}")
+            print(f"  DUT    (MLPerf Tiny protocol, {vb.dut_impl}): {vb.ports['dut']}")
             print(f"  LPM01A (PowerShield protocol):              {vb.ports['emon']}")
-            print("  the DUT is powered through the LPM01A (`pwr on`); Ctrl-C stops the bench")
+            if "io_manager" in vb.ports:
+                print(f"  IO manager (Arduino UNO pass-through):      {vb.ports['io_manager']}")
+            power = "on" if vb.world.powered else "off until the LPM01A says `pwr on`"
+            print(f"  DUT supply: {power}; Ctrl-C stops the bench")
         with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
             threading.Event().wait()
     return 0

@@ -72,3 +72,22 @@ def test_devices_names_known_usb_ids(monkeypatch, capsys) -> None:
     assert ports[1]["looks_like"] is None
     assert main(["devices"]) == 0
     assert "/dev/ttyACM7         0483:5740  ST X-NUCLEO-LPM01A" in capsys.readouterr().out
+
+
+def test_rig_dut_talks_to_the_c_shim_served_by_rig_sim() -> None:
+    """The debugging loop a lab engineer uses: `rig sim --power-on`, then `rig dut`."""
+    proc = subprocess.Popen([*RIG, "sim", "--json", "--power-on"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        info = read_json_object(proc)
+        assert info["powered"] is True
+        port = info["ports"]["dut"]
+        out = subprocess.run([*RIG, "dut", "--port", port, "info", "--json"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        dut = json.loads(out.stdout)
+        assert dut["model"] == "asc01" and dut["timestamp_mode"] == "energy"
+        assert dut["capabilities"] == ["bload"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
