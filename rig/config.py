@@ -8,7 +8,7 @@ is touched.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from rig.errors import ConfigError
 VIRTUAL_PORT = "virtual"
 
 DUT_KINDS = ("mlperf-tiny",)
-EMON_DRIVERS = ("lpm01a", "none")
+EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "rapl", "nvml", "none")
+#: "<driver>-sim" is shorthand for that driver on the virtual bench (port = "virtual").
+SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")
 DATASETS = ("synthetic-asc",)
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
@@ -43,9 +45,17 @@ class EmonConfig:
     """The energy monitor and the supply it gives the DUT."""
 
     driver: str = "lpm01a"
+    #: Serial port, device path or VISA resource: whatever reaches the instrument.
     port: str | None = VIRTUAL_PORT
+    #: A VISA resource string; an alternative to `port` for the Keysight instruments.
+    resource: str = ""
     sample_rate_hz: float = 1000.0
     supply_voltage_v: float = 1.8
+
+    @property
+    def address(self) -> str:
+        """Where the instrument is reached."""
+        return self.resource or self.port or ""
 
 
 @dataclass(frozen=True)
@@ -202,6 +212,13 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         _positive(io_manager.baud, path, "io_manager.baud")
     _choice(dut.kind, DUT_KINDS, path, "dut.kind")
     _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
+    if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
+        if emon.port not in (VIRTUAL_PORT, None, "") or emon.resource:
+            raise ConfigError(
+                f"{path}: [emon] driver {emon.driver!r} is simulated but port/resource is set",
+                hint=f'drop the port, or use driver = "{emon.driver[: -len(SIM_SUFFIX)]}"',
+            )
+        emon = replace(emon, driver=emon.driver[: -len(SIM_SUFFIX)], port=VIRTUAL_PORT)
     _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
     _choice(dataset.name, DATASETS, path, "dataset.name")
     _positive(dut.baud, path, "dut.baud")
@@ -216,7 +233,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     if asc.warmup < 0:
         raise ConfigError(f"{path}: [procedure.asc] warmup: expected >= 0, found {asc.warmup}")
     if emon.driver != "none":
-        if not emon.port:
+        if not emon.address:
             raise ConfigError(f"{path}: [emon] port is missing", hint="the monitor's serial port")
         try:
             check_voltage(emon.supply_voltage_v, limit, who=f"{path}: [emon] supply_voltage_v")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
+from drivers.emon import open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
 from drivers.io_manager import IoManager, IoManagerTransport
@@ -144,19 +145,22 @@ class _Parts:
 
 def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> None:
     """Open ports, configure and start the monitor, power the DUT and read its boot banner."""
-    dut_port, emon_port = bench.dut.port, bench.emon.port
+    dut_port, emon_port = bench.dut.port, bench.emon.address
     io_port = bench.io_manager.port if bench.io_manager else None
-    if bench.sim is not None and VIRTUAL_PORT in (dut_port, emon_port, io_port):
+    uses_emon = bench.emon.driver != "none"
+    if bench.sim is not None and VIRTUAL_PORT in (
+        dut_port, emon_port if uses_emon else None, io_port
+    ):
         from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
 
         parts.vbench = VirtualBenchProcess(bench)
         ports = parts.vbench.ports
         dut_port = ports["dut"] if dut_port == VIRTUAL_PORT else dut_port
-        emon_port = ports["emon"] if emon_port == VIRTUAL_PORT else emon_port
+        emon_port = ports.get("emon", "") if emon_port == VIRTUAL_PORT else emon_port
         if io_port == VIRTUAL_PORT:
             io_port = ports["io_manager"]
         bus.publish(Note(text=f"virtual bench: DUT {parts.vbench.dut_impl} on {dut_port}, "
-                              f"LPM01A on {emon_port}"))
+                              f"{bench.emon.driver} at {emon_port}"))
         bus.publish(InstrumentInfo(role="virtual_bench", info={
             "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
 
@@ -168,14 +172,12 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
             "name": io.handshake(), "version": io.version(), "port": io_port}))
     else:
         parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
-    if bench.emon.driver == "none":
+    if not uses_emon:
         bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
                          "the DUT, so its boot banner is not checked"))
-        parts.dut.timestamp_mode = bench.dut.timestamp_mode
+        _mode_without_banner(bench, parts.dut, bus)
         return
-    parts.emon = Lpm01a.open(
-        emon_port, voltage_limit_v=bench.voltage_limit_v, simulated=bench.simulated
-    )
+    parts.emon = _open_monitor(bench, emon_port)
     parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
                                                   **parts.emon.settings()}))
@@ -185,5 +187,27 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
     parts.emon.power_on()
-    parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+    if getattr(parts.emon, "powers_dut", True):
+        parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+    else:  # the supply is the bench's, not the monitor's: the DUT booted before we listened
+        _mode_without_banner(bench, parts.dut, bus)
     parts.dut.require_mode(bench.dut.timestamp_mode)
+
+
+def _open_monitor(bench: Bench, address: str) -> EnergyMonitor:
+    """The bench's energy monitor, opened at `address`."""
+    if bench.emon.driver == "lpm01a":
+        return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
+                           simulated=bench.simulated)
+    return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
+                        simulated=bench.simulated)
+
+
+def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:
+    """Learn the timestamp mode from `caps` when the boot banner could not be seen."""
+    dut.negotiate()
+    if dut.timestamp_mode is None:
+        dut.timestamp_mode = bench.dut.timestamp_mode
+        bus.publish(Note(level="warning", text="the DUT's timestamp mode could not be read "
+                         f"(plain MLPerf Tiny firmware, no boot banner): taking "
+                         f"{bench.dut.timestamp_mode!r} from the bench file"))

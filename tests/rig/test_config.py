@@ -113,3 +113,20 @@ def test_io_manager_section(tmp_path: Path, sim_bench_text) -> None:
     bad = write(tmp_path, sim_bench_text + "\n[io_manager]\nport = 3\n")
     with pytest.raises(ConfigError, match=r"\[io_manager\] port: expected a string"):
         load_bench(bad)
+
+
+def test_sim_driver_alias_means_the_virtual_bench(tmp_path: Path, sim_bench_text) -> None:
+    text = sim_bench_text.replace('driver = "lpm01a"\nport = "virtual"', 'driver = "n6705-sim"')
+    bench = load_bench(write(tmp_path, text))
+    assert (bench.emon.driver, bench.emon.port) == ("n6705", "virtual")
+    clash = sim_bench_text.replace('driver = "lpm01a"\nport = "virtual"',
+                                   'driver = "n6705-sim"\nport = "/dev/ttyACM0"')
+    with pytest.raises(ConfigError, match="is simulated but port/resource is set"):
+        load_bench(write(tmp_path, clash))
+
+
+def test_resource_is_an_address(tmp_path: Path, sim_bench_text) -> None:
+    text = sim_bench_text.replace('driver = "lpm01a"\nport = "virtual"',
+                                  'driver = "34465a"\nresource = "TCPIP0::10.0.0.5::5025::SOCKET"')
+    bench = load_bench(write(tmp_path, text))
+    assert bench.emon.address == "TCPIP0::10.0.0.5::5025::SOCKET"
