@@ -1,0 +1,691 @@
+"""Simulated Keysight N6705 and 34465A serving raw SCPI over TCP on 127.0.0.1 (like port 5025 of
+the real ones), measuring the shared `World`'s DUT. Simulated, not measured.
+
+Both parse exactly the commands the drivers send, plus ``*IDN?``, ``*RST``, ``*CLS``, ``*OPC?`` and
+``SYST:ERR?`` (an error queue with the instrument's codes: -113 undefined header, -224 illegal
+parameter value, -222 data out of range, -221 settings conflict). Binary data goes out as
+definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP``).
+
+- N6705: ``VOLT``/``OUTP`` drive `World.set_supply`/`World.power`. ``INIT:ACQ`` starts a sample
+  grid at the arm time t0 with period P = ``SENS:SWE:TINT`` rounded to 5.12 µs; the first falling
+  edge of the timestamp line once the pre-trigger points are filled triggers; the capture is the
+  grid sample holding the edge, ``pretrigger`` samples before it and the rest after. Each sample is
+  the exact mean current (energy / (V * P)) of the world's power model.
+- 34465A: the first falling edge after ``INIT`` (``TRIG:SOUR EXT``, ``TRIG:SLOP NEG``) starts
+  timed samples: sample k covers [edge + k*P, edge + k*P + aperture). Readings appear in memory as
+  simulated time passes (never past `World.observable_ns`); ``R? n`` removes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from protocols.errors import ProtocolError
+from protocols.scpi import (
+    Command,
+    encode_reals,
+    format_error,
+    header_matches,
+    parse_channel_list,
+    parse_command,
+    parse_number,
+    real_dtype,
+)
+from rig.sim.world import NS, World
+
+log = logging.getLogger(__name__)
+
+#: Longest a query waits for simulated time to catch up (host seconds) before giving up.
+FETCH_PATIENCE_S = 30.0
+_QUEUE_DEPTH = 20
+
+
+class ScpiFault(Exception):
+    """A command the instrument refuses: it goes on the error queue as (code, text)."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+
+
+def _undefined(cmd: Command) -> ScpiFault:
+    return ScpiFault(-113, "Undefined header")
+
+
+def _number(text: str, lo: float, hi: float) -> float:
+    try:
+        value = parse_number(text)
+    except ProtocolError:
+        raise ScpiFault(-224, "Illegal parameter value") from None
+    if not lo <= value <= hi:
+        raise ScpiFault(-222, "Data out of range")
+    return value
+
+
+def _switch(text: str) -> bool:
+    word = text.upper()
+    if word in ("ON", "1"):
+        return True
+    if word in ("OFF", "0"):
+        return False
+    raise ScpiFault(-224, "Illegal parameter value")
+
+
+class _ScpiServer:
+    """A TCP listener: one client at a time, lines in, replies out, an error queue."""
+
+    identity = "?"
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.errors: deque[tuple[int, str]] = deque()
+        self.lock = threading.RLock()
+        self.commands_seen: list[str] = []
+        self._listener: socket.socket | None = None
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.port = 0
+        self.big_endian = True
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self, port: int = 0) -> None:
+        """Listen on 127.0.0.1:`port` (0 picks a free port)."""
+        if self._listener is not None:
+            return
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(2)
+        listener.settimeout(0.05)
+        self._listener = listener
+        self.port = listener.getsockname()[1]
+        thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                  name=f"{type(self).__name__}-accept")
+        thread.start()
+        self._threads.append(thread)
+
+    @property
+    def resource(self) -> str:
+        """The VISA resource string of this instrument."""
+        return f"TCPIP0::127.0.0.1::{self.port}::SOCKET"
+
+    def close(self) -> None:
+        """Stop listening and serving; safe to call twice."""
+        self._closing.set()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._threads.clear()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def __enter__(self) -> _ScpiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._closing.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._serve(conn)  # one client at a time, like a busy instrument's socket
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(0.05)
+        pending = b""
+        with conn:
+            while not self._closing.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for raw in lines:
+                    line = raw.decode("ascii", "replace").strip()
+                    if not line:
+                        continue
+                    reply = self.handle(line)
+                    if reply is not None:
+                        try:
+                            conn.sendall(reply + b"\n")
+                        except OSError:
+                            return
+
+    # -- commands -----------------------------------------------------------------------------
+    def handle(self, line: str) -> bytes | None:
+        """Answer one program message; a refused one goes on the error queue."""
+        with self.lock:
+            self.commands_seen.append(line)
+            try:
+                cmd = parse_command(line)
+                return self._common(cmd)
+            except ScpiFault as fault:
+                self._push_error(fault.code, fault.text)
+            except ProtocolError:
+                self._push_error(-102, "Syntax error")
+            except Exception as exc:  # a simulator bug must not leave the instrument mute
+                log.exception("SCPI simulator: %r failed", line)
+                self._push_error(-300, f"Device-specific error; simulator: {exc}")
+            return None
+
+    def _push_error(self, code: int, text: str) -> None:
+        if len(self.errors) >= _QUEUE_DEPTH:
+            self.errors[-1] = (-350, "Queue overflow")
+        else:
+            self.errors.append((code, text))
+
+    def _common(self, cmd: Command) -> bytes | None:
+        h = cmd.header.upper()
+        if h == "*IDN" and cmd.query:
+            return self.identity.encode("ascii")
+        if h == "*CLS":
+            self.errors.clear()
+            return None
+        if h == "*RST":
+            self.reset()
+            return None
+        if h == "*OPC" and cmd.query:
+            return b"1"
+        if header_matches(cmd.header, "SYSTem:ERRor[:NEXT]") and cmd.query:
+            code, text = self.errors.popleft() if self.errors else (0, "")
+            return format_error(code, text).encode("ascii")
+        if header_matches(cmd.header, "FORMat:BORDer") and not cmd.query:
+            self._need_args(cmd, 1)
+            word = cmd.args[0].upper()
+            if word not in ("NORM", "NORMAL", "SWAP", "SWAPPED"):
+                raise ScpiFault(-224, "Illegal parameter value")
+            self.big_endian = word.startswith("NORM")
+            return None
+        return self.command(cmd)
+
+    @staticmethod
+    def _need_args(cmd: Command, count: int) -> None:
+        if len(cmd.args) < count:
+            raise ScpiFault(-109, "Missing parameter")
+        if len(cmd.args) > count:
+            raise ScpiFault(-108, "Parameter not allowed")
+
+    def _dispatch(self, cmd: Command,
+                  table: list[tuple[str, bool, Callable[[Command], bytes | None]]]) -> bytes | None:
+        for pattern, query, handler in table:
+            if cmd.query == query and header_matches(cmd.header, pattern):
+                return handler(cmd)
+        raise _undefined(cmd)
+
+    def _wait_observable(self, t_ns: int) -> None:
+        """Block (without the lock) until the world may report up to `t_ns`."""
+        self.lock.release()
+        try:
+            deadline = time.monotonic() + FETCH_PATIENCE_S
+            while self.world.observable_ns() < t_ns:
+                if time.monotonic() > deadline or self._closing.is_set():
+                    raise ScpiFault(-230, "Data corrupt or stale")
+                self._closing.wait(min(0.01, max(self.world.clock.wall_delay_s(t_ns), 0.001)))
+        finally:
+            self.lock.acquire()
+
+    def reset(self) -> None:
+        """``*RST``: the instrument's defaults."""
+
+    def command(self, cmd: Command) -> bytes | None:
+        """Instrument-specific commands."""
+        raise _undefined(cmd)
+
+    def _block(self, values: np.ndarray, bits: int) -> bytes:
+        return encode_reals(values, real_dtype(bits, big_endian=self.big_endian))
+
+    def _mean_current(self, starts: np.ndarray, length_ns: int) -> np.ndarray:
+        """Exact mean current over [s, s + length) for each start (power / supply voltage)."""
+        bounds = np.empty(2 * len(starts), dtype=np.int64)
+        bounds[0::2] = starts
+        bounds[1::2] = starts + length_ns
+        energy = self.world.energy_between(bounds)[0::2]
+        with self.world.lock:
+            volts = self.world.supply_v
+        return energy / (volts * length_ns / NS)
+
+
+class SimN6705(_ScpiServer):
+    """One N6705 channel sourcing the DUT, with its digitizer."""
+
+    identity = "Keysight Technologies,N6705C,MY00000001-SIM,D.03.01"
+    #: The digitizer's interval grid (N678x SMU modules).
+    GRID_NS = 5120
+    MAX_POINTS = 524288
+
+    def __init__(self, world: World, *, channel: int = 1) -> None:
+        super().__init__(world)
+        self.channel = channel
+        self.reset()
+
+    def reset(self) -> None:
+        """``*RST`` defaults (output off)."""
+        self.volt = 0.0
+        self.curr_limit = 0.1
+        self.output = False
+        self.func_curr = True
+        self.func_volt = False
+        self.curr_range = 3.0
+        self.interval_ns = 20480
+        self.points = 1024
+        self.offset = 0
+        self.trigger_source = "BUS"
+        self.pins: dict[int, dict[str, str]] = {}
+        self.real_format = False
+        self.big_endian = True
+        self.armed_ns: int | None = None
+        self.trigger_ns: int | None = None
+
+    def _chan(self, text: str) -> None:
+        try:
+            chans = parse_channel_list(text)
+        except ProtocolError:
+            raise ScpiFault(-224, "Illegal parameter value") from None
+        if chans != [self.channel]:
+            raise ScpiFault(-222, "Data out of range")
+
+    def _value_chan(self, cmd: Command) -> str:
+        self._need_args(cmd, 2)
+        self._chan(cmd.args[1])
+        return cmd.args[0]
+
+    def command(self, cmd: Command) -> bytes | None:
+        h = cmd.header.upper()
+        if h.startswith(("DIG:PIN", "DIGITAL:PIN", "SOUR:DIG:PIN")):
+            return self._pin(cmd)
+        table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
+            ("[SOURce]:VOLTage[:LEVel][:IMMediate][:AMPLitude]", False, self._volt),
+            ("[SOURce]:CURRent[:LEVel][:IMMediate][:AMPLitude]", False, self._curr),
+            ("OUTPut[:STATe]", False, self._outp),
+            ("[SENSe]:FUNCtion:CURRent", False, self._func_curr),
+            ("[SENSe]:FUNCtion:VOLTage", False, self._func_volt),
+            ("[SENSe]:CURRent[:DC]:RANGe[:UPPer]", False, self._range),
+            ("[SENSe]:SWEep:TINTerval", False, self._tint),
+            ("[SENSe]:SWEep:TINTerval", True, self._tint_q),
+            ("[SENSe]:SWEep:POINts", False, self._points),
+            ("[SENSe]:SWEep:OFFSet:POINts", False, self._offset),
+            ("TRIGger:ACQuire:SOURce", False, self._trig_source),
+            ("TRIGger:ACQuire[:IMMediate]", False, self._trig_now),
+            ("FORMat[:DATA]", False, self._format),
+            ("INITiate[:IMMediate]:ACQuire", False, self._init),
+            ("ABORt:ACQuire", False, self._abort),
+            ("STATus:OPERation:CONDition", True, self._status),
+            ("FETCh:ARRay:CURRent[:DC]", True, self._fetch_curr),
+            ("FETCh:ARRay:VOLTage[:DC]", True, self._fetch_volt),
+        ]
+        return self._dispatch(cmd, table)
+
+    def _volt(self, cmd: Command) -> None:
+        self.volt = _number(self._value_chan(cmd), 0.0, 20.4)
+        self.world.set_supply(self.volt)
+
+    def _curr(self, cmd: Command) -> None:
+        self.curr_limit = _number(self._value_chan(cmd), 0.0, 3.06)
+
+    def _outp(self, cmd: Command) -> None:
+        self.output = _switch(self._value_chan(cmd))
+        if self.output and self.volt <= 0:
+            self.output = False
+            raise ScpiFault(-221, "Settings conflict")
+        self.world.power(self.output)
+
+    def _func_curr(self, cmd: Command) -> None:
+        self.func_curr = _switch(self._value_chan(cmd))
+
+    def _func_volt(self, cmd: Command) -> None:
+        self.func_volt = _switch(self._value_chan(cmd))
+
+    def _range(self, cmd: Command) -> None:
+        self.curr_range = _number(self._value_chan(cmd), 0.0, 3.06)
+
+    def _tint(self, cmd: Command) -> None:
+        seconds = _number(self._value_chan(cmd), self.GRID_NS / NS, 40e-3)
+        self.interval_ns = max(1, round(seconds * NS / self.GRID_NS)) * self.GRID_NS
+
+    def _tint_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return repr(self.interval_ns / NS).encode("ascii")
+
+    def _points(self, cmd: Command) -> None:
+        self.points = int(_number(self._value_chan(cmd), 1, self.MAX_POINTS))
+
+    def _offset(self, cmd: Command) -> None:
+        self.offset = int(_number(self._value_chan(cmd), -(self.MAX_POINTS - 1), 2e9))
+
+    def _pin(self, cmd: Command) -> None:
+        parts = cmd.header.upper().split(":")
+        pin_node = next((p for p in parts if p.startswith("PIN")), "")
+        if not pin_node[3:].isdigit() or not 1 <= int(pin_node[3:]) <= 7:
+            raise ScpiFault(-113, "Undefined header")
+        pin = int(pin_node[3:])
+        self._need_args(cmd, 1)
+        value = cmd.args[0].upper()
+        if parts[-1] in ("FUNC", "FUNCTION"):
+            if value not in ("TINP", "TINPUT", "DIO", "DINP", "DINPUT", "TOUT", "TOUTPUT"):
+                raise ScpiFault(-224, "Illegal parameter value")
+            self.pins.setdefault(pin, {})["function"] = value[:4]
+        elif parts[-1] in ("POL", "POLARITY"):
+            if value not in ("POS", "POSITIVE", "NEG", "NEGATIVE"):
+                raise ScpiFault(-224, "Illegal parameter value")
+            self.pins.setdefault(pin, {})["polarity"] = value[:3]
+        else:
+            raise ScpiFault(-113, "Undefined header")
+
+    def _trig_source(self, cmd: Command) -> None:
+        source = self._value_chan(cmd).upper()
+        if source not in ("BUS", "EXT", "EXTERNAL") and not (
+            source.startswith("PIN") and source[3:].isdigit() and 1 <= int(source[3:]) <= 7
+        ):
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.trigger_source = source[:3] if source.startswith("EXT") else source
+
+    def _format(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        word = cmd.args[0].upper()
+        if word not in ("REAL", "ASC", "ASCII", "ASCI"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.real_format = word == "REAL"
+
+    def _init(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        if self.trigger_source.startswith("PIN"):
+            pin = self.pins.get(int(self.trigger_source[3:]), {})
+            if pin.get("function") != "TINP" or pin.get("polarity") != "NEG":
+                # Only the falling edge on a trigger-input pin is wired to the DUT here.
+                raise ScpiFault(-221, "Settings conflict")
+        elif self.trigger_source == "EXT":
+            raise ScpiFault(-221, "Settings conflict")  # no external trigger wired in the sim
+        if -self.offset >= self.points:
+            raise ScpiFault(-221, "Settings conflict")
+        self.armed_ns = self.world.clock.now_ns()
+        self.trigger_ns = None
+
+    def _trig_now(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        if self.armed_ns is None or self.trigger_source != "BUS":
+            raise ScpiFault(-211, "Trigger ignored")
+        self.trigger_ns = max(self.world.clock.now_ns(), self._pretrigger_end())
+
+    def _abort(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        self.armed_ns = None
+        self.trigger_ns = None
+
+    def _pretrigger_end(self) -> int:
+        assert self.armed_ns is not None
+        return self.armed_ns + max(0, -self.offset) * self.interval_ns
+
+    def _find_trigger(self) -> None:
+        """Look for the falling edge that triggers (only in time the world may report)."""
+        if self.armed_ns is None or self.trigger_ns is not None:
+            return
+        if not self.trigger_source.startswith("PIN"):
+            return
+        edges = self.world.falling_edges_between(self._pretrigger_end(),
+                                                 self.world.observable_ns() + 1)
+        if edges:
+            self.trigger_ns = edges[0]
+
+    def _capture_starts(self) -> np.ndarray:
+        """Start time of every sample of the triggered capture (on the grid from the arm time)."""
+        assert self.armed_ns is not None and self.trigger_ns is not None
+        p = self.interval_ns
+        trigger_sample = (self.trigger_ns - self.armed_ns) // p
+        first = trigger_sample + self.offset  # offset < 0 keeps points before the trigger
+        k = np.arange(first, first + self.points, dtype=np.int64)
+        return self.armed_ns + k * p
+
+    def _capture_end_ns(self) -> int | None:
+        if self.armed_ns is None or self.trigger_ns is None:
+            return None
+        return int(self._capture_starts()[-1]) + self.interval_ns
+
+    def _status(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        bits = 0
+        if self.armed_ns is not None:
+            self._find_trigger()
+            end = self._capture_end_ns()
+            if end is None:
+                bits = 8 | 16
+            elif self.world.observable_ns() < end:
+                bits = 16
+        return str(bits | (1 if self.output else 0)).encode("ascii")
+
+    def _fetch(self, cmd: Command) -> np.ndarray:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        if self.armed_ns is None:
+            raise ScpiFault(-230, "Data corrupt or stale")
+        self._find_trigger()
+        end = self._capture_end_ns()
+        if end is None:
+            raise ScpiFault(-230, "Data corrupt or stale")
+        self._wait_observable(end)
+        return self._capture_starts()
+
+    def _fetch_curr(self, cmd: Command) -> bytes:
+        starts = self._fetch(cmd)
+        if not self.func_curr:
+            raise ScpiFault(-221, "Settings conflict")
+        current = self._mean_current(starts, self.interval_ns)
+        return self._values(current)
+
+    def _fetch_volt(self, cmd: Command) -> bytes:
+        starts = self._fetch(cmd)
+        if not self.func_volt:
+            raise ScpiFault(-221, "Settings conflict")
+        with self.world.lock:
+            volts = self.world.supply_v if self.world.powered else 0.0
+        return self._values(np.full(len(starts), volts))
+
+    def _values(self, values: np.ndarray) -> bytes:
+        if self.real_format:
+            return self._block(values, 32)
+        return ",".join(f"{v:.6E}" for v in values.tolist()).encode("ascii")
+
+
+class Sim34465A(_ScpiServer):
+    """A 34465A (DIG option) digitizing DC current, started by its external trigger input."""
+
+    identity = "Keysight Technologies,34465A,MY00000002-SIM,A.03.01-02.40-03.01-00.52-01-01"
+    MEMORY = 50_000
+    OVERLOAD = 9.9e37
+    _RANGES = (1e-6, 10e-6, 100e-6, 1e-3, 10e-3, 100e-3, 1.0, 3.0, 10.0)
+
+    def __init__(self, world: World, *, memory: int = MEMORY) -> None:
+        super().__init__(world)
+        self.memory = memory
+        self.reset()
+
+    def reset(self) -> None:
+        """``*RST`` defaults."""
+        self.function = "VOLT:DC"
+        self.curr_range = 1.0
+        self.aperture_ns: int | None = None
+        self.trigger_source = "IMM"
+        self.trigger_slope = "NEG"
+        self.trigger_delay_ns = 0
+        self.trigger_count = 1
+        self.sample_source = "IMM"
+        self.sample_ns = 1_000_000
+        self.sample_count = 1
+        self.real_bits: int | None = None
+        self.big_endian = True
+        self.armed_ns: int | None = None
+        self.trigger_ns: int | None = None
+        self.stopped_count: int | None = None  # readings taken when ABOR came
+        self.read_count = 0
+        self.lost = 0
+
+    def command(self, cmd: Command) -> bytes | None:
+        table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
+            ("CONFigure:CURRent[:DC]", False, self._conf),
+            ("[SENSe]:CURRent[:DC]:APERture", False, self._aper),
+            ("TRIGger:SOURce", False, self._trig_source),
+            ("TRIGger:SLOPe", False, self._trig_slope),
+            ("TRIGger:DELay", False, self._trig_delay),
+            ("TRIGger:COUNt", False, self._trig_count),
+            ("SAMPle:SOURce", False, self._samp_source),
+            ("SAMPle:TIMer", False, self._samp_timer),
+            ("SAMPle:TIMer", True, lambda c: repr(self.sample_ns / NS).encode("ascii")),
+            ("SAMPle:COUNt", False, self._samp_count),
+            ("FORMat[:DATA]", False, self._format),
+            ("INITiate[:IMMediate]", False, self._init),
+            ("ABORt", False, self._abort),
+            ("DATA:POINts", True, self._points),
+            ("R", True, self._read),
+        ]
+        return self._dispatch(cmd, table)
+
+    def _conf(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        value = _number(cmd.args[0], 0.0, 10.0)
+        fits = [r for r in self._RANGES if r >= value * (1 - 1e-9)]
+        self.function = "CURR:DC"
+        self.curr_range = fits[0]
+        self.trigger_source, self.trigger_count, self.sample_count = "IMM", 1, 1
+        self.armed_ns = None
+
+    def _aper(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self.aperture_ns = round(_number(cmd.args[0], 2e-6, 1.0) * NS)
+
+    def _trig_source(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        word = cmd.args[0].upper()
+        if word not in ("EXT", "EXTERNAL", "IMM", "IMMEDIATE"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.trigger_source = word[:3]
+
+    def _trig_slope(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        word = cmd.args[0].upper()
+        if word not in ("NEG", "NEGATIVE", "POS", "POSITIVE"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.trigger_slope = word[:3]
+
+    def _trig_delay(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self.trigger_delay_ns = round(_number(cmd.args[0], 0.0, 3600.0) * NS)
+
+    def _trig_count(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self.trigger_count = int(_number(cmd.args[0], 1, 1e6))
+
+    def _samp_source(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        word = cmd.args[0].upper()
+        if word not in ("TIM", "TIMER", "IMM", "IMMEDIATE"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.sample_source = word[:3]
+
+    def _samp_timer(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        # The timer resolves 1 µs in this simulation (whole ns keep the sample grid exact).
+        self.sample_ns = round(_number(cmd.args[0], 20e-6, 3600.0) * 1e6) * 1000
+
+    def _samp_count(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self.sample_count = int(_number(cmd.args[0], 1, 1e9))
+
+    def _format(self, cmd: Command) -> None:
+        if not cmd.args or cmd.args[0].upper() not in ("REAL", "ASC", "ASCII"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        if cmd.args[0].upper() == "REAL":
+            bits = int(_number(cmd.args[1], 32, 64)) if len(cmd.args) > 1 else 64
+            if bits not in (32, 64):
+                raise ScpiFault(-224, "Illegal parameter value")
+            self.real_bits = bits
+        else:
+            self.real_bits = None
+
+    def _init(self, cmd: Command) -> None:
+        self._need_args(cmd, 0)
+        if self.function != "CURR:DC":
+            raise ScpiFault(-221, "Settings conflict")
+        if self.trigger_slope != "NEG" or self.sample_source != "TIM" or self.trigger_count != 1:
+            # Only what the rig wires is simulated: one falling-edge trigger, timed samples.
+            raise ScpiFault(-221, "Settings conflict")
+        aperture = self.aperture_ns if self.aperture_ns is not None else self.sample_ns
+        if aperture > self.sample_ns:
+            raise ScpiFault(-221, "Settings conflict")
+        self.armed_ns = self.world.clock.now_ns()
+        self.trigger_ns = self.armed_ns if self.trigger_source == "IMM" else None
+        self.stopped_count = None
+        self.read_count = 0
+        self.lost = 0
+
+    def _abort(self, cmd: Command) -> None:
+        self._need_args(cmd, 0)
+        if self.armed_ns is not None and self.stopped_count is None:
+            self.stopped_count = self._taken()
+        self.armed_ns = None if self.trigger_ns is None else self.armed_ns
+
+    def _taken(self) -> int:
+        """Readings taken so far (whose aperture ended by the observable time)."""
+        if self.stopped_count is not None:
+            return self.stopped_count
+        if self.armed_ns is None:
+            return 0
+        if self.trigger_ns is None:
+            edges = self.world.falling_edges_between(self.armed_ns, self.world.observable_ns() + 1)
+            if not edges:
+                return 0
+            self.trigger_ns = edges[0]
+        first = self.trigger_ns + self.trigger_delay_ns
+        aperture = self.aperture_ns if self.aperture_ns is not None else self.sample_ns
+        done = self.world.observable_ns() - first - aperture
+        if done < 0:
+            return 0
+        return min(self.sample_count, done // self.sample_ns + 1)
+
+    def _in_memory(self) -> int:
+        waiting = self._taken() - self.read_count - self.lost
+        if waiting > self.memory:  # memory full: later readings are lost
+            self.lost += waiting - self.memory
+            waiting = self.memory
+        return waiting
+
+    def _points(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 0)
+        return str(self._in_memory()).encode("ascii")
+
+    def _read(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        wanted = int(_number(cmd.args[0], 1, 2e9))
+        count = min(wanted, self._in_memory())
+        start = self.read_count + self.lost
+        self.read_count += count
+        assert self.trigger_ns is not None or count == 0
+        first = (self.trigger_ns or 0) + self.trigger_delay_ns
+        starts = first + np.arange(start, start + count, dtype=np.int64) * self.sample_ns
+        aperture = self.aperture_ns if self.aperture_ns is not None else self.sample_ns
+        current = self._mean_current(starts, aperture)
+        current = np.where(np.abs(current) > 1.2 * self.curr_range, self.OVERLOAD, current)
+        if self.real_bits is None:
+            return ",".join(f"{v:+.9E}" for v in current.tolist()).encode("ascii")
+        return self._block(current, self.real_bits)
