@@ -1,114 +1,240 @@
-"""Collects an energy monitor's chunks: keeps the samples for analysis, finds timestamp edges as
-they arrive, and streams the raw trace to a JLS file in the run folder.
+"""The live energy-monitor pipeline: chunk -> timestamp edges -> running energy -> JLS file.
 
-`on_chunk` runs on the driver's thread and does only numpy work; the procedure thread waits on
-sample counts and edge counts (instrument quantities), never on host time.
+Memory stays bounded however long a run lasts: no sample is kept once its chunk is handled.
+What the procedure needs later is kept per *edge* instead: the sample index of every falling edge
+of the DUT's timestamp line and the cumulative energy of the stream up to that sample. The
+energy of a window or idle span between two edges is then E(end edge) - E(start edge).
+
+The running energy is a compensated float64 sum (a `hi + lo` pair, Neumaier): each chunk's
+products i*v are summed pairwise by numpy, and the chunk sums are added with their rounding error
+carried in `lo`. The difference of two cumulative values is thus as accurate as one dot product
+over the window, however far into the run the window lies.
+
+Lost samples (sample-id gaps) and non-finite samples are remembered as sample ranges; any window
+that overlaps one has NaN energy, so the procedure fails it instead of reporting it short.
+
+`on_chunk` runs on the driver's thread and does only numpy work per sample; the procedure thread
+waits on sample counts and edge counts (instrument quantities), never on host time.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
-from rig.analysis import falling_edges, span_power
+from rig.errors import AnalysisError
 from rig.traces import TraceWriter
+
+#: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
+_EDGE_CAPACITY = 1024
 
 
 class EmonRecorder:
-    """The procedure's view of the energy-monitor stream."""
+    """The procedure's view of the energy-monitor stream.
+
+    `stop_after` (samples) makes the recorder ignore everything from that sample id on, so that
+    a capture holds exactly that many samples however late the instrument is stopped.
+    """
 
     def __init__(
-        self, sample_rate: float, trace_path: Path | None = None, *, simulated: bool = False
+        self,
+        sample_rate: float,
+        trace_path: Path | None = None,
+        *,
+        simulated: bool = False,
+        stop_after: int | None = None,
     ) -> None:
         self.sample_rate = float(sample_rate)
         self.trace_path = trace_path
+        self.stop_after = stop_after
         self._writer = (
             TraceWriter(trace_path, sample_rate, simulated=simulated) if trace_path else None
         )
+        # `_cond` guards the counters below; `_writer_lock` the JLS writer, so that a slow disk
+        # write never keeps the procedure thread from reading counts.
         self._cond = threading.Condition()
-        self._current = np.empty(1 << 16)
-        self._voltage = np.empty(1 << 16)
-        self._n = 0
+        self._writer_lock = threading.Lock()
+        self._n = 0  # next expected sample id (= samples so far, lost ones included)
+        self._received = 0  # samples that actually arrived
         self._last_bit = 1
-        self._edges: list[int] = []
+        # Cumulative sum of i*v over samples [0, k) as hi + lo (compensated).
+        self._hi = 0.0
+        self._lo = 0.0
+        self._finite = 0  # samples whose product went into the sum
+        self._edge_count = 0
+        self._edge_at = np.empty(_EDGE_CAPACITY, dtype=np.int64)
+        self._edge_hi = np.empty(_EDGE_CAPACITY, dtype=np.float64)
+        self._edge_lo = np.empty(_EDGE_CAPACITY, dtype=np.float64)
         #: Sample-id gaps seen in the stream: (expected id, id received).
         self.gaps: list[tuple[int, int]] = []
+        # Sample ranges [a, b) with no valid energy: lost samples and non-finite samples.
+        self._invalid: list[tuple[int, int]] = []
+        # Reused scratch for the products, so a chunk allocates nothing per sample.
+        self._scratch = np.empty(0, dtype=np.float64)
         self.error: BaseException | None = None
 
     # -- driver thread ------------------------------------------------------------------------
     def on_chunk(self, chunk: Chunk) -> None:
-        """Append one chunk (called on the driver's thread)."""
+        """Take one chunk (called on the driver's thread)."""
         try:
-            self._append(chunk)
+            self._take(chunk)
         except BaseException as exc:  # surface on the procedure thread, never kill the driver
             with self._cond:
-                self.error = exc
+                if self.error is None:
+                    self.error = exc
                 self._cond.notify_all()
 
-    def _append(self, chunk: Chunk) -> None:
-        n = len(chunk)
+    def _take(self, chunk: Chunk) -> None:
+        current, voltage, gpio = chunk.current, chunk.voltage, chunk.gpio
+        first = int(chunk.first_sample_id)
+        n = len(current)
         if n == 0:
             return
-        current, voltage, gpio = chunk.current, chunk.voltage, chunk.gpio
         with self._cond:
-            gap = chunk.first_sample_id - self._n
+            if self.stop_after is not None and self._n >= self.stop_after:
+                return  # the capture is complete: later samples are not part of it
+            gap = first - self._n
             if gap:
-                self.gaps.append((self._n, chunk.first_sample_id))
+                self.gaps.append((self._n, first))
             if gap > 0:
-                # Lost samples stay as NaN so that indices remain sample ids and any window
-                # over them comes out NaN (failed), never silently short.
-                self._grow(self._n + gap)
-                self._current[self._n : self._n + gap] = np.nan
-                self._voltage[self._n : self._n + gap] = np.nan
-                self._n += gap
+                end = first if self.stop_after is None else min(first, self.stop_after)
+                self._mark_invalid(self._n, end)
+                self._n = end
+                self._cond.notify_all()
             elif gap < 0:  # overlap: keep what we already have
                 current, voltage, gpio = current[-gap:], voltage[-gap:], gpio[-gap:]
-                n = len(current)
-                if n == 0:
-                    return
-            self._grow(self._n + n)
-            self._current[self._n : self._n + n] = current
-            self._voltage[self._n : self._n + n] = voltage
-            edges = falling_edges(gpio, bit=0, initial_level=self._last_bit) + self._n
-            self._last_bit = int(gpio[-1] & 1)
-            self._edges.extend(int(e) for e in edges)
-            if self._writer is not None:
-                self._writer.append(self._n, current, voltage, gpio)
-            self._n += n
+                first, n = self._n, n + gap
+            if self.stop_after is not None:
+                n = min(n, self.stop_after - first)
+                current, voltage, gpio = current[:n], voltage[:n], gpio[:n]
+            if n <= 0:
+                return
+            self._integrate(first, current, voltage, gpio)
+            self._n = first + n
+            self._received += n
             self._cond.notify_all()
+        if self._writer is not None:
+            with self._writer_lock:
+                if self._writer is not None:
+                    self._writer.append(first, current, voltage, gpio)
 
-    def _grow(self, size: int) -> None:
-        if size <= len(self._current):
+    def _integrate(
+        self, first: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+    ) -> None:
+        """Edges of this chunk, and the running energy at each of them and at its end."""
+        n = len(current)
+        if len(self._scratch) < n:
+            self._scratch = np.empty(max(n, 2 * len(self._scratch)), dtype=np.float64)
+        prod = self._scratch[:n]
+        np.multiply(current, voltage, out=prod)
+        high = (gpio & 1).astype(bool)
+        # Falling edge at k: high[k-1] and not high[k]; sample 0 against the previous chunk.
+        edges = np.flatnonzero(high[:-1] > high[1:]) + 1
+        if self._last_bit and not high[0]:
+            edges = np.concatenate(([0], edges))
+        self._last_bit = int(high[-1])
+        if edges.size:
+            self._reserve(self._edge_count + edges.size)
+        lo = 0
+        # One pairwise sum per segment between edges: a loop per edge, not per sample.
+        for k in edges.tolist():
+            self._add(prod[lo:k], first + lo)
+            lo = k
+            i = self._edge_count
+            self._edge_at[i] = first + k
+            self._edge_hi[i] = self._hi
+            self._edge_lo[i] = self._lo
+            self._edge_count = i + 1
+        self._add(prod[lo:], first + lo)
+
+    def _add(self, prod: np.ndarray, first: int) -> None:
+        """Add a segment's products to the running sum (Neumaier compensation)."""
+        if prod.size == 0:
             return
-        cap = max(size, 2 * len(self._current))
-        for name in ("_current", "_voltage"):
+        s = float(prod.sum())
+        count = prod.size
+        if not math.isfinite(s):
+            # Rare: a sample the instrument could not measure. Its window must fail, the rest
+            # of the run must not: keep the finite products and mark the bad range.
+            bad = np.flatnonzero(~np.isfinite(prod))
+            self._mark_invalid(first + int(bad[0]), first + int(bad[-1]) + 1)
+            s = float(np.where(np.isfinite(prod), prod, 0.0).sum())
+            count -= bad.size
+        t = self._hi + s
+        if abs(self._hi) >= abs(s):
+            self._lo += (self._hi - t) + s
+        else:
+            self._lo += (s - t) + self._hi
+        self._hi = t
+        self._finite += count
+
+    def _mark_invalid(self, start: int, stop: int) -> None:
+        # Adjacent or overlapping ranges merge, so a long bad stretch is one entry.
+        if self._invalid and start <= self._invalid[-1][1]:
+            a, b = self._invalid[-1]
+            self._invalid[-1] = (a, max(b, stop))
+        else:
+            self._invalid.append((start, stop))
+
+    def _reserve(self, size: int) -> None:
+        if size <= len(self._edge_at):
+            return
+        cap = max(size, 2 * len(self._edge_at))
+        for name in ("_edge_at", "_edge_hi", "_edge_lo"):
             old = getattr(self, name)
-            new = np.empty(cap)
-            new[: self._n] = old[: self._n]
+            new = np.empty(cap, dtype=old.dtype)
+            new[: self._edge_count] = old[: self._edge_count]
             setattr(self, name, new)
 
     # -- procedure thread ---------------------------------------------------------------------
     @property
     def samples(self) -> int:
-        """Samples received so far."""
+        """Samples so far, counted by sample id (lost samples included)."""
         with self._cond:
             return self._n
+
+    @property
+    def received(self) -> int:
+        """Samples that actually arrived (lost ones not included)."""
+        with self._cond:
+            return self._received
 
     @property
     def edge_count(self) -> int:
         """Falling edges of the timestamp line seen so far."""
         with self._cond:
-            return len(self._edges)
+            return self._edge_count
+
+    @property
+    def dropped(self) -> int:
+        """Samples missing from the stream (sum of the forward sample-id gaps)."""
+        with self._cond:
+            return sum(max(0, b - a) for a, b in self.gaps)
+
+    @property
+    def energy_j(self) -> float:
+        """Energy [J] of every valid sample so far (lost and non-finite samples left out)."""
+        with self._cond:
+            return (self._hi + self._lo) / self.sample_rate
+
+    def overall_mean_power(self) -> float:
+        """Mean power [W] over every valid sample so far; NaN before the first one."""
+        with self._cond:
+            if self._finite == 0:
+                return math.nan
+            return (self._hi + self._lo) / self._finite
 
     def edges(self, start: int = 0) -> list[int]:
         """Sample indices of the falling edges from number `start` on."""
         with self._cond:
-            return self._edges[start:]
+            return self._edge_at[start : self._edge_count].tolist()
 
     def wait_for_samples(self, count: int, timeout_s: float) -> None:
         """Block until `count` samples have arrived (deadline: `timeout_s` of host time)."""
@@ -116,10 +242,10 @@ class EmonRecorder:
 
     def wait_for_edges(self, count: int, timeout_s: float) -> list[int]:
         """Block until `count` edges in total have arrived; returns all edges."""
-        self._wait(lambda: len(self._edges) >= count, timeout_s, f"{count} timestamp edges")
+        self._wait(lambda: self._edge_count >= count, timeout_s, f"{count} timestamp edges")
         return self.edges()
 
-    def _wait(self, ready, timeout_s: float, what: str) -> None:
+    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while not ready():
@@ -129,16 +255,41 @@ class EmonRecorder:
                 if left <= 0:
                     raise DeviceTimeout(
                         f"energy monitor: waited {timeout_s:.0f} s for {what}, have "
-                        f"{self._n} samples and {len(self._edges)} edges",
+                        f"{self._n} samples and {self._edge_count} edges",
                         hint="check that the monitor is acquiring and that the DUT's timestamp "
                         "GPIO is wired to its trigger/event input",
                     )
                 self._cond.wait(min(left, 0.1))
 
     def mean_power(self, start: int, stop: int) -> float:
-        """Mean power [W] over samples [start, stop)."""
+        """Mean power [W] over samples [start, stop), both sample indices of timestamp edges.
+
+        NaN when the span holds lost or non-finite samples.
+        """
         with self._cond:
-            return span_power(self._current[: self._n], self._voltage[: self._n], start, stop)
+            if not 0 <= start < stop <= self._n:
+                raise AnalysisError(
+                    f"span [{start}, {stop}) is not a non-empty range inside the "
+                    f"{self._n}-sample stream"
+                )
+            a, b = self._edge_index(start), self._edge_index(stop)
+            if any(lo < stop and hi > start for lo, hi in self._invalid):
+                return math.nan
+            # hi - hi is exact for nearby values (Sterbenz); lo carries what hi rounded off.
+            total = (self._edge_hi[b] - self._edge_hi[a]) + (self._edge_lo[b] - self._edge_lo[a])
+            return float(total) / (stop - start)
+
+    def _edge_index(self, sample: int) -> int:
+        edges = self._edge_at[: self._edge_count]
+        i = int(np.searchsorted(edges, sample))
+        if i == len(edges) or edges[i] != sample:
+            raise AnalysisError(
+                f"sample {sample} is not a timestamp edge: the live recorder keeps energy only "
+                "at edges",
+                hint="pass sample indices returned by edges()/wait_for_edges(), or analyse the "
+                "stored trace file with `rig analyze`",
+            )
+        return i
 
     def gaps_in(self, start: int, stop: int) -> list[tuple[int, int]]:
         """Sample-id gaps that fall inside [start, stop)."""
@@ -147,13 +298,13 @@ class EmonRecorder:
 
     def annotate(self, sample_id: int, text: str) -> None:
         """Mark a sample in the stored trace (window edges, so a viewer shows what was what)."""
-        with self._cond:
+        with self._writer_lock:
             if self._writer is not None:
                 self._writer.annotate(sample_id, text)
 
     def close(self) -> None:
         """Finish the trace file; safe to call twice."""
-        with self._cond:
+        with self._writer_lock:
             if self._writer is not None:
-                self._writer.close()
-                self._writer = None
+                writer, self._writer = self._writer, None
+                writer.close()

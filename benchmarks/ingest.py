@@ -1,0 +1,154 @@
+"""Live-pipeline ingest: a 2 MS/s stream (a JS110 at full rate) through `EmonRecorder`.
+
+A producer thread plays the driver: it hands chunks of 15 000..40 000 samples (what a
+Joulescope delivers per callback) to `recorder.on_chunk`, with a 10-sample timestamp pulse every
+10 ms, and the recorder writes the JLS trace into a temporary folder (deleted afterwards).
+
+Default: the stream is fed as fast as the pipeline takes it (throughput). `--realtime` paces it
+at 2 MS/s through a bounded buffer (0.5 s, like the instrument's) that drops chunks when the
+pipeline falls behind, so `dropped` shows whether it keeps up.
+
+Prints `samples_per_s`, `dropped` (goal 0), `cpu_fraction` (process CPU time / signal duration:
+goal < 0.5), `peak_rss_mb_at_10s` and `peak_rss_mb_at_60s` (goal: flat), then a few checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import resource
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from drivers.emon.base import Chunk
+from rig.recording import EmonRecorder
+
+FS = 2_000_000
+#: A timestamp pulse every 10 ms, 10 samples low.
+PULSE_EVERY = FS // 100
+PULSE_LEN = 10
+#: Samples per chunk, cycled (a Joulescope callback carries tens of milliseconds).
+CHUNK_SIZES = (20_000, 32_768, 15_000, 40_000, 24_576)
+#: The played signal repeats after this many samples (a whole number of pulse periods).
+POOL = 50 * PULSE_EVERY
+#: The instrument-side buffer in --realtime mode, in samples.
+BUFFER_SAMPLES = FS // 2
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far [MB] (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build_pool() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pool of signal plus the longest chunk again, so every chunk is a view (no copy)."""
+    rng = np.random.default_rng(1)
+    n = POOL + max(CHUNK_SIZES)
+    k = np.arange(n)
+    phase = k % PULSE_EVERY
+    # Active for the first 60 % of each 10 ms period, idle after, with measurement noise.
+    current = np.where(phase < PULSE_EVERY * 6 // 10, 2.0e-3, 0.667e-3)
+    current = current + rng.normal(0.0, 5e-6, n)
+    voltage = 1.8 + rng.normal(0.0, 1e-4, n)
+    gpio = np.where(phase < PULSE_LEN, 0, 1).astype(np.uint8)
+    return current, voltage, gpio
+
+
+def run(seconds: float, realtime: bool) -> dict[str, float]:
+    current, voltage, gpio = build_pool()
+    total = round(seconds * FS)
+    folder = Path(tempfile.mkdtemp(prefix="rig-ingest-"))
+    recorder = EmonRecorder(FS, folder / "ingest.jls")
+    # Free-running: a few chunks of slack, the producer waits. Realtime: bounded by samples.
+    buffer: queue.Queue[Chunk | None] = queue.Queue(maxsize=0 if realtime else 16)
+    buffered = [0]  # samples waiting in the buffer (realtime mode)
+    lock = threading.Lock()
+    dropped_by_buffer = [0]
+    rss: dict[int, float] = {}
+
+    def produce() -> None:
+        first, j = 0, 0
+        wall0 = time.monotonic()
+        while first < total:
+            m = min(CHUNK_SIZES[j % len(CHUNK_SIZES)], total - first)
+            j += 1
+            lo = first % POOL
+            chunk = Chunk(first, current[lo : lo + m], voltage[lo : lo + m], gpio[lo : lo + m])
+            first += m
+            if realtime:
+                delay = wall0 + first / FS - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                with lock:
+                    if buffered[0] + m > BUFFER_SAMPLES:
+                        dropped_by_buffer[0] += m  # the instrument overwrites what was not read
+                        continue
+                    buffered[0] += m
+            buffer.put(chunk)
+        buffer.put(None)
+
+    def consume() -> None:
+        marks = [10 * FS, 60 * FS]
+        while (chunk := buffer.get()) is not None:
+            recorder.on_chunk(chunk)
+            if realtime:
+                with lock:
+                    buffered[0] -= len(chunk)
+            while marks and chunk.end_sample_id >= marks[0]:
+                rss[marks.pop(0) // FS] = peak_rss_mb()
+
+    producer = threading.Thread(target=produce, name="instrument")
+    consumer = threading.Thread(target=consume, name="driver")
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        producer.start()
+        consumer.start()
+        producer.join()
+        consumer.join()
+        recorder.close()
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
+        file_mb = (folder / "ingest.jls").stat().st_size / 1e6
+    finally:
+        recorder.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    if recorder.error is not None:
+        raise recorder.error
+    edges = recorder.edges()
+    # Check the pipeline's arithmetic on one window: 60 % active per 10 ms period.
+    window_power = recorder.mean_power(edges[0], edges[1]) if len(edges) > 1 else float("nan")
+    return {
+        "samples_per_s": recorder.received / wall,
+        "dropped": recorder.dropped + dropped_by_buffer[0],
+        "cpu_fraction": cpu / (total / FS),
+        "peak_rss_mb_at_10s": rss.get(10, float("nan")),
+        "peak_rss_mb_at_60s": rss.get(60, float("nan")),
+        "wall_s": wall,
+        "signal_s": total / FS,
+        "edges": len(edges),
+        "first_window_mean_power_w": window_power,
+        "jls_mb": file_mb,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="signal length (>= 60)")
+    parser.add_argument("--realtime", action="store_true", help="pace the stream at 2 MS/s")
+    args = parser.parse_args()
+    result = run(args.seconds, args.realtime)
+    for key in ("samples_per_s", "dropped", "cpu_fraction", "peak_rss_mb_at_10s",
+                "peak_rss_mb_at_60s"):
+        value = result.pop(key)
+        print(f"{key} {value:.0f}" if key in ("samples_per_s", "dropped") else f"{key} {value:.3f}")
+    for key, value in result.items():
+        print(f"{key} {value:.6g}")
+
+
+if __name__ == "__main__":
+    main()
