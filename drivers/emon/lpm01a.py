@@ -1,9 +1,12 @@
-"""Driver for the ST LPM01A (X-NUCLEO-LPM01A "PowerShield") energy monitor, ascii_dec streaming.
+"""Driver for the ST LPM01A (X-NUCLEO-LPM01A "PowerShield") energy monitor.
 
 One reader thread owns every read from the port: it decodes the stream, hands command replies
 to the calling thread through a queue, and assembles data into `Chunk`s for the `on_chunk`
-callback. The D7 input (driven by the DUT's timestamp GPIO) arrives as ``event N ris`` lines;
-each becomes a 0 in the chunk's GPIO bits at exactly the sample the board placed it before.
+callback. The D7 input (driven by the DUT's timestamp GPIO) arrives as ``event N ris`` lines
+(ascii_dec) or event frames (bin_hexa); each becomes a 0 in the chunk's GPIO bits at exactly
+the sample the board placed it before. Up to 5 kHz the board streams ``ascii_dec`` text, above
+it ``bin_hexa`` binary words (up to 100 kHz); the codec switches between binary data and text
+replies by itself.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from protocols.lpm01a.codec import (
     Event,
     Garbled,
     Lpm01aDecoder,
+    MetaFrame,
     Samples,
     Text,
     TimeStamp,
@@ -55,6 +59,8 @@ DETAIL_WAIT_S = 0.5
 #: How long `stop` may take to report `Acquisition completed` (the board drains its buffer).
 STOP_TIMEOUT_S = 5.0
 _CABLE_HINT = "check the USB cable and that the PowerShield firmware is running"
+#: Data formats `configure` can ask for.
+FORMATS = ("ascii_dec", "bin_hexa")
 
 
 class ByteTransport(Protocol):
@@ -190,10 +196,14 @@ class Lpm01a(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
 
-    def configure(self, voltage: float, sample_rate: float) -> None:
+    def configure(
+        self, voltage: float, sample_rate: float, *, data_format: str | None = None
+    ) -> None:
         """Supply `voltage` [V], stream current at `sample_rate` [Hz], D7 falling edges as events.
 
-        Everything is checked before the first byte goes out.
+        `data_format` is ``ascii_dec`` or ``bin_hexa``; by default ascii_dec up to 5 kHz (where
+        it can stream without end) and bin_hexa above. Everything is checked before the first
+        byte goes out.
         """
         check_voltage(voltage, self.voltage_limit_v, who="LPM01A")
         volt = format_millivolts(voltage)
@@ -204,11 +214,15 @@ class Lpm01a(EnergyMonitor):
                 hint="set a supply voltage the PowerShield can deliver in the bench file",
             )
         freq = freq_token(sample_rate)
-        if sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED:
+        if data_format is None:
+            data_format = "bin_hexa" if sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED else "ascii_dec"
+        if data_format not in FORMATS:
+            raise DeviceError(f"LPM01A: unknown data format {data_format!r}",
+                              hint="use ascii_dec or bin_hexa (or leave it to the driver)")
+        if data_format == "ascii_dec" and sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED:
             raise DeviceError(
                 f"LPM01A: {sample_rate:g} Hz is too fast for ascii_dec streaming",
-                hint=f"use at most {ASCII_DEC_MAX_HZ_UNLIMITED:g} Hz (bin_hexa, needed for more, "
-                "is not supported yet)",
+                hint=f"use at most {ASCII_DEC_MAX_HZ_UNLIMITED:g} Hz with ascii_dec, or bin_hexa",
             )
         if self._running:
             raise DeviceError("LPM01A: configure() during an acquisition",
@@ -220,10 +234,14 @@ class Lpm01a(EnergyMonitor):
             "acqmode": "dyn",
             "funcmode": "optim",
             "output": "current",
-            "format": "ascii_dec",
+            "format": data_format,
             "trigsrc": "sw",
             "eventsrc": "d7 fal",
         }
+        if data_format == "bin_hexa":
+            # The board refuses a rate ascii_dec cannot stream while ascii_dec is still set:
+            # switch the format first (and for ascii_dec, lower the rate first, as above).
+            settings = {"volt": volt, "format": data_format, **settings}
         for name, value in settings.items():
             self._command(f"{name} {value}")
             self._settings[name] = value
@@ -438,7 +456,9 @@ class Lpm01a(EnergyMonitor):
             elif isinstance(event, Garbled):
                 log.debug("LPM01A: garbled line %r", event.raw)
                 if self._running:
-                    self.stats.note(f"garbled line in the data stream: {event.raw[:40]!r}")
+                    self.stats.note(f"garbled bytes in the data stream: {event.raw[:40]!r}")
+            elif isinstance(event, MetaFrame):
+                log.debug("LPM01A: skipped metadata frame 0x%02X %r", event.kind, event.payload)
             else:
                 replies.append(event)
         if not blocks or self._on_chunk is None:

@@ -29,6 +29,37 @@ answer with their ack line and then the value alone on one prompt line, which de
 
 A data line ``DDDD±EE`` is the 4-digit mantissa times ten to the signed 2-digit exponent:
 amperes with ``output current``, joules per sample period with ``output energy``.
+
+bin_hexa (``format bin_hexa``, needed above 5 kHz)
+--------------------------------------------------
+Between the ``ack start`` line and ``Acquisition completed`` the board streams binary: 16-bit
+big-endian data words, ``I = (w & 0x0FFF) * 16**-(w >> 12)`` (``0x52A0`` -> 640.87 µA), one per
+sample. A word whose first byte has the high nibble ``F`` is never data: a metadata frame starts
+there, ``0xF0 <type> <payload> 0xFF 0xFF``. The facts we have stop at that framing; the frame
+types below are OUR READING, TO CONFIRM ON HARDWARE (the decoder and `encode_*_frame` are the
+only places that know them):
+
+=========  =====================================  =========================================
+type       payload                                event
+=========  =====================================  =========================================
+``0xF1``   u16 BE event number (wraps)            ``EdgeEvent(sample_index, n, "ris")``: a D7
+                                                  edge before the next data word (what the
+                                                  ascii ``event N ris`` line says)
+``0xF3``   u32 BE elapsed ms, u8 buffer fill %    ``TimeStamp(ms / 1000, pct, sample_index)``
+other      anything up to the first ``FF FF``     ``MetaFrame(type, payload)``, skipped
+=========  =====================================  =========================================
+
+Replies keep coming as text while binary flows (``PowerShield > ack stop``, errors, then
+``PowerShield > Acquisition completed``): in binary mode the decoder looks for the prompt
+``PowerShield >`` (NULs tolerated between its characters) at any byte offset, decodes that line
+as text and resumes binary after its ``\n``; ``Acquisition completed`` ends binary mode. The
+decoder follows ``ack format bin_hexa`` / ``ack format ascii_dec`` by itself. Resynchronisation:
+a byte with high nibble ``F`` other than ``0xF0`` at a word boundary, or a frame without its
+terminator is reported as `Garbled` and skipped (one byte, which realigns the word boundary
+after a lost byte; a known frame type with a bad terminator: its whole length); so is an odd
+byte before a prompt. Limits: a NUL pair between a reply and the next
+data word decodes as a 0 A sample, and data that happens to spell the 13-byte prompt would be
+taken for a reply (both unseen in the simulator; confirm on hardware).
 """
 
 from __future__ import annotations
@@ -72,6 +103,16 @@ ASCII_DEC_MAX_HZ_UNLIMITED = 5_000
 ASCII_DEC_MAX_HZ_SHORT = 10_000
 #: A line longer than this is not protocol; it is reported (truncated) as `Garbled`.
 MAX_LINE = 1024
+#: bin_hexa metadata frame types (our reading of the board; confirm on hardware).
+FRAME_START = 0xF0
+FRAME_EVENT = 0xF1
+FRAME_TIMESTAMP = 0xF3
+FRAME_END = b"\xff\xff"
+#: An unknown frame whose ``FF FF`` does not come within this many bytes is garbage.
+MAX_FRAME = 64
+#: Largest relative error of bin_hexa's 12-bit mantissa as `encode_bin_hexa` uses it
+#: (the mantissa is kept >= 256 unless the value is below 256 * 16**-14 A).
+BIN_HEXA_RTOL = 0.5 / 255.9375
 
 _SAMPLE_LEN = 7  # DDDD±EE
 _UNIT_EXPONENT = {"u": -6, "m": -3, "k": 3}
@@ -184,6 +225,44 @@ def decode_bin_hexa(words: bytes) -> np.ndarray:
     return (w & 0x0FFF) * np.float64(16.0) ** -(w >> 12).astype(np.float64)
 
 
+def encode_bin_hexa(values: np.ndarray) -> bytes:
+    """bin_hexa data words for `values` [A] (board side, used by the simulator), vectorised.
+
+    Picks the largest exponent 0..14 that keeps the mantissa <= 4095, so the mantissa is
+    >= 256 and the relative error at most `BIN_HEXA_RTOL`. Zero, negative and non-finite
+    values give ``0x0000``; values above 4095 A saturate at ``0x0FFF``.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = np.where(np.isfinite(v) & (v > 0), v, 0.0)
+    safe = np.where(v > 0, v, 1.0)
+    exp = np.clip(np.floor(np.log(4095.0 / safe) / np.log(16.0)), 0, 14).astype(np.int64)
+    # log can land one step off at the boundaries: renormalise (powers of 16 are exact).
+    exp += (safe * np.float64(16.0) ** (exp + 1) <= 4095.0) & (exp < 14)
+    exp -= (safe * np.float64(16.0) ** exp > 4095.0) & (exp > 0)
+    mant = np.clip(np.rint(safe * np.float64(16.0) ** exp), 0, 4095).astype(np.int64)
+    words = np.where(v > 0, (exp << 12) | mant, 0)
+    return words.astype(">u2").tobytes()
+
+
+def encode_event_frame(number: int) -> bytes:
+    """The bin_hexa frame for D7 event `number` (our reading of the board's format)."""
+    return bytes([FRAME_START, FRAME_EVENT]) + (number & 0xFFFF).to_bytes(2, "big") + FRAME_END
+
+
+def encode_timestamp_frame(elapsed_ms: int, buffer_pct: int) -> bytes:
+    """The bin_hexa status frame: elapsed acquisition time [ms] and buffer fill [%]."""
+    return (
+        bytes([FRAME_START, FRAME_TIMESTAMP])
+        + (elapsed_ms & 0xFFFFFFFF).to_bytes(4, "big")
+        + bytes([max(0, min(255, buffer_pct))])
+        + FRAME_END
+    )
+
+
+#: Total size of each known frame (start, type, payload, terminator).
+_FRAME_SIZES = {FRAME_EVENT: 6, FRAME_TIMESTAMP: 9}
+
+
 # -- board -> host events ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ack:
@@ -268,6 +347,14 @@ class Garbled:
     raw: bytes
 
 
+@dataclass(frozen=True)
+class MetaFrame:
+    """A well-formed bin_hexa metadata frame of a type the rig does not use (skipped)."""
+
+    kind: int
+    payload: bytes
+
+
 Event = (
     Ack
     | ErrorReply
@@ -278,6 +365,7 @@ Event = (
     | AcquisitionCompleted
     | Text
     | Garbled
+    | MetaFrame
 )
 
 _ACK_RE = re.compile(r"^ack\b\s*(\S*)\s*(.*)$", re.IGNORECASE)
@@ -290,14 +378,53 @@ _TIMESTAMP_RE = re.compile(
 )
 
 
-class Lpm01aDecoder:
-    """Turns the board's byte stream into events. Keeps partial lines; never raises on input."""
+def _nul_tolerant(text: bytes) -> bytes:
+    """A regex for `text` with stray NULs allowed between its characters."""
+    return b"\x00*".join(re.escape(bytes([c])) for c in text)
 
-    def __init__(self) -> None:
+
+_PROMPT_B = PROMPT.encode("ascii")
+_PROMPT_RE = re.compile(_nul_tolerant(_PROMPT_B))
+# A reply that may switch the decoder's mode: ``ack format ...`` or ``ack start``.
+_SWITCH_RE = re.compile(
+    _PROMPT_RE.pattern + rb"[\x00 \t]*" + _nul_tolerant(b"ack") + rb"[\x00 \t]+(?:"
+    + _nul_tolerant(b"format") + b"|" + _nul_tolerant(b"start") + rb")[^\n]*\n",
+    re.IGNORECASE,
+)
+
+
+class Lpm01aDecoder:
+    """Turns the board's byte stream into events. Keeps partial lines; never raises on input.
+
+    `bin_hexa` says which format the board streams in; the decoder also follows the board's
+    ``ack format ...`` replies by itself. With bin_hexa, data between ``ack start`` and
+    ``Acquisition completed`` is decoded as binary (see the module docstring).
+    """
+
+    def __init__(self, *, bin_hexa: bool = False) -> None:
         self._partial = b""
         # After an over-long partial line was reported, drop bytes up to its end.
         self._skipping = False
         self._count = 0
+        self._bin_format = bin_hexa
+        self._binary = False  # inside a bin_hexa acquisition now
+
+    @property
+    def bin_hexa(self) -> bool:
+        """True when acquisitions are decoded as bin_hexa."""
+        return self._bin_format
+
+    @property
+    def in_binary(self) -> bool:
+        """True between a bin_hexa ``ack start`` and ``Acquisition completed``."""
+        return self._binary
+
+    def set_format(self, name: str) -> None:
+        """``"bin_hexa"`` or ``"ascii_dec"`` (as sent with the ``format`` command)."""
+        if name not in ("bin_hexa", "ascii_dec"):
+            raise ProtocolError(f"LPM01A: unknown data format {name!r}",
+                                hint="use ascii_dec or bin_hexa")
+        self._bin_format = name == "bin_hexa"
 
     @property
     def sample_count(self) -> int:
@@ -309,34 +436,158 @@ class Lpm01aDecoder:
         self._count = 0
 
     def reset(self) -> None:
-        """Forget everything: partial line and sample count."""
+        """Forget the stream: partial line, sample count, binary mode (the format is kept)."""
         self._partial = b""
         self._skipping = False
         self._count = 0
+        self._binary = False
 
     def feed(self, data: bytes) -> list[Event]:
-        """Decode `data`; returns the events of every line it completes."""
-        data = bytes(data).replace(b"\x00", b"")
+        """Decode `data`; returns the events of every line (and binary word) it completes."""
         events: list[Event] = []
+        buf = self._partial + bytes(data)
+        self._partial = b""
+        while buf:
+            buf = self._feed_binary(buf, events) if self._binary else self._feed_text(buf, events)
+        return events
+
+    # -- text mode ----------------------------------------------------------------------------
+    def _feed_text(self, buf: bytes, events: list[Event]) -> bytes:
+        """Decode text up to a reply that may switch to binary; returns what follows it."""
+        m = _SWITCH_RE.search(buf)
+        if m is None:
+            self._text_block(buf, events)
+            return b""
+        first = len(events)
+        self._text_block(buf[: m.end()], events)
+        self._follow(events[first:])
+        return buf[m.end() :]
+
+    def _text_block(self, data: bytes, events: list[Event]) -> None:
+        """Decode text lines (NULs dropped); an unfinished line is kept for the next feed."""
+        data = data.replace(b"\x00", b"")
         if self._skipping:
             nl = data.find(b"\n")
             if nl < 0:
-                return events
+                return
             data = data[nl + 1 :]
             self._skipping = False
-        buf = self._partial + data
-        last_nl = buf.rfind(b"\n")
+        last_nl = data.rfind(b"\n")
         if last_nl < 0:
-            self._partial = buf
+            self._partial = data
         else:
-            self._partial = buf[last_nl + 1 :]
-            self._decode_lines(buf[: last_nl + 1], events)
+            self._partial = data[last_nl + 1 :]
+            self._decode_lines(data[: last_nl + 1], events)
         if len(self._partial) > MAX_LINE + 1:
             # Cannot be protocol whatever follows: report it now, bounded memory.
             events.append(Garbled(self._partial[:MAX_LINE]))
             self._partial = b""
             self._skipping = True
-        return events
+
+    def _follow(self, events: list[Event]) -> None:
+        """Track the board's mode from its replies."""
+        for event in events:
+            if isinstance(event, Ack):
+                command = event.command.lower()
+                word = event.rest.split()[0].lower() if event.rest.split() else ""
+                if command == "format" and word in ("bin_hexa", "ascii_dec"):
+                    self._bin_format = word == "bin_hexa"
+                elif command == "start" and self._bin_format:
+                    self._binary = True
+            elif isinstance(event, AcquisitionCompleted):
+                self._binary = False
+
+    # -- binary mode --------------------------------------------------------------------------
+    def _feed_binary(self, buf: bytes, events: list[Event]) -> bytes:
+        """Decode words and frames, and the reply lines among them; returns the bytes after
+        ``Acquisition completed`` (text again), or b"" with the undecided tail kept."""
+        while True:
+            m = _PROMPT_RE.search(buf)
+            if m is None:
+                end = len(buf) - _prompt_prefix_len(buf)
+                used = self._decode_words(buf, end, events, final=False)
+                self._partial = buf[used:]
+                return b""
+            start = m.start()
+            self._decode_words(buf, start, events, final=True)
+            nl = buf.find(b"\n", start, start + MAX_LINE + 2)
+            if nl < 0:
+                if len(buf) - start <= MAX_LINE + 1:
+                    self._partial = buf[start:]  # the rest of the reply is still to come
+                    return b""
+                # A prompt without a line end is not a reply: skip it, back to binary.
+                events.append(Garbled(buf[start : start + MAX_LINE]))
+                buf = buf[m.end() :]
+                continue
+            first = len(events)
+            self._decode_lines(buf[start : nl + 1].replace(b"\x00", b""), events)
+            self._follow(events[first:])
+            buf = buf[nl + 1 :]
+            if not self._binary:
+                return buf
+
+    def _decode_words(self, buf: bytes, end: int, events: list[Event], *, final: bool) -> int:
+        """Decode data words and frames in buf[:end]; returns how many bytes were used.
+
+        With `final`, bytes that cannot complete (a reply follows) are reported as garbage.
+        """
+        arr = np.frombuffer(buf, dtype=np.uint8, count=end)
+        # Frames start at word boundaries whose first byte has the high nibble F. Word
+        # boundaries shift after a frame of odd length, so candidates are kept per parity.
+        marks = np.flatnonzero(arr >= 0xF0)
+        by_parity = (marks[marks % 2 == 0], marks[marks % 2 == 1])
+        p = 0
+        while True:
+            cands = by_parity[p % 2]
+            k = int(np.searchsorted(cands, p))
+            c = int(cands[k]) if k < cands.size else None
+            stop = c if c is not None else end - (end - p) % 2
+            if stop > p:
+                self._emit_samples(decode_bin_hexa(buf[p:stop]), events)
+                p = stop
+            if c is None:
+                break
+            parsed = self._frame(buf, arr, c, end, final)
+            if parsed is None:
+                break  # an unfinished frame: wait for more bytes
+            event, p = parsed
+            events.append(event)
+        if final and p < end:
+            rest = buf[p:end]
+            if rest.strip(b"\x00"):  # stray NULs before a reply are not worth a report
+                events.append(Garbled(rest[:MAX_LINE]))
+            p = end
+        return p
+
+    def _frame(
+        self, buf: bytes, arr: np.ndarray, c: int, end: int, final: bool
+    ) -> tuple[Event, int] | None:
+        """The frame at `c` and the offset after it; None if it is not complete yet."""
+        if arr[c] != FRAME_START:
+            return Garbled(buf[c : c + 1]), c + 1  # skip one byte: realigns after a lost byte
+        if c + 2 > end:
+            return None
+        kind = int(arr[c + 1])
+        size = _FRAME_SIZES.get(kind)
+        if size is not None:
+            if c + size > end:
+                return None
+            if buf[c + size - 2 : c + size] == FRAME_END:
+                return self._known_frame(kind, buf[c + 2 : c + size - 2]), c + size
+            # Its length is known: skip just that, so the data after it is not swallowed.
+            return Garbled(buf[c : c + size]), c + size
+        j = buf.find(FRAME_END, c + 2, min(end, c + MAX_FRAME))
+        if j < 0:
+            if end - c < MAX_FRAME and not final:
+                return None
+            return Garbled(buf[c : c + 2]), c + 1
+        return MetaFrame(kind, buf[c + 2 : j]), j + 2
+
+    def _known_frame(self, kind: int, payload: bytes) -> Event:
+        if kind == FRAME_EVENT:
+            return EdgeEvent(self._count, int.from_bytes(payload, "big"), "ris")
+        ms = int.from_bytes(payload[:4], "big")
+        return TimeStamp(ms / 1000, payload[4], self._count)
 
     def _decode_lines(self, block: bytes, events: list[Event]) -> None:
         """Decode `block`, a run of complete lines each ending in ``\\n``."""
@@ -383,6 +634,10 @@ class Lpm01aDecoder:
         if len(raw) > MAX_LINE:
             return Garbled(raw[:MAX_LINE])
         text = raw.decode("ascii", "replace").strip()
+        # Junk in front of a prompt (e.g. the tail of binary data) is dropped: resynchronise.
+        at = text.find(PROMPT)
+        if at > 0:
+            text = text[at:]
         prompted = text.startswith(PROMPT)
         if prompted:
             text = text[len(PROMPT) :].strip()
@@ -400,6 +655,18 @@ class Lpm01aDecoder:
             seconds = int(m.group(1)) + int(m.group(2)) / 1000
             return TimeStamp(seconds, int(m.group(3)), self._count)
         return Text(text) if prompted else Garbled(raw)
+
+
+def _prompt_prefix_len(buf: bytes) -> int:
+    """Length of the longest tail of `buf` that could be the start of a prompt (NULs allowed)."""
+    tail = buf[-(2 * len(_PROMPT_B) + 8) :]
+    at = tail.find(b"P")
+    while at >= 0:
+        text = tail[at:].replace(b"\x00", b"")
+        if len(text) < len(_PROMPT_B) and _PROMPT_B.startswith(text):
+            return len(tail) - at
+        at = tail.find(b"P", at + 1)
+    return 0
 
 
 # -- vectorised helpers --------------------------------------------------------------------------

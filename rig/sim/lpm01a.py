@@ -8,8 +8,13 @@ board. Falling edges of the DUT's timestamp line appear as ``event N ris`` lines
 first sample starting at or after the edge. Simulated, not measured: every number comes from the
 world's power model.
 
-Not simulated: ``format bin_hexa``, ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than
-``d7 fal`` (each is refused with an error reply saying so).
+With ``format bin_hexa`` (any rate up to 100 kHz) the same samples go out as 16-bit words
+(12-bit mantissa, see `encode_bin_hexa`), edges and the once-a-second status as metadata frames
+(`encode_event_frame`, `encode_timestamp_frame`: our reading of the board's frames), and
+replies stay text between them, as the codec documents.
+
+Not simulated: ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than ``d7 fal`` (each is
+refused with an error reply saying so).
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from protocols.lpm01a.codec import (
     PROMPT,
     VOLT_MAX_MV,
     VOLT_MIN_MV,
+    encode_bin_hexa,
+    encode_event_frame,
+    encode_timestamp_frame,
     format_samples,
     parse_number,
 )
@@ -266,8 +274,6 @@ class SimLpm01a:
     def _cmd_format(self, args: list[str]) -> None:
         self._require_idle()
         fmt = self._one_arg(args, ("ascii_dec", "bin_hexa"))
-        if fmt == "bin_hexa":
-            raise _Refused("bin_hexa is not simulated")
         self._check_rate(self.freq_hz, self.acqtime_s, fmt)
         self.settings["format"] = fmt
 
@@ -401,14 +407,16 @@ class SimLpm01a:
             with self.world.lock:
                 volts = self.world.supply_v
             values = energy / (volts * (np.diff(bounds) / NS))
-        data = format_samples(values)
+        binary = self.settings["format"] == "bin_hexa"
+        data = encode_bin_hexa(values) if binary else format_samples(values)
         starts = bounds[:-1]
 
-        # Lines that go between samples: (position = samples before it, text), in order.
-        inserts: list[tuple[int, str]] = []
+        # What goes between samples: (position = samples before it, bytes), in order.
+        inserts: list[tuple[int, bytes]] = []
         while self._next_second * fs <= end:
             pos = self._next_second * fs - k
-            inserts.append((pos, f"TimeStamp: {self._next_second}s 000ms, buff 00%"))
+            inserts.append((pos, encode_timestamp_frame(self._next_second * 1000, 0) if binary
+                            else f"TimeStamp: {self._next_second}s 000ms, buff 00%\r\n".encode()))
             self._next_second += 1
         last_start = int(starts[-1])
         if self.settings["eventsrc"] == "d7 fal":
@@ -417,7 +425,8 @@ class SimLpm01a:
             positions = np.searchsorted(starts, np.asarray(edges, dtype=np.int64), side="left")
             for pos in positions.tolist():
                 self._event_number += 1
-                inserts.append((pos, f"event {self._event_number} ris"))
+                inserts.append((pos, encode_event_frame(self._event_number) if binary
+                                else f"event {self._event_number} ris\r\n".encode()))
         # Edges up to here are done with, reported or not: `forget_before` may drop them.
         self._edge_from_ns = last_start + 1
         inserts.sort(key=lambda item: item[0])  # stable: TimeStamp before events at one place
@@ -425,9 +434,9 @@ class SimLpm01a:
         width = len(data) // len(starts)
         parts: list[bytes] = []
         done = 0
-        for pos, text in inserts:
+        for pos, blob in inserts:
             parts.append(data[done * width : pos * width])
-            parts.append(f"{text}\r\n".encode("ascii"))
+            parts.append(blob)
             done = pos
         parts.append(data[done * width :])
         self._write(b"".join(parts))

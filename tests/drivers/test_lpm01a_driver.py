@@ -18,6 +18,12 @@ from drivers.errors import (
     VoltageLimitError,
 )
 from protocols.errors import ProtocolError
+from protocols.lpm01a.codec import (
+    BIN_HEXA_RTOL,
+    encode_bin_hexa,
+    encode_event_frame,
+    encode_timestamp_frame,
+)
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.world import NS, PowerParams, World
 
@@ -154,12 +160,16 @@ def test_the_bench_limit_is_checked_first():
     assert transport.written == []
 
 
-@pytest.mark.parametrize(("rate", "error"), [(3000, ProtocolError), (10_000, DeviceError)])
-def test_a_rate_the_board_cannot_stream_is_refused_before_any_byte(rate, error):
+@pytest.mark.parametrize(
+    ("rate", "fmt", "error"),
+    [(3000, None, ProtocolError), (200_000, "bin_hexa", ProtocolError),
+     (10_000, "ascii_dec", DeviceError), (1000, "bin_hex", DeviceError)],
+)
+def test_a_rate_or_format_the_board_cannot_stream_is_refused_before_any_byte(rate, fmt, error):
     transport = ScriptedTransport([])
     monitor = Lpm01a(transport, voltage_limit_v=3.3)
     with pytest.raises(error):
-        monitor.configure(1.8, rate)
+        monitor.configure(1.8, rate, data_format=fmt)
     assert transport.written == []
 
 
@@ -385,3 +395,144 @@ def test_driver_against_the_simulated_board_sample_exact():
     assert np.flatnonzero(gpio == 0).tolist() == expected_edges
     assert monitor.stats.dropped == 0 and monitor.stats.samples == n
     assert sim.dropped_bytes == 0
+
+
+
+# -- bin_hexa ------------------------------------------------------------------------------------
+
+# bin_hexa goes before the rate: the board refuses 100k while ascii_dec is still set.
+CONFIGURE_BIN = [
+    (b"volt 1800m\n", ack("volt 1800m")),
+    (b"format bin_hexa\n", ack("format bin_hexa")),
+    (b"freq 100k\n", ack("freq 100k")),
+    (b"acqtime 0\n", ack("acqtime 0")),
+    (b"acqmode dyn\n", ack("acqmode dyn")),
+    (b"funcmode optim\n", ack("funcmode optim")),
+    (b"output current\n", ack("output current")),
+    (b"trigsrc sw\n", ack("trigsrc sw")),
+    (b"eventsrc d7 fal\n", ack("eventsrc d7 fal")),
+]
+
+
+def bin_words(values) -> bytes:
+    return encode_bin_hexa(np.asarray(values, dtype=np.float64))
+
+
+@pytest.mark.parametrize(
+    ("rate", "fmt", "freq", "expected"),
+    [(100_000, None, "100k", "bin_hexa"), (10_000, None, "10k", "bin_hexa"),
+     (5_000, None, "5k", "ascii_dec"), (1_000, "bin_hexa", "1k", "bin_hexa")],
+)
+def test_configure_picks_bin_hexa_above_5_khz_or_as_asked(rate, fmt, freq, expected):
+    script = list(CONFIGURE if expected == "ascii_dec" else CONFIGURE_BIN)
+    at = [cmd.startswith(b"freq") for cmd, _ in script].index(True)
+    script[at] = (f"freq {freq}\n".encode(), ack(f"freq {freq}"))
+    monitor, transport = connected(script)
+    monitor.configure(1.8, rate, data_format=fmt)
+    assert transport.errors == [] and transport.written[3:] == [cmd for cmd, _ in script]
+    assert monitor.settings()["format"] == expected
+    assert monitor._decoder.bin_hexa == (expected == "bin_hexa")  # followed from the ack
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_bin_hexa_stream_gives_chunks_with_edges_and_stop_drains_through_the_replies():
+    monitor, transport = connected(CONFIGURE_BIN)
+    monitor.configure(1.8, 100_000)
+    chunks: list[Chunk] = []
+    transport.expect((b"start\n", ack("start") + bin_words([1e-3, 2e-3]) + encode_event_frame(1)))
+    monitor.start(chunks.append)
+    # The edge is before sample 2, which arrives in the next read: it must land there.
+    transport.feed(bin_words([3e-3, 4e-3]) + encode_timestamp_frame(0, 2) + encode_event_frame(2))
+    transport.feed(bin_words([5e-3]))
+    transport.expect((b"stop\n", ack("stop") + bin_words([6e-3])
+                      + b"PowerShield > Acquisition completed\r\n"))
+    monitor.stop()
+    assert transport.errors == []
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    np.testing.assert_array_equal(ids, np.arange(6))
+    np.testing.assert_allclose(current, np.arange(1, 7) * 1e-3, rtol=BIN_HEXA_RTOL)
+    np.testing.assert_array_equal(gpio, [1, 1, 0, 1, 0, 1])
+    assert monitor.stats.samples == 6 and monitor.stats.dropped == 0
+    assert monitor.stats.notes == []
+    transport.expect(*CLOSE)
+    monitor.close()
+    assert transport.errors == []
+
+
+def test_a_bin_hexa_status_frame_ahead_of_the_samples_counts_the_loss():
+    monitor, transport = connected(CONFIGURE_BIN)
+    monitor.configure(1.8, 100_000)
+    transport.expect((b"start\n", ack("start")))
+    monitor.start(lambda chunk: None)
+    transport.feed(bin_words(np.full(99_000, 1e-3)) + encode_timestamp_frame(1000, 80))
+    transport.expect((b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"))
+    monitor.stop()
+    assert monitor.stats.samples == 99_000 and monitor.stats.dropped == 1000
+    assert any("buffer 80%" in n for n in monitor.stats.notes)
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
+def test_an_error_reply_during_a_bin_hexa_acquisition_names_the_command():
+    monitor, transport = connected([*CONFIGURE_BIN, (b"start\n", ack("start"))])
+    monitor.configure(1.8, 100_000)
+    monitor.start(lambda chunk: None)
+    transport.expect((b"lcd 1 x\n", bin_words([1e-3]) + b"PowerShield > error lcd 1 x\r\n"
+                      + bin_words([1e-3]) + b"PowerShield > Error detail: busy\r\n"))
+    with pytest.raises(InstrumentError) as info:
+        monitor._command("lcd 1 x")
+    assert info.value.command == "lcd 1 x" and "busy" in info.value.message
+    transport.expect((b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"),
+                     *CLOSE)
+    monitor.close()
+    assert transport.errors == [] and monitor.stats.samples == 2
+
+
+def test_driver_at_100_khz_bin_hexa_against_the_simulated_board_sample_exact():
+    fs = 100_000
+    period = NS // fs
+    world = World(PARAMS, speed=4)
+    with SimLpm01a(world) as sim:
+        monitor = Lpm01a.open(sim.path, voltage_limit_v=3.3, simulated=True)
+        try:
+            monitor.configure(VOLTS, fs)
+            assert sim.settings["format"] == "bin_hexa" and sim.freq_hz == fs
+            monitor.power_on()
+            chunks: list[Chunk] = []
+            monitor.start(chunks.append)
+            t0 = sim.acquisition_t0_ns
+            with world.lock:
+                base = world.clock.now_ns() + 10 * period
+                activity = (base + 1_234, base + 300_000_000)
+                world.add_activity(*activity)
+                # Edges at arbitrary ns, one on a sample boundary, two a sample apart.
+                boundary = t0 + (-(-(base - t0) // period) + 50_000) * period
+                pulses = [base + 1_234, base + 300_000_000, base + 300_000_000 + period,
+                          boundary, base + 1_100_000_007]
+                for p in sorted(pulses):
+                    world.add_pulse(p)
+            world.sleep_until(base + 1_200_000_000)
+            monitor.stop()
+            # Back to ascii_dec: the rate goes down before the format, or the board refuses.
+            monitor.configure(VOLTS, 1000)
+            assert sim.settings["format"] == "ascii_dec" and sim.freq_hz == 1000
+        finally:
+            monitor.close()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    n = len(current)
+    assert n >= 120_000 and t0 + n * period > max(pulses)
+    np.testing.assert_array_equal(ids, np.arange(n))
+    start = t0 + np.arange(n, dtype=np.int64) * period
+    a, b = activity
+    overlap = np.clip(np.minimum(start + period, b) - np.maximum(start, a), 0, None)
+    watts = PARAMS.idle_w + (PARAMS.active_w - PARAMS.idle_w) * overlap / period
+    np.testing.assert_allclose(current, watts / VOLTS, rtol=BIN_HEXA_RTOL)
+    expected_edges = sorted(-(-(p - t0) // period) for p in pulses)
+    assert np.flatnonzero(gpio == 0).tolist() == expected_edges
+    assert monitor.stats.dropped == 0 and monitor.stats.samples == n
+    assert monitor.stats.notes == [] and sim.dropped_bytes == 0

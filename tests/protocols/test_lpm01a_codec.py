@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from protocols.errors import ProtocolError
 from protocols.lpm01a.codec import (
+    BIN_HEXA_RTOL,
     MAX_LINE,
     Ack,
     AcquisitionCompleted,
@@ -19,11 +20,15 @@ from protocols.lpm01a.codec import (
     ErrorReply,
     Garbled,
     Lpm01aDecoder,
+    MetaFrame,
     Samples,
     Text,
     TimeStamp,
     decode_bin_hexa,
     encode,
+    encode_bin_hexa,
+    encode_event_frame,
+    encode_timestamp_frame,
     format_millivolts,
     format_samples,
     freq_token,
@@ -334,3 +339,205 @@ def test_truncated_and_corrupted_streams_give_only_typed_events(stream, data):
             assert event.first_index == count
             assert np.all(np.isfinite(event.values)) and np.all(event.values >= 0)
             count += len(event)
+
+
+# -- bin_hexa ------------------------------------------------------------------------------------
+
+_ALL_TYPES = (*_EVENT_TYPES, MetaFrame)
+ACK_BIN = b"PowerShield > ack format bin_hexa\r\n"
+ACK_START = b"PowerShield > ack start\r\n"
+ACK_STOP = b"PowerShield > ack stop\r\n"
+DONE = b"PowerShield > Acquisition completed\r\n"
+
+
+def words(values) -> bytes:
+    return encode_bin_hexa(np.asarray(values, dtype=np.float64))
+
+
+def test_encode_bin_hexa_example_from_the_manual_and_edge_values():
+    assert words([640.87e-6]) == bytes([0x52, 0xA0])
+    assert words([0.0, -1.0, math.nan, math.inf]) == bytes(8)
+    assert words([5000.0]) == bytes([0x0F, 0xFF])  # saturates at the largest word
+    # The largest exponent that keeps the mantissa <= 4095: 1/16 = 256 * 16**-3.
+    assert words([4095.0, 1 / 16]) == bytes([0x0F, 0xFF, 0x31, 0x00])
+
+
+@given(st.lists(st.floats(min_value=1e-14, max_value=4000.0), min_size=1, max_size=60))
+def test_bin_hexa_round_trip_is_within_the_12_bit_quantisation(values):
+    data = words(values)
+    assert not any(data[i] >= 0xF0 for i in range(0, len(data), 2))  # never a frame start
+    np.testing.assert_allclose(decode_bin_hexa(data), values, rtol=BIN_HEXA_RTOL, atol=0)
+
+
+def test_frame_encoders_match_the_documented_layout():
+    assert encode_event_frame(0x1234) == bytes.fromhex("f0f11234ffff")
+    assert encode_event_frame(0x10001) == bytes.fromhex("f0f10001ffff")  # u16, wraps
+    assert encode_timestamp_frame(12_345, 3) == bytes.fromhex("f0f300003039" "03ffff")
+
+
+def test_a_bin_hexa_acquisition_decodes_words_frames_and_replies_in_order():
+    stream = (
+        ACK_BIN + ACK_START
+        + words([1e-3, 2e-3]) + encode_event_frame(1) + words([3e-3])
+        + encode_timestamp_frame(1_002, 7) + bytes.fromhex("f0990102ffff") + words([4e-3])
+        + ACK_STOP + words([5e-3]) + DONE + b"1234-05\r\n"
+    )
+    decoder = Lpm01aDecoder()
+    events = decoder.feed(stream)
+    assert [type(e) for e in events] == [
+        Ack, Ack, Samples, EdgeEvent, Samples, TimeStamp, MetaFrame, Samples, Ack, Samples,
+        AcquisitionCompleted, Samples,
+    ]
+    samples = [e for e in events if isinstance(e, Samples)]
+    assert [s.first_index for s in samples] == [0, 2, 3, 4, 5]
+    np.testing.assert_allclose(
+        np.concatenate([s.values for s in samples[:4]]), [1e-3, 2e-3, 3e-3, 4e-3, 5e-3],
+        rtol=BIN_HEXA_RTOL,
+    )
+    assert samples[4].values.tolist() == [1.234e-2]  # text again after the completion
+    assert events[3] == EdgeEvent(2, 1, "ris")
+    assert events[5] == TimeStamp(1.002, 7, 3)
+    assert events[6] == MetaFrame(0x99, b"\x01\x02")
+    assert events[8] == Ack("stop", "")
+    assert decoder.bin_hexa and not decoder.in_binary
+
+
+def test_ascii_dec_stays_text_and_format_acks_are_followed():
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(b"PowerShield > ack format ascii_dec\r\n" + ACK_START + b"1000-06\r\n")
+    assert events[-1] == Samples(np.array([1e-3]), 0) and not decoder.bin_hexa
+    decoder.set_format("bin_hexa")
+    assert decoder.bin_hexa
+    with pytest.raises(ProtocolError):
+        decoder.set_format("hex")
+
+
+def test_zero_words_are_data_in_binary_and_nuls_inside_a_reply_are_tolerated():
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(ACK_START + bytes(4) + b"Power\x00Shield > ack\x00 stop\r\n")
+    assert events == [Ack("start", ""), Samples(np.zeros(2), 0), Ack("stop", "")]
+
+
+def test_a_reply_split_inside_its_prompt_is_not_taken_for_data():
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(ACK_START + words([1e-3]) + b"Power")
+    events += decoder.feed(b"Shield > Acquisition completed\r\n")
+    assert [type(e) for e in events] == [Ack, Samples, AcquisitionCompleted]
+    assert decoder.sample_count == 1
+
+
+def test_junk_in_front_of_a_prompt_in_text_mode_is_dropped():
+    assert Lpm01aDecoder().feed(b"\x52\xa0\x13PowerShield > ack htc\r\n") == [Ack("htc", "")]
+
+
+def test_an_odd_byte_before_a_reply_and_a_bad_frame_are_garbled_and_skipped():
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(
+        ACK_START + words([1e-3]) + b"\x12" + ACK_STOP  # a byte of a lost word
+        + bytes.fromhex("f0f1aabbccff") + words([2e-3]) + encode_event_frame(9)  # bad end
+        + b"\xf7\x01"  # nibble F but not a frame start
+        + words([3e-3]) + DONE
+    )
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[:4] == ["Ack", "Samples", "Garbled", "Ack"]
+    assert kinds[4] == "Garbled" and events[4].raw == bytes.fromhex("f0f1aabbccff")
+    assert EdgeEvent(2, 9, "ris") in events  # the bad frame skipped by its known length only
+    assert Garbled(b"\xf7") in events
+    assert isinstance(events[-1], AcquisitionCompleted)
+    assert all(isinstance(e, _ALL_TYPES) for e in events)
+
+
+def test_a_lost_byte_realigns_by_the_next_frames():
+    stream = ACK_START + words(np.full(10, 1e-3))
+    stream = stream[:-5] + stream[-4:]  # one byte lost in the middle of the data
+    stream += encode_timestamp_frame(1000, 0) + words([2e-3]) + encode_event_frame(5)
+    stream += words([3e-3, 3e-3]) + DONE
+    events = Lpm01aDecoder(bin_hexa=True).feed(stream)
+    assert any(isinstance(e, Garbled) for e in events)
+    edge = next(e for e in events if isinstance(e, EdgeEvent))
+    assert edge.number == 5
+    after = [e for e in events if isinstance(e, Samples) and e.first_index >= edge.sample_index]
+    np.testing.assert_allclose(after[0].values, [3e-3, 3e-3], rtol=BIN_HEXA_RTOL)
+
+
+def _bin_segment():
+    rng_values = st.lists(st.floats(min_value=1e-9, max_value=1.0), min_size=1, max_size=8)
+    return st.one_of(
+        rng_values.map(words),
+        st.integers(0, 0xFFFF).map(encode_event_frame),
+        st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 100)).map(
+            lambda t: encode_timestamp_frame(*t)
+        ),
+        st.binary(max_size=6).filter(lambda b: b"\xff\xff" not in b and not b.endswith(b"\xff"))
+        .map(lambda b: b"\xf0\x42" + b + b"\xff\xff"),
+        st.just(b"PowerShield > error volt 9\r\n"),
+        st.just(b"Power\x00Shield > ack stop\r\n"),
+    )
+
+
+bin_streams = st.lists(_bin_segment(), max_size=25).map(
+    lambda parts: ACK_BIN + ACK_START + b"".join(parts) + DONE + b"1000-06\r\n"
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(bin_streams)
+def test_a_bin_hexa_stream_split_at_every_boundary_decodes_the_same(stream):
+    whole = _normalise(Lpm01aDecoder().feed(stream))
+    assert not any(isinstance(e, Garbled) for e in whole)
+    assert isinstance(whole[-2], AcquisitionCompleted)
+    for cut in range(len(stream) + 1):
+        decoder = Lpm01aDecoder()
+        assert _normalise(decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])) == whole
+
+
+@settings(max_examples=12, deadline=None)
+@given(bin_streams)
+def test_a_bin_hexa_stream_fed_byte_by_byte_decodes_the_same(stream):
+    whole = _normalise(Lpm01aDecoder().feed(stream))
+    decoder = Lpm01aDecoder()
+    events = []
+    for i in range(len(stream)):
+        events += decoder.feed(stream[i : i + 1])
+    assert _normalise(events) == whole
+
+
+@settings(max_examples=80, deadline=None)
+@given(bin_streams, st.data())
+def test_truncated_and_corrupted_bin_hexa_streams_give_only_typed_events(stream, data):
+    cut = data.draw(st.integers(0, len(stream)))
+    corrupt = bytearray(stream[:cut])
+    for _ in range(data.draw(st.integers(0, 5))):
+        if corrupt:
+            i = data.draw(st.integers(0, len(corrupt) - 1))
+            corrupt[i] = data.draw(st.integers(0, 255))
+    decoder = Lpm01aDecoder()
+    count = 0
+    for event in decoder.feed(bytes(corrupt)) + decoder.feed(b"\r\n"):
+        assert isinstance(event, _ALL_TYPES)
+        if isinstance(event, Samples):
+            assert event.first_index == count
+            assert np.all(np.isfinite(event.values)) and np.all(event.values >= 0)
+            count += len(event)
+    assert len(decoder._partial) <= MAX_LINE + MAX_LINE  # bounded whatever came
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=64), max_size=20))
+def test_binary_garbage_gives_only_typed_events_and_bounded_memory(chunks):
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    decoder.feed(ACK_START)
+    for chunk in chunks:
+        for event in decoder.feed(chunk):
+            assert isinstance(event, _ALL_TYPES)
+        assert len(decoder._partial) <= MAX_LINE + 2
+
+
+def test_bulk_bin_hexa_decoding_is_exact_against_the_formula():
+    rng = np.random.default_rng(2)
+    w = rng.integers(0, 0xF000, 20_000).astype(">u2")
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(ACK_START + w.tobytes() + DONE)
+    values = np.concatenate([e.values for e in events if isinstance(e, Samples)])
+    expected = [(int(x) & 0xFFF) * 16.0 ** -(int(x) >> 12) for x in w[:200]]
+    assert values[:200].tolist() == expected and len(values) == 20_000

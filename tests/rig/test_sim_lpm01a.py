@@ -10,6 +10,7 @@ import pytest
 
 from drivers.transport import SerialTransport
 from protocols.lpm01a.codec import (
+    BIN_HEXA_RTOL,
     Ack,
     AcquisitionCompleted,
     EdgeEvent,
@@ -20,6 +21,7 @@ from protocols.lpm01a.codec import (
     Text,
     TimeStamp,
     encode,
+    encode_bin_hexa,
 )
 from rig.sim.lpm01a import VERSION, SimLpm01a
 from rig.sim.world import NS, PowerParams, World
@@ -119,7 +121,9 @@ def test_configuration_reaches_the_world_and_bad_values_are_refused(bench):
     client.ok("pwr off")
     assert not world.powered
     client.ok("lcd 1 \"hello\"")
-    assert "not simulated" in client.refused("format bin_hexa")
+    assert "ascii_dec|bin_hexa" in client.refused("format bin_hex")
+    client.ok("format bin_hexa")
+    assert sim.settings["format"] == "bin_hexa"
 
 
 def test_ascii_dec_refuses_fast_unlimited_acquisitions(bench):
@@ -258,3 +262,60 @@ def test_close_does_not_hang_when_nobody_reads():
         client.close()
     assert threads and all(not t.is_alive() for t in threads)
     assert sim.dropped_bytes > 0
+
+
+# -- bin_hexa ------------------------------------------------------------------------------------
+
+
+def test_bin_hexa_streams_100khz_with_exact_values_and_status_frames(bench, monkeypatch):
+    world, sim, client = bench
+    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 33_333)  # frames across bursts
+    for cmd in ("htc", "volt 1800m", "format bin_hexa", "freq 100k", "acqtime 2", "pwr on"):
+        client.ok(cmd)
+    assert client.decoder.bin_hexa
+    client.ok("start")
+    t0 = sim.acquisition_t0_ns
+    period = NS // 100_000
+    with world.lock:
+        now = world.clock.now_ns()
+        activity = (now + 250_000_005, now + 750_000_000)
+        world.add_activity(*activity)
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    assert not client.decoder.in_binary
+    values, first = samples_of(events)
+    assert first == 0 and len(values) == 200_000
+    start = t0 + np.arange(200_000, dtype=np.int64) * period
+    overlap = np.clip(np.minimum(start + period, activity[1]) - np.maximum(start, activity[0]),
+                      0, None)
+    watts = PARAMS.idle_w + (PARAMS.active_w - PARAMS.idle_w) * overlap / period
+    np.testing.assert_allclose(values, watts / 1.8, rtol=BIN_HEXA_RTOL)
+    # The board's own quantisation, exactly: the simulator sends what the encoder gives.
+    np.testing.assert_array_equal(encode_bin_hexa(values), encode_bin_hexa(watts / 1.8))
+    stamps = [e for e in events if isinstance(e, TimeStamp)]
+    assert [(s.seconds, s.sample_index) for s in stamps] == [(1.0, 100_000), (2.0, 200_000)]
+    assert sim.dropped_bytes == 0
+
+
+def test_bin_hexa_edges_come_as_event_frames_before_their_sample(bench, monkeypatch):
+    world, sim, client = bench
+    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 7_777)
+    for cmd in ("htc", "format bin_hexa", "freq 50k", "acqtime 0", "eventsrc d7 fal", "pwr on"):
+        client.ok(cmd)
+    period = NS // 50_000
+    client.ok("start")
+    t0 = sim.acquisition_t0_ns
+    with world.lock:
+        now = world.clock.now_ns()
+        pulses = [now + 100_000_000 + 1, now + 100_000_000 + period, now + 900_000_000]
+        for p in pulses:
+            world.add_pulse(p)
+    world.sleep_until(pulses[-1] + 3 * period)
+    client.port.write(encode("stop"))
+    events = client.collect(lambda e: isinstance(e, AcquisitionCompleted))
+    samples_of(events)  # contiguous
+    assert [type(e) for e in events].count(Ack) == 1  # the stop ack, among the binary data
+    edges = [e for e in events if isinstance(e, EdgeEvent)]
+    assert [e.number for e in edges] == [1, 2, 3]
+    assert [e.sample_index for e in edges] == [-(-(p - t0) // period) for p in pulses]
+    # Replies still work once the acquisition is over.
+    assert client.query("version") == VERSION
