@@ -1,0 +1,689 @@
+"""Driver for the Joulescope JS110 and JS220 through `pyjoulescope_driver.Driver` topics.
+
+The instrument publishes each signal as its own stream of blocks on the driver's thread:
+``{dev}/s/i/!data`` (current, float32), ``s/v/!data`` (voltage, float32), ``s/gpi/0/!data`` and
+``s/gpi/1/!data`` (general-purpose inputs, one bit per sample, packed little-endian). Each block
+carries an absolute ``sample_id`` (in units of the instrument's base rate: divide by
+``decimate_factor``). The streams arrive as separate messages in any interleaving, so every
+stream is buffered on its own and a `Chunk` is cut for the sample-id range all of them cover.
+A gap in any stream is skipped in the output ids (visible to the recorder) and counted in
+``stats.dropped``; ids are rebased so the first common sample is 0.
+
+A Joulescope does not source the DUT's supply, it sits in series with it. "Power" here means
+connecting the DUT through the current shunt: the JS220 uses ``s/i/range/mode`` = ``auto`` /
+``off`` and the JS110 ``s/i/range/select`` = ``auto`` / ``off`` (its range selection has an
+``off`` entry that opens the shunt switch). Because it cannot limit the supply, the driver checks
+the MEASURED voltage: above the bench limit the DUT is disconnected and `VoltageLimitError` is
+raised (by `stop()` and any later call; `fault` holds it at once). Trigger inputs are not used:
+windows are cut on GPI edges in software (the recorder does it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
+
+log = logging.getLogger(__name__)
+
+#: Deadline for one driver call (publish, query, subscribe ...).
+COMMAND_TIMEOUT_S = 1.0
+#: Measured voltage may exceed the bench limit by this much (noise) before the DUT is cut off.
+VOLTAGE_TOLERANCE_V = 0.05
+#: Seconds of samples one stream may run ahead of a silent one before the run is failed.
+UNALIGNED_MAX_S = 5.0
+#: Host rates each model accepts on ``h/fs`` if its metadata cannot be read.
+JS110_RATES = (2_000_000, 1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000,
+               2_000, 1_000, 500, 200, 100, 50, 20, 10, 5, 2, 1)
+JS220_RATES = JS110_RATES[1:]
+#: Analog block lengths kept to size the GPI blocks that start at the same id.
+_BLOCKS_REMEMBERED = 64
+_INSTALL_HINT = "install the joulescope extra: pip install 'neurobench-rig[joulescope]'"
+_CABLE_HINT = "check the Joulescope's USB cable and that no other program has it open"
+
+
+class JoulescopeDriverLike(Protocol):
+    """The part of `pyjoulescope_driver.Driver` this driver uses (the real one or a fake)."""
+
+    def device_paths(self, timeout: float | None = None) -> list[str]: ...
+    def open(self, device_prefix: str, mode: str | None = None,
+             timeout: float | None = None) -> Any: ...
+    def close(self, device_prefix: str, timeout: float | None = None) -> Any: ...
+    def publish(self, topic: str, value: Any, timeout: float | None = None) -> Any: ...
+    def query(self, topic: str, timeout: float | None = None) -> Any: ...
+    def subscribe(self, topic: str, flags: Any, fn: Callable[[str, Any], None],
+                  timeout: float | None = None) -> Any: ...
+    def unsubscribe(self, topic: str, fn: Callable[[str, Any], None],
+                    timeout: float | None = None) -> Any: ...
+    def finalize(self, timeout: float | None = None) -> Any: ...
+
+
+@dataclass
+class _Stream:
+    """One signal's buffered blocks, as (first output id, samples) with ids before rebasing.
+
+    GPI blocks are packed bits: a block of n bytes holds 8n-7 .. 8n samples, so the last 7 bits
+    stay `tail` (unsure) until the current block with the same first id, the next GPI block's id
+    or `stop` tells which were padding.
+    """
+
+    name: str
+    packed: bool
+    blocks: deque[tuple[int, np.ndarray]] = field(default_factory=deque)
+    first_id: int | None = None
+    end: int | None = None  # one past the last sure sample
+    tail: tuple[int, np.ndarray] | None = None
+    tail_block: int | None = None  # first id of the block the tail belongs to
+
+    def add(self, start: int, data: np.ndarray, stats_note: Callable[[str], None],
+            known_len: int | None = None) -> int:
+        """Append a block starting at output id `start`; returns samples missing before it.
+
+        `known_len` is the block's sample count when known (packed bits round it up to 8).
+        """
+        block_start = start
+        if self.packed:
+            bits = np.unpackbits(np.asarray(data, dtype=np.uint8), bitorder="little")
+            if self.tail is not None:
+                t0, tbits = self.tail
+                self.tail = None
+                keep = tbits[: max(0, min(len(tbits), start - t0))]
+                if len(keep):  # bits before this block's id were samples, the rest padding
+                    self._append(t0, keep)
+                    self.end = t0 + len(keep)
+        else:
+            bits = np.asarray(data)
+        gap = 0
+        if self.first_id is None:
+            self.first_id = start
+            self.end = start
+        assert self.end is not None
+        if start > self.end:
+            gap = start - self.end
+            stats_note(f"{self.name}: samples {self.end}..{start - 1} missing")
+        elif start < self.end:
+            overlap = self.end - start
+            stats_note(f"{self.name}: {min(overlap, len(bits))} sample(s) repeated, ignored")
+            bits = bits[overlap:]
+            start = self.end
+        if len(bits) == 0:
+            return gap
+        if self.packed:
+            padded = 8 * len(data)
+            if known_len is not None and padded - 8 < known_len <= padded:
+                bits = bits[: max(0, block_start + known_len - start)]
+            else:
+                sure = max(0, len(bits) - 7)
+                self.tail = (start + sure, bits[sure:])
+                self.tail_block = block_start
+                bits = bits[:sure]
+        if len(bits):
+            self._append(start, bits)
+        self.end = start + len(bits)
+        return gap
+
+    def _append(self, start: int, data: np.ndarray) -> None:
+        self.blocks.append((start, data))
+
+    def settle_block(self, block_start: int, length: int) -> None:
+        """Another stream's block at `block_start` has `length` samples: so has this one's."""
+        if self.tail is None or self.tail_block != block_start:
+            return
+        t0, tbits = self.tail
+        if t0 <= block_start + length <= t0 + len(tbits):  # else the blocks differ: wait
+            self.settle_tail(block_start + length)
+
+    def settle_tail(self, limit: int) -> None:
+        """The unsure tail bits count up to id `limit` (the rest was padding)."""
+        if self.tail is None:
+            return
+        t0, tbits = self.tail
+        self.tail = None
+        keep = tbits[: max(0, min(len(tbits), limit - t0))]
+        if len(keep):
+            self._append(t0, keep)
+            self.end = t0 + len(keep)
+
+    def discard_before(self, cursor: int) -> None:
+        while self.blocks:
+            start, data = self.blocks[0]
+            if start + len(data) <= cursor:
+                self.blocks.popleft()
+            elif start < cursor:
+                self.blocks[0] = (cursor, data[cursor - start :])
+                return
+            else:
+                return
+
+    def available_from(self) -> int | None:
+        """First buffered id (after `discard_before`), or None when nothing is buffered."""
+        return self.blocks[0][0] if self.blocks else None
+
+    def take(self, cursor: int, n: int) -> np.ndarray:
+        """Remove and return `n` samples from `cursor` (the caller checked they are here)."""
+        parts = []
+        need = n
+        while need:
+            start, data = self.blocks[0]
+            piece = data[:need]
+            parts.append(piece)
+            need -= len(piece)
+            if len(piece) == len(data):
+                self.blocks.popleft()
+            else:
+                self.blocks[0] = (start + len(piece), data[len(piece) :])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def contiguous_len(self, cursor: int) -> int:
+        """How many samples from `cursor` on are buffered without a hole."""
+        n, at = 0, cursor
+        for start, data in self.blocks:
+            if start != at:
+                break
+            n += len(data)
+            at += len(data)
+        return n
+
+
+#: (stream name, data topic suffix, ctrl topic suffix, packed bits)
+_STREAMS = (
+    ("current", "s/i/!data", "s/i/ctrl", False),
+    ("voltage", "s/v/!data", "s/v/ctrl", False),
+    ("gpi0", "s/gpi/0/!data", "s/gpi/0/ctrl", True),
+    ("gpi1", "s/gpi/1/!data", "s/gpi/1/ctrl", True),
+)
+
+
+class Joulescope(EnergyMonitor):
+    """A JS110 or JS220: current, voltage and GPI0/1 streams, aligned by sample id."""
+
+    driver = "joulescope"
+
+    def __init__(self, jsdrv: JoulescopeDriverLike, device_path: str, *, voltage_limit_v: float,
+                 simulated: bool = False, own_driver: bool = True) -> None:
+        super().__init__(voltage_limit_v=voltage_limit_v)
+        self.jsdrv = jsdrv
+        self.device_path = device_path
+        self.model = _model_of(device_path)
+        self.simulated = simulated
+        self._own_driver = own_driver
+        self._opened = False
+        self._closed = False
+        self._running = False
+        self._voltage_v: float | None = None
+        self._sample_rate_hz: float | None = None
+        self._range_value = "off"
+        self._lock = threading.RLock()
+        self._on_chunk: ChunkCallback | None = None
+        self._streams: list[_Stream] = []
+        self._base: int | None = None
+        self._cursor = 0
+        self._rate_seen: tuple[int, int] | None = None
+        #: first id -> sample count of recent analog blocks (insertion ordered, bounded)
+        self._block_lengths: dict[int, int] = {}
+        self._callback_error: BaseException | None = None
+        #: Set when the measured voltage went over the limit (the DUT was disconnected).
+        self.fault: VoltageLimitError | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        address: str,
+        *,
+        voltage_limit_v: float,
+        simulated: bool = False,
+        driver_factory: Callable[[], JoulescopeDriverLike] | None = None,
+    ) -> Joulescope:
+        """Open the Joulescope at device path `address` ("" for the only one attached).
+
+        `driver_factory` makes the Driver-like object (default `pyjoulescope_driver.Driver`);
+        the monitor owns it and finalizes it on `close()`.
+        """
+        if driver_factory is None:
+            if simulated:
+                raise DeviceError(
+                    "Joulescope: a simulated Joulescope needs a driver_factory",
+                    hint="the virtual bench passes rig.sim.joulescope.FakeJoulescopeDriver",
+                )
+            driver_factory = _real_driver
+        try:
+            jsdrv = driver_factory()
+        except DeviceError:
+            raise
+        except Exception as exc:
+            raise DeviceError(f"Joulescope: the driver failed to start: {exc}",
+                              hint=_CABLE_HINT) from exc
+        try:
+            device_path = _pick_device(_call(lambda: jsdrv.device_paths(COMMAND_TIMEOUT_S),
+                                             "device_paths"), address)
+            monitor = cls(jsdrv, device_path, voltage_limit_v=voltage_limit_v,
+                          simulated=simulated)
+        except BaseException:
+            _finalize(jsdrv)
+            raise
+        try:
+            monitor.connect()
+        except BaseException:
+            monitor.close()
+            raise
+        return monitor
+
+    def connect(self) -> None:
+        """Open the device with its defaults and disconnect the DUT until `power_on`."""
+        self._call("open", lambda: self.jsdrv.open(self.device_path, "defaults",
+                                                   COMMAND_TIMEOUT_S))
+        self._opened = True
+        self._publish(self._range_topic, "off")
+
+    def close(self) -> None:
+        """Stop, disconnect the DUT, close the device, finalize an owned driver. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._running:
+            try:
+                self.stop()
+            except Exception as exc:  # closing must go on whatever failed before
+                log.warning("Joulescope: stop while closing failed: %s", exc)
+        if self._opened:
+            self.power_off()
+            try:
+                self._call("close", lambda: self.jsdrv.close(self.device_path,
+                                                             COMMAND_TIMEOUT_S))
+            except Exception as exc:
+                log.warning("Joulescope: close failed: %s", exc)
+            self._opened = False
+        if self._own_driver:
+            _finalize(self.jsdrv)
+
+    def __enter__(self) -> Joulescope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- EnergyMonitor ------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> float:
+        """The configured host sample rate [Hz]."""
+        if self._sample_rate_hz is None:
+            raise DeviceError("Joulescope: sample rate asked before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        return self._sample_rate_hz
+
+    @property
+    def _range_topic(self) -> str:
+        suffix = "s/i/range/mode" if self.model == "js220" else "s/i/range/select"
+        return f"{self.device_path}/{suffix}"
+
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Check `voltage` against the bench limit (nothing is sent before), set ``h/fs``.
+
+        The Joulescope does not set the voltage: the bench's supply does; `voltage` is what the
+        DUT is expected to see and what the measured voltage is checked against.
+        """
+        check_voltage(voltage, self.voltage_limit_v, who="Joulescope")
+        if self._running:
+            raise DeviceError("Joulescope: configure() during an acquisition", hint="stop() first")
+        rates = self._allowed_rates()
+        fs = round(sample_rate)
+        if fs not in rates or abs(fs - sample_rate) > 1e-9:
+            raise DeviceError(
+                f"Joulescope {self.model}: sample rate {sample_rate:g} Hz is not available",
+                hint="choose one of " + ", ".join(f"{r:g}" for r in sorted(rates)) + " Hz",
+            )
+        self._publish(f"{self.device_path}/h/fs", fs)
+        self._voltage_v = float(voltage)
+        self._sample_rate_hz = float(fs)
+
+    def _allowed_rates(self) -> set[int]:
+        """The ``h/fs`` options from the device's metadata, else the model's known list."""
+        try:
+            meta = self.jsdrv.query(f"{self.device_path}/h/fs$", COMMAND_TIMEOUT_S)
+            options = meta["options"] if isinstance(meta, dict) else None
+            if options:
+                return {int(opt[0]) for opt in options}
+        except Exception as exc:  # metadata is a convenience; the table is the fallback
+            log.debug("Joulescope: h/fs metadata unavailable: %s", exc)
+        return set(JS220_RATES if self.model == "js220" else JS110_RATES)
+
+    def power_on(self) -> None:
+        """Connect the DUT through the shunt (current range auto)."""
+        self._raise_fault()
+        self._publish(self._range_topic, "auto")
+        self._range_value = "auto"
+
+    def power_off(self) -> None:
+        """Disconnect the DUT (current range off); only logs if the device is gone."""
+        try:
+            self._publish(self._range_topic, "off")
+            self._range_value = "off"
+        except Exception as exc:  # called on error paths: never mask the original error
+            log.warning("Joulescope: disconnecting the DUT failed: %s", exc)
+
+    def start(self, on_chunk: ChunkCallback) -> None:
+        """Subscribe to the streams and enable them; chunks go to `on_chunk` on the driver's
+        thread."""
+        if self._sample_rate_hz is None:
+            raise DeviceError("Joulescope: start() before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        if self._running:
+            raise DeviceError("Joulescope: start() while already acquiring", hint="stop() first")
+        self._raise_fault()
+        with self._lock:
+            self._streams = [_Stream(name, packed) for name, _, _, packed in _STREAMS]
+            self._base = None
+            self._cursor = 0
+            self._rate_seen = None
+            self._block_lengths.clear()
+            self._callback_error = None
+            self._on_chunk = on_chunk
+        self._running = True
+        try:
+            for _, data, _, _ in _STREAMS:
+                topic = f"{self.device_path}/{data}"
+                self._call(f"subscribe {topic}", lambda t=topic: self.jsdrv.subscribe(
+                    t, ["pub"], self._on_data, COMMAND_TIMEOUT_S))
+            for _, _, ctrl, _ in _STREAMS:
+                self._publish(f"{self.device_path}/{ctrl}", 1)
+        except BaseException:
+            self._running = False
+            self._teardown_streams()
+            with self._lock:
+                self._on_chunk = None
+            raise
+
+    def stop(self) -> None:
+        """Disable and unsubscribe the streams, then deliver what is still buffered."""
+        if not self._running:
+            self._raise_fault()
+            return
+        self._running = False
+        try:
+            self._teardown_streams()
+        finally:
+            with self._lock:
+                # Unsubscribed: no more driver callbacks, the tails can be settled.
+                analog_end = min((s.end for s in self._streams[:2] if s.end is not None),
+                                 default=None)
+                if analog_end is not None:
+                    for stream in self._streams[2:]:
+                        stream.settle_tail(analog_end)
+                self._emit()
+                leftover = sum(sum(len(d) for _, d in s.blocks) for s in self._streams)
+                if leftover and self._base is not None:
+                    self.stats.note(f"{leftover} sample(s) of single streams left unaligned "
+                                    "at stop")
+                self._on_chunk = None
+        self._raise_fault()
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+
+    def _teardown_streams(self) -> None:
+        """Disable every stream, then unsubscribe (each step tried, first failure raised)."""
+        first: BaseException | None = None
+        for _, _, ctrl, _ in _STREAMS:
+            try:
+                self._publish(f"{self.device_path}/{ctrl}", 0)
+            except Exception as exc:
+                first = first or exc
+        for _, data, _, _ in _STREAMS:
+            topic = f"{self.device_path}/{data}"
+            try:
+                self._call(f"unsubscribe {topic}", lambda t=topic: self.jsdrv.unsubscribe(
+                    t, self._on_data, COMMAND_TIMEOUT_S))
+            except Exception as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting sent to the instrument, plus identity."""
+        return {
+            "driver": self.driver,
+            "device_path": self.device_path,
+            "model": self.model,
+            "simulated": self.simulated,
+            "voltage_v": self._voltage_v,
+            "voltage_limit_v": self.voltage_limit_v,
+            "sample_rate_hz": self._sample_rate_hz,
+            "range_topic": self._range_topic[len(self.device_path) + 1 :],
+            "range": self._range_value,
+            "streams": [data for _, data, _, _ in _STREAMS],
+            "open_mode": "defaults",
+        }
+
+    def self_test(self) -> dict[str, Any]:
+        """Check the device is listed and answers a query of its host rate."""
+        paths = _call(lambda: self.jsdrv.device_paths(COMMAND_TIMEOUT_S), "device_paths")
+        if self.device_path not in paths:
+            raise DeviceError(f"Joulescope {self.device_path} is no longer attached",
+                              hint=_CABLE_HINT)
+        fs = self._call("query h/fs", lambda: self.jsdrv.query(f"{self.device_path}/h/fs",
+                                                               COMMAND_TIMEOUT_S))
+        return {
+            "driver": self.driver,
+            "device_path": self.device_path,
+            "model": self.model,
+            "serial": self.device_path.rsplit("/", 1)[-1],
+            "h/fs": fs,
+            "simulated": self.simulated,
+        }
+
+    # -- calls --------------------------------------------------------------------------------
+    def _publish(self, topic: str, value: Any, timeout: float = COMMAND_TIMEOUT_S) -> None:
+        self._call(f"{topic} = {value!r}",
+                   lambda: self.jsdrv.publish(topic, value, timeout))
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        return _call(fn, what, who=f"Joulescope {self.device_path}")
+
+    def _raise_fault(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+
+    # -- driver thread ------------------------------------------------------------------------
+    def _on_data(self, topic: str, value: dict[str, Any]) -> None:
+        """One block of one stream (driver thread): buffer it, emit what all streams cover."""
+        try:
+            with self._lock:
+                if self._on_chunk is None or self.fault is not None:
+                    return
+                index = self._stream_index(topic)
+                if index is None:
+                    return
+                decimate = int(value["decimate_factor"]) or 1
+                rate = (int(value["sample_rate"]), decimate)
+                if self._rate_seen is None:
+                    self._rate_seen = rate
+                    fs = rate[0] / decimate
+                    if self._sample_rate_hz and abs(fs - self._sample_rate_hz) > 1e-6:
+                        self.stats.note(f"streaming at {fs:g} Hz, configured "
+                                        f"{self._sample_rate_hz:g} Hz")
+                start = int(value["sample_id"]) // decimate
+                stream = self._streams[index]
+                if stream.packed:
+                    stream.add(start, value["data"], self.stats.note,
+                               self._block_lengths.get(start))
+                else:
+                    n = len(value["data"])
+                    stream.add(start, value["data"], self.stats.note)
+                    # Blocks of all streams cover the same ids: this fixes the GPI bit count.
+                    self._block_lengths[start] = n
+                    while len(self._block_lengths) > _BLOCKS_REMEMBERED:
+                        del self._block_lengths[next(iter(self._block_lengths))]
+                    for other in self._streams:
+                        if other.packed:
+                            other.settle_block(start, n)
+                self._emit()
+                self._check_silent_streams()
+        except Exception as exc:  # surfaced by stop(); the driver thread must live on
+            log.exception("Joulescope: handling %s failed", topic)
+            if self._callback_error is None:
+                self._callback_error = exc
+
+    def _stream_index(self, topic: str) -> int | None:
+        for i, (_, data, _, _) in enumerate(_STREAMS):
+            if topic.endswith(data):
+                return i
+        return None
+
+    def _emit(self) -> None:
+        """Cut chunks for the id range every stream covers (called under the lock)."""
+        streams = self._streams
+        if self._base is None:
+            if any(s.first_id is None for s in streams):
+                return
+            # Streams are enabled one after the other: start where all of them have data.
+            self._base = max(s.first_id for s in streams)  # type: ignore[type-var]
+            self._cursor = self._base
+        pieces: list[list[np.ndarray]] = [[] for _ in streams]
+        first_out = None
+        while True:
+            for s in streams:
+                s.discard_before(self._cursor)
+            starts = [s.available_from() for s in streams]
+            if any(st is None for st in starts):
+                break
+            ahead = max(starts)  # type: ignore[type-var]
+            if ahead > self._cursor:  # some stream lost these ids: skip them in every stream
+                if first_out is not None:
+                    self._deliver(first_out, pieces)
+                    pieces = [[] for _ in streams]
+                    first_out = None
+                self.stats.dropped += ahead - self._cursor
+                self.stats.note(f"samples {self._cursor - self._base}.."
+                                f"{ahead - self._base - 1} lost")
+                self._cursor = ahead
+                continue
+            n = min(s.contiguous_len(self._cursor) for s in streams)
+            if first_out is None:
+                first_out = self._cursor - self._base
+            for piece, s in zip(pieces, streams, strict=True):
+                piece.append(s.take(self._cursor, n))
+            self._cursor += n
+        if first_out is not None:
+            self._deliver(first_out, pieces)
+
+    def _check_silent_streams(self) -> None:
+        """Bound memory: a stream that stopped arriving must not let the others pile up."""
+        fs = self._sample_rate_hz or 0.0
+        limit = max(int(fs * UNALIGNED_MAX_S), 100_000)
+        buffered = [sum(len(d) for _, d in s.blocks) for s in self._streams]
+        if max(buffered) <= limit:
+            return
+        silent = [s.name for s, n in zip(self._streams, buffered, strict=True) if n == 0]
+        self.stats.dropped += max(buffered)
+        self._callback_error = self._callback_error or DeviceError(
+            f"Joulescope: stream(s) {', '.join(silent) or '?'} stopped arriving while others "
+            f"buffered {max(buffered)} samples",
+            hint="check the USB connection; the instrument may be overloaded (lower the rate)")
+        for stream in self._streams:
+            stream.blocks.clear()
+
+    def _deliver(self, first: int, pieces: list[list[np.ndarray]]) -> None:
+        if self.fault is not None:  # the DUT was cut off: the rest of the run is void
+            return
+        cur, volt, g0, g1 = (p[0] if len(p) == 1 else np.concatenate(p) for p in pieces)
+        gpio = (g0.astype(np.uint8) & 1) | ((g1.astype(np.uint8) & 1) << 1)
+        chunk = Chunk(first, cur.astype(np.float64), volt.astype(np.float64), gpio)
+        self.stats.samples += len(chunk)
+        if self._check_measured_voltage(chunk):
+            return
+        on_chunk = self._on_chunk
+        if on_chunk is None:
+            return
+        try:
+            on_chunk(chunk)
+        except Exception as exc:
+            log.exception("Joulescope: on_chunk callback failed")
+            if self._callback_error is None:
+                self._callback_error = exc
+
+    def _check_measured_voltage(self, chunk: Chunk) -> bool:
+        """True (and the DUT disconnected) if any voltage in the chunk is over the limit."""
+        if not len(chunk):
+            return False
+        over = chunk.voltage > self.voltage_limit_v + VOLTAGE_TOLERANCE_V
+        if not over.any():
+            return False
+        at = int(np.argmax(over))
+        measured = float(chunk.voltage[at])
+        self.fault = VoltageLimitError(
+            f"Joulescope: measured {measured:.3f} V at sample {chunk.first_sample_id + at}, "
+            f"above the bench voltage limit of {self.voltage_limit_v:g} V; DUT disconnected",
+            hint="a Joulescope cannot limit the supply: check the bench supply's setting",
+        )
+        try:  # never wait inside the driver's own thread
+            self.jsdrv.publish(self._range_topic, "off", 0)
+            self._range_value = "off"
+        except Exception as exc:
+            log.error("Joulescope: could not disconnect the DUT after over-voltage: %s", exc)
+        log.error("%s", self.fault)
+        return True
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _real_driver() -> JoulescopeDriverLike:
+    try:
+        from pyjoulescope_driver import Driver  # heavy SDK: only when a Joulescope is used
+    except ImportError as exc:
+        raise DeviceError(f"Joulescope: pyjoulescope_driver is not installed ({exc})",
+                          hint=_INSTALL_HINT) from exc
+    return Driver()
+
+
+def _finalize(jsdrv: JoulescopeDriverLike) -> None:
+    try:
+        jsdrv.finalize(COMMAND_TIMEOUT_S)
+    except Exception as exc:
+        log.warning("Joulescope: finalizing the driver failed: %s", exc)
+
+
+def _call(fn: Callable[[], Any], what: str, *, who: str = "Joulescope") -> Any:
+    """Run one driver call; a timeout -> `DeviceTimeout`, a refusal -> `InstrumentError`."""
+    try:
+        return fn()
+    except TimeoutError as exc:
+        raise DeviceTimeout(f"{who}: no answer to {what} in time", hint=_CABLE_HINT) from exc
+    except DeviceError:
+        raise
+    except Exception as exc:
+        raise InstrumentError(f"{who} refused {what}: {exc}", command=what,
+                              hint="check the topic and value against the Joulescope's "
+                              "metadata (python -m pyjoulescope_driver info)") from exc
+
+
+def _model_of(device_path: str) -> str:
+    lower = device_path.lower()
+    for model in ("js220", "js110"):
+        if model in lower:
+            return model
+    raise DeviceError(f"Joulescope: {device_path!r} is not a JS110 or JS220",
+                      hint="this driver supports the JS110 and JS220")
+
+
+def _pick_device(paths: Sequence[str], address: str) -> str:
+    """The device path `address`, or the only device when `address` is empty."""
+    paths = list(paths)
+    if address:
+        if address in paths:
+            return address
+        raise DeviceError(f"Joulescope {address!r} is not attached",
+                          hint="attached: " + (", ".join(paths) or "none"))
+    if len(paths) == 1:
+        return paths[0]
+    if not paths:
+        raise DeviceError("no Joulescope is attached", hint=_CABLE_HINT)
+    raise DeviceError(f"{len(paths)} Joulescopes are attached and no device path was given",
+                      hint="set the address to one of: " + ", ".join(paths))

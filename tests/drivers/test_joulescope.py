@@ -1,0 +1,379 @@
+"""The Joulescope driver against a scripted Driver that records every call: exact topics and
+values, stream alignment by sample id, drops, GPI padding, errors and the voltage guard."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+from drivers.emon.base import Chunk
+from drivers.emon.joulescope import Joulescope
+from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
+
+DEV = "u/js220/000415"
+DEV110 = "u/js110/001234"
+DATA = ["s/i/!data", "s/v/!data", "s/gpi/0/!data", "s/gpi/1/!data"]
+CTRL = ["s/i/ctrl", "s/v/ctrl", "s/gpi/0/ctrl", "s/gpi/1/ctrl"]
+RATES = [1_000_000, 100_000, 10_000, 1_000]
+
+
+class ScriptedDriver:
+    """Records every call; `fail` maps a call tuple to the exception it raises."""
+
+    def __init__(self, paths: list[str] | None = None) -> None:
+        self.paths = [DEV] if paths is None else paths
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail: dict[tuple[Any, ...], BaseException] = {}
+        self.subs: dict[str, Any] = {}
+        self.meta: Any = {"options": [[r, f"{r} Hz"] for r in RATES]}
+
+    def _record(self, *call: Any) -> None:
+        self.calls.append(call)
+        if call in self.fail:
+            raise self.fail[call]
+
+    def device_paths(self, timeout=None):
+        self._record("device_paths")
+        return list(self.paths)
+
+    def open(self, device_prefix, mode=None, timeout=None):
+        self._record("open", device_prefix, mode)
+
+    def close(self, device_prefix, timeout=None):
+        self._record("close", device_prefix)
+
+    def publish(self, topic, value, timeout=None):
+        self._record("publish", topic, value)
+
+    def query(self, topic, timeout=None):
+        self._record("query", topic)
+        if topic.endswith("h/fs$"):
+            if isinstance(self.meta, BaseException):
+                raise self.meta
+            return self.meta
+        return 1000
+
+    def subscribe(self, topic, flags, fn, timeout=None):
+        self._record("subscribe", topic, tuple(flags))
+        self.subs[topic] = fn
+
+    def unsubscribe(self, topic, fn, timeout=None):
+        self._record("unsubscribe", topic)
+        self.subs.pop(topic, None)
+
+    def finalize(self, timeout=None):
+        self._record("finalize")
+
+    def emit(self, suffix: str, out_id: int, data: np.ndarray, decimate: int = 1000) -> None:
+        """Publish one block of stream `suffix` whose first output-rate sample id is `out_id`."""
+        topic = f"{self.paths[0]}/{suffix}"
+        self.subs[topic](topic, {
+            "sample_id": out_id * decimate, "utc": 0, "field_id": 1, "index": 0,
+            "sample_rate": 1_000_000, "decimate_factor": decimate,
+            "time_map": {"offset_time": 0, "offset_counter": 0, "counter_rate": 1e6},
+            "data": data,
+        })
+
+
+def opened(paths: list[str] | None = None, limit: float = 3.6) -> tuple[Joulescope, ScriptedDriver]:
+    drv = ScriptedDriver(paths)
+    js = Joulescope.open("", voltage_limit_v=limit, driver_factory=lambda: drv)
+    return js, drv
+
+
+def started(limit: float = 3.6) -> tuple[Joulescope, ScriptedDriver, list[Chunk]]:
+    js, drv = opened(limit=limit)
+    js.configure(3.3, 1000)
+    chunks: list[Chunk] = []
+    js.start(chunks.append)
+    drv.calls.clear()
+    return js, drv, chunks
+
+
+def packed(bits: list[int] | np.ndarray) -> np.ndarray:
+    return np.packbits(np.asarray(bits, dtype=np.uint8), bitorder="little")
+
+
+def emit_all(drv: ScriptedDriver, out_id: int, current, voltage, gpi0, gpi1=None) -> None:
+    n = len(current)
+    drv.emit("s/i/!data", out_id, np.asarray(current, np.float32))
+    drv.emit("s/v/!data", out_id, np.asarray(voltage, np.float32))
+    drv.emit("s/gpi/0/!data", out_id, packed(gpi0))
+    drv.emit("s/gpi/1/!data", out_id, packed(np.zeros(n) if gpi1 is None else gpi1))
+
+
+def joined(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    return (ids, np.concatenate([c.current for c in chunks]),
+            np.concatenate([c.voltage for c in chunks]), np.concatenate([c.gpio for c in chunks]))
+
+
+# -- conversations ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("path", "range_topic"), [(DEV, "s/i/range/mode"),
+                                                   (DEV110, "s/i/range/select")])
+def test_open_configure_power_start_stop_close_conversation(path: str, range_topic: str) -> None:
+    js, drv = opened([path])
+    assert drv.calls == [("device_paths",), ("open", path, "defaults"),
+                         ("publish", f"{path}/{range_topic}", "off")]
+    drv.calls.clear()
+    js.configure(3.3, 10_000)
+    assert drv.calls == [("query", f"{path}/h/fs$"), ("publish", f"{path}/h/fs", 10_000)]
+    assert js.sample_rate == 10_000
+    drv.calls.clear()
+    js.start(lambda chunk: None)
+    assert drv.calls == (
+        [("subscribe", f"{path}/{d}", ("pub",)) for d in DATA]
+        + [("publish", f"{path}/{c}", 1) for c in CTRL]
+    )
+    drv.calls.clear()
+    js.power_on()
+    js.power_off()
+    assert drv.calls == [("publish", f"{path}/{range_topic}", "auto"),
+                         ("publish", f"{path}/{range_topic}", "off")]
+    drv.calls.clear()
+    js.stop()
+    assert drv.calls == ([("publish", f"{path}/{c}", 0) for c in CTRL]
+                         + [("unsubscribe", f"{path}/{d}") for d in DATA])
+    drv.calls.clear()
+    js.close()
+    js.close()  # idempotent: nothing more is sent
+    assert drv.calls == [("publish", f"{path}/{range_topic}", "off"), ("close", path),
+                         ("finalize",)]
+
+
+def test_close_while_running_stops_then_disconnects() -> None:
+    js, drv, _ = started()
+    js.close()
+    assert drv.calls == (
+        [("publish", f"{DEV}/{c}", 0) for c in CTRL]
+        + [("unsubscribe", f"{DEV}/{d}") for d in DATA]
+        + [("publish", f"{DEV}/s/i/range/mode", "off"), ("close", DEV), ("finalize",)]
+    )
+
+
+def test_settings_and_self_test() -> None:
+    js, drv = opened()
+    js.configure(3.3, 1000)
+    s = js.settings()
+    assert s["driver"] == "joulescope" and s["model"] == "js220" and s["simulated"] is False
+    assert s["sample_rate_hz"] == 1000 and s["voltage_v"] == 3.3
+    assert s["range_topic"] == "s/i/range/mode" and s["range"] == "off"
+    drv.calls.clear()
+    info = js.self_test()
+    assert drv.calls == [("device_paths",), ("query", f"{DEV}/h/fs")]
+    assert info["serial"] == "000415" and info["model"] == "js220"
+
+
+@pytest.mark.parametrize("address", ["", "u/js220/999999"])
+def test_address_errors_list_the_devices(address: str) -> None:
+    drv = ScriptedDriver([DEV, "u/js110/000001"])
+    with pytest.raises(DeviceError) as err:
+        Joulescope.open(address, voltage_limit_v=3.6, driver_factory=lambda: drv)
+    assert DEV in str(err.value) and "u/js110/000001" in str(err.value)
+    assert drv.calls[-1] == ("finalize",)
+
+
+def test_no_device_attached() -> None:
+    drv = ScriptedDriver([])
+    with pytest.raises(DeviceError, match="no Joulescope is attached"):
+        Joulescope.open("", voltage_limit_v=3.6, driver_factory=lambda: drv)
+
+
+def test_explicit_address_is_opened() -> None:
+    drv = ScriptedDriver(["u/js110/000001", DEV])
+    js = Joulescope.open(DEV, voltage_limit_v=3.6, driver_factory=lambda: drv)
+    assert js.device_path == DEV and ("open", DEV, "defaults") in drv.calls
+
+
+def test_voltage_above_limit_sends_nothing() -> None:
+    js, drv = opened(limit=3.3)
+    drv.calls.clear()
+    with pytest.raises(VoltageLimitError, match=r"3\.6 V is above the bench voltage limit"):
+        js.configure(3.6, 1000)
+    assert drv.calls == []
+
+
+def test_unavailable_rate_refused_with_the_list() -> None:
+    js, drv = opened()
+    drv.calls.clear()
+    with pytest.raises(DeviceError) as err:
+        js.configure(3.3, 3000)
+    assert "3000 Hz is not available" in str(err.value)
+    assert "1000, 10000, 100000, 1e+06" in str(err.value)
+    assert drv.calls == [("query", f"{DEV}/h/fs$")]
+
+
+def test_rates_fall_back_to_the_model_table() -> None:
+    js, drv = opened([DEV110])
+    drv.meta = RuntimeError("no metadata")
+    js.configure(3.3, 2_000_000)  # only a JS110 has 2 MHz
+    assert drv.calls[-1] == ("publish", f"{DEV110}/h/fs", 2_000_000)
+
+
+def test_instrument_error_names_the_command() -> None:
+    js, drv = opened()
+    drv.fail[("publish", f"{DEV}/h/fs", 1000)] = RuntimeError("jsdrv error 5")
+    with pytest.raises(InstrumentError) as err:
+        js.configure(3.3, 1000)
+    assert err.value.command == f"{DEV}/h/fs = 1000"
+    assert "refused" in str(err.value) and "h/fs = 1000" in str(err.value)
+    assert "jsdrv error 5" in str(err.value)
+
+
+def test_timeout_becomes_device_timeout() -> None:
+    js, drv = opened()
+    drv.fail[("publish", f"{DEV}/s/i/range/mode", "auto")] = TimeoutError()
+    with pytest.raises(DeviceTimeout, match=r"no answer to .*range/mode"):
+        js.power_on()
+
+
+def test_simulated_without_driver_factory_is_refused() -> None:
+    with pytest.raises(DeviceError, match="driver_factory"):
+        Joulescope.open("", voltage_limit_v=3.6, simulated=True)
+
+
+def test_missing_sdk_says_install_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyjoulescope_driver", None)
+    with pytest.raises(DeviceError) as err:
+        Joulescope.open("", voltage_limit_v=3.6)
+    assert "install the joulescope extra" in str(err.value)
+
+
+# -- streams ------------------------------------------------------------------------------------
+def test_aligned_blocks_become_chunks_rebased_to_zero() -> None:
+    js, drv, chunks = started()
+    n = 16
+    cur = np.arange(n) * 1e-3
+    g0 = np.ones(n, np.uint8)
+    g0[5] = 0
+    g1 = np.zeros(n, np.uint8)
+    g1[7] = 1
+    emit_all(drv, 5000, cur, np.full(n, 3.3), g0, g1)
+    emit_all(drv, 5000 + n, cur + 1, np.full(n, 3.3), np.ones(n))
+    js.stop()
+    ids, c, v, g = joined(chunks)
+    assert ids.tolist() == list(range(2 * n))
+    np.testing.assert_allclose(c, np.concatenate([cur, cur + 1]).astype(np.float32))
+    assert c.dtype == np.float64 and v.dtype == np.float64 and g.dtype == np.uint8
+    np.testing.assert_allclose(v, np.float32(3.3))
+    assert np.flatnonzero((g & 1) == 0).tolist() == [5]
+    assert np.flatnonzero(g & 2).tolist() == [7]
+    assert js.stats.dropped == 0 and js.stats.samples == 2 * n
+
+
+def test_misaligned_arrival_order_is_aligned_by_sample_id() -> None:
+    js, drv, chunks = started()
+    # 3 blocks of 10; the streams run ahead of each other and start at different ids.
+    cur = np.arange(40, dtype=np.float32)
+    gpi = np.ones(40, np.uint8)
+    gpi[[3, 17, 29]] = 0
+    for k in range(4):
+        drv.emit("s/i/!data", 100 + 10 * k, cur[10 * k : 10 * k + 10])
+    assert chunks == []
+    drv.emit("s/gpi/1/!data", 110, packed(np.zeros(30)))
+    drv.emit("s/v/!data", 105, np.full(35, 3.3, np.float32))
+    for k in range(4):
+        drv.emit("s/gpi/0/!data", 100 + 10 * k, packed(gpi[10 * k : 10 * k + 10]))
+    js.stop()
+    ids, c, _, g = joined(chunks)
+    # Streams enabled one after another: output starts where all of them have data (id 110).
+    assert ids.tolist() == list(range(30))
+    np.testing.assert_array_equal(c, cur[10:40])
+    assert np.flatnonzero((g & 1) == 0).tolist() == [17 - 10, 29 - 10]
+    assert js.stats.dropped == 0
+
+
+def test_a_dropped_block_is_counted_and_visible_in_the_ids() -> None:
+    js, drv, chunks = started()
+    n = 10
+    emit_all(drv, 0, np.zeros(n), np.full(n, 3.3), np.ones(n))
+    # The current stream loses ids 10..19; the other streams have them.
+    drv.emit("s/v/!data", 10, np.full(n, 3.3, np.float32))
+    drv.emit("s/gpi/0/!data", 10, packed(np.ones(n)))
+    drv.emit("s/gpi/1/!data", 10, packed(np.zeros(n)))
+    emit_all(drv, 20, np.ones(n), np.full(n, 3.3), np.ones(n))
+    js.stop()
+    assert joined(chunks)[0].tolist() == list(range(10)) + list(range(20, 30))
+    assert 20 in [c.first_sample_id for c in chunks]  # the gap is between two chunks
+    assert js.stats.dropped == 10
+    assert any("current: samples 10..19 missing" in note for note in js.stats.notes)
+
+
+def test_gpi_padding_bits_are_not_samples() -> None:
+    js, drv, chunks = started()
+    # Blocks of 13 samples: each GPI block is 2 bytes, 3 of its bits padding (set to 0 here).
+    rng = np.random.default_rng(1)
+    levels = rng.integers(0, 2, 52).astype(np.uint8)
+    for k in range(4):
+        sl = slice(13 * k, 13 * k + 13)
+        drv.emit("s/gpi/0/!data", 13 * k, packed(levels[sl]))  # GPI ahead of the analog data
+        drv.emit("s/gpi/1/!data", 13 * k, packed(levels[sl]))
+        drv.emit("s/i/!data", 13 * k, np.arange(52, dtype=np.float32)[sl])
+        drv.emit("s/v/!data", 13 * k, np.full(13, 3.3, np.float32))
+    js.stop()
+    ids, c, _, g = joined(chunks)
+    assert ids.tolist() == list(range(52))
+    np.testing.assert_array_equal(c, np.arange(52))
+    np.testing.assert_array_equal(g & 1, levels)
+    np.testing.assert_array_equal((g >> 1) & 1, levels)
+    assert js.stats.dropped == 0
+
+
+def test_decimated_sample_ids() -> None:
+    js, drv, chunks = started()
+    drv.emit("s/i/!data", 7, np.ones(8, np.float32), decimate=100)
+    drv.emit("s/v/!data", 7, np.full(8, 3.3, np.float32), decimate=100)
+    drv.emit("s/gpi/0/!data", 7, packed(np.ones(8)), decimate=100)
+    drv.emit("s/gpi/1/!data", 7, packed(np.zeros(8)), decimate=100)
+    drv.emit("s/i/!data", 15, np.ones(8, np.float32), decimate=100)
+    drv.emit("s/v/!data", 15, np.full(8, 3.3, np.float32), decimate=100)
+    drv.emit("s/gpi/0/!data", 15, packed(np.ones(8)), decimate=100)
+    drv.emit("s/gpi/1/!data", 15, packed(np.zeros(8)), decimate=100)
+    js.stop()
+    assert joined(chunks)[0].tolist() == list(range(16))
+    assert js.stats.dropped == 0
+
+
+def test_measured_voltage_over_the_limit_disconnects_the_dut() -> None:
+    js, drv, chunks = started(limit=3.6)
+    n = 8
+    emit_all(drv, 0, np.zeros(n), np.full(n, 3.3), np.ones(n))
+    emit_all(drv, n, np.zeros(n), np.full(n, 5.0), np.ones(n))
+    assert ("publish", f"{DEV}/s/i/range/mode", "off") in drv.calls
+    assert isinstance(js.fault, VoltageLimitError)
+    emit_all(drv, 2 * n, np.zeros(n), np.full(n, 3.3), np.ones(n))
+    assert [c.first_sample_id for c in chunks] == [0]  # nothing after the fault is delivered
+    with pytest.raises(VoltageLimitError, match=r"measured 5\.000 V at sample 8, above"):
+        js.stop()
+    with pytest.raises(VoltageLimitError):
+        js.power_on()
+
+
+def test_callback_error_surfaces_at_stop() -> None:
+    js, drv = opened()
+    js.configure(3.3, 1000)
+
+    def broken(chunk: Chunk) -> None:
+        raise ValueError("recorder broke")
+
+    js.start(broken)
+    emit_all(drv, 0, np.zeros(8), np.full(8, 3.3), np.ones(8))
+    with pytest.raises(ValueError, match="recorder broke"):
+        js.stop()
+
+
+def test_a_silent_stream_fails_the_run_instead_of_growing_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("drivers.emon.joulescope.UNALIGNED_MAX_S", 0.0)
+    js, drv, chunks = started()
+    block = 50_000
+    for k in range(3):  # GPI1 never arrives
+        drv.emit("s/i/!data", k * block, np.zeros(block, np.float32))
+        drv.emit("s/v/!data", k * block, np.full(block, 3.3, np.float32))
+        drv.emit("s/gpi/0/!data", k * block, packed(np.ones(block)))
+    assert chunks == []
+    with pytest.raises(DeviceError, match="gpi1 stopped arriving"):
+        js.stop()
