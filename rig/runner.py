@@ -20,7 +20,7 @@ from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.config import VIRTUAL_PORT, Bench
-from rig.errors import RunInterrupted
+from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
 from rig.procedures import asc
 from rig.recording import EmonRecorder
@@ -177,7 +177,14 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
                          "the DUT, so its boot banner is not checked"))
         _mode_without_banner(bench, parts.dut, bus)
         return
-    parts.emon = _open_monitor(bench, emon_port)
+    parts.emon = _open_monitor(bench, emon_port, virtual=bench.emon.address == VIRTUAL_PORT)
+    if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
+        raise ConfigError(
+            f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
+            "per capture), but ASC energy windows need both edges of every run",
+            hint="use an LPM01A or a Joulescope for ASC energy; record traces with "
+            "`rig emon record`",
+        )
     parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
                                                   **parts.emon.settings()}))
@@ -194,8 +201,18 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
     parts.dut.require_mode(bench.dut.timestamp_mode)
 
 
-def _open_monitor(bench: Bench, address: str) -> EnergyMonitor:
+def _open_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
     """The bench's energy monitor, opened at `address`."""
+    if bench.emon.driver == "joulescope" and virtual:
+        # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the
+        # bench's samples over loopback; the driver code above it is the real one.
+        from drivers.emon.joulescope import Joulescope
+        from rig.sim.joulescope import FakeJoulescopeDriver, SocketSource
+
+        return Joulescope.open(
+            "", voltage_limit_v=bench.voltage_limit_v, simulated=True,
+            driver_factory=lambda: FakeJoulescopeDriver(SocketSource(address)),
+        )
     if bench.emon.driver == "lpm01a":
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)

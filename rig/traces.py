@@ -175,6 +175,10 @@ def _read_jls(path: Path, sample_rate: float | None) -> Trace:
                 hint="current, voltage and gpio must be recorded at one rate",
             )
         rate = float(cur.sample_rate)
+        meta = _jls_meta(reader, cur, path)
+        exact = meta["user_data"].get("sample_rate_hz")
+        if isinstance(exact, int | float) and exact > 0 and round(exact) == rate:
+            rate = float(exact)  # written by the rig: the instrument's true, fractional rate
         if sample_rate is not None and float(sample_rate) != rate:
             raise AnalysisError(
                 f"{path} was recorded at {rate:g} Hz but --sample-rate {sample_rate:g} was given",
@@ -184,7 +188,6 @@ def _read_jls(path: Path, sample_rate: float | None) -> Trace:
         current = _read_fsr(reader, cur.signal_id, n, np.float64)
         voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
         gpio = _read_gpio(reader, gpi, n, path)
-        meta = _jls_meta(reader, cur, path)
         meta["samples_by_signal"] = {
             JLS_CURRENT: cur.length,
             JLS_VOLTAGE: vol.length,
@@ -275,11 +278,14 @@ class TraceWriter:
         import pyjls
 
         rate = float(sample_rate)
-        # JLS stores integer Hz; a fractional rate would be truncated silently.
-        if not (math.isfinite(rate) and rate > 0 and rate == round(rate)):
-            raise ValueError(f"JLS needs a positive whole number of Hz, got {sample_rate}")
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"sample rate must be a positive number of Hz, got {sample_rate}")
         self.path = Path(path)
-        self.sample_rate = int(rate)
+        #: The instrument's true rate (e.g. an N6705's 1/(k x 20.48 µs) is never whole hertz).
+        self.exact_sample_rate = rate
+        # JLS stores whole hertz (it would truncate silently): the signal header gets the
+        # nearest one, the exact rate goes into the rig's user data, and read_trace prefers it.
+        self.sample_rate = max(1, round(rate))
         self.simulated = simulated
         #: Samples appended (not counting filled gaps) and samples missing in gaps.
         self.samples_written = 0
@@ -327,7 +333,7 @@ class TraceWriter:
                 "simulated": self.simulated,
                 "source": source,
                 "writer": f"neurobench-rig {__version__}",
-                "sample_rate_hz": self.sample_rate,
+                "sample_rate_hz": self.exact_sample_rate,
                 "gpio": "gpi0 holds the GPIO bit field; bit 0 is the DUT timestamp line",
             },
         )

@@ -80,6 +80,10 @@ class EnergyMonitor(ABC):
 
     #: Short driver name, e.g. "lpm01a".
     driver: str = "?"
+    #: False for monitors that do not switch the DUT's supply (the bench's supply does).
+    powers_dut: bool = True
+    #: False for monitors that see the timestamp line only as a trigger (its first edge).
+    sees_every_edge: bool = True
 
     def __init__(self, *, voltage_limit_v: float) -> None:
         self.voltage_limit_v = voltage_limit_v

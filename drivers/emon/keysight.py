@@ -94,6 +94,8 @@ def open_visa_resource(address: str, *, backend: str = "@py", timeout_ms: int = 
 
 
 class _ScpiMonitor(EnergyMonitor):
+    #: They see the DUT's timestamp line only as a trigger input: the first edge of a capture.
+    sees_every_edge = False
     """What both Keysight drivers share: SCPI I/O, error queue, acquisition thread."""
 
     #: Substring the ``*IDN?`` model field must contain.
@@ -471,6 +473,7 @@ class Keysight34465A(_ScpiMonitor):
     """34465A DMM digitizing DC current, started by a falling edge on its external trigger."""
 
     driver = "34465a"
+    powers_dut = False  # a DMM measures; the bench's supply powers the DUT
     model_hint = "34465A"
     #: Fastest sample timer with the DIG option (50 kS/s).
     MAX_RATE_HZ = 50_000.0

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"virtual bench up (SIMULATED, {vb.world.clock.speed:g}x real time)")
             print(f"  DUT    (MLPerf Tiny protocol, {vb.dut_impl}): {vb.ports['dut']}")
-            print(f"  LPM01A (PowerShield protocol):              {vb.ports['emon']}")
+            if "emon" in vb.ports:
+                print(f"  energy monitor ({vb.emon_driver}):{'':<19}{vb.ports['emon']}")
             if "io_manager" in vb.ports:
                 print(f"  IO manager (Arduino UNO pass-through):      {vb.ports['io_manager']}")
             power = "on" if vb.world.powered else "off until the LPM01A says `pwr on`"

@@ -8,18 +8,22 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from rig.config import Bench, load_bench
 from rig.errors import ConfigError
 from rig.sim.dut import SimDut
 from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.io_manager import SimIoManager
+from rig.sim.joulescope import WorldSource, serve_source
+from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
 from rig.sim.world import PowerParams, World
@@ -51,7 +55,21 @@ class VirtualBench:
         else:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
             self.dut_impl = "python" if sim.dut == "python" else "python (no C compiler)"
-        self.emon = SimLpm01a(self.world)
+        self.emon_driver = bench.emon.driver
+        self.emon: Any = None
+        if self.emon_driver == "lpm01a":
+            self.emon = SimLpm01a(self.world)
+        elif self.emon_driver == "n6705":
+            self.emon = SimN6705(self.world)
+        elif self.emon_driver == "34465a":
+            self.emon = Sim34465A(self.world)
+        elif self.emon_driver == "joulescope":
+            self.emon = JoulescopeBridge(self.world, int(bench.emon.sample_rate_hz))
+        if self.emon_driver in ("34465a", "none", "joulescope"):
+            # The monitor does not source the supply: a bench supply does. It stays on, except
+            # that a Joulescope connects and disconnects the DUT with its current range.
+            self.world.set_supply(bench.emon.supply_voltage_v)
+        self._bench_supply = self.emon_driver in ("34465a", "none")
         #: A simulated UNO in front of the DUT when the bench routes it through one.
         self.io_manager: SimIoManager | None = None
         self._wants_io_manager = bench.io_manager is not None
@@ -59,7 +77,13 @@ class VirtualBench:
     @property
     def ports(self) -> dict[str, str]:
         """The pty paths the rig opens: {"dut", "emon"[, "io_manager"]}."""
-        ports = {"dut": self.dut.path, "emon": self.emon.path}
+        ports = {"dut": self.dut.path}
+        if isinstance(self.emon, SimLpm01a):
+            ports["emon"] = self.emon.path
+        elif isinstance(self.emon, JoulescopeBridge):
+            ports["emon"] = self.emon.address
+        elif self.emon is not None:
+            ports["emon"] = self.emon.resource
         if self.io_manager is not None:
             ports["io_manager"] = self.io_manager.path
         return ports
@@ -67,7 +91,10 @@ class VirtualBench:
     def start(self) -> VirtualBench:
         """Start every device's threads (the IO manager last: it opens the DUT's port)."""
         self.dut.start()
-        self.emon.start()
+        if self.emon is not None:
+            self.emon.start()
+        if self._bench_supply:
+            self.world.power(True)
         if self._wants_io_manager:
             self.io_manager = SimIoManager(self.dut.path, world=self.world)
             self.io_manager.start()
@@ -77,7 +104,8 @@ class VirtualBench:
         """Stop every device and close its pty."""
         if self.io_manager is not None:
             self.io_manager.close()
-        self.emon.close()
+        if self.emon is not None:
+            self.emon.close()
         self.dut.close()
 
     def __enter__(self) -> VirtualBench:
@@ -85,6 +113,53 @@ class VirtualBench:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class JoulescopeBridge:
+    """Serves the simulated Joulescope's samples to the rig process over loopback TCP.
+
+    The rig's `FakeJoulescopeDriver` (standing in for pyjoulescope_driver.Driver) reads them
+    through `SocketSource`; its current-range switch powers the DUT in this World.
+    """
+
+    def __init__(self, world: World, sample_rate: int) -> None:
+        self.world = world
+        self.sample_rate = sample_rate
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Accept connections (one stream per connection) on a thread."""
+        thread = threading.Thread(target=self._accept, name="joulescope-bridge", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            source = WorldSource(self.world, self.sample_rate)
+            thread = threading.Thread(target=self._serve, args=(source, conn), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _serve(self, source: WorldSource, conn: socket.socket) -> None:
+        with conn:
+            serve_source(source, conn, self._stop)
+
+    def close(self) -> None:
+        """Stop serving; safe to call twice."""
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
 
 
 def serve(bench_path: Path, *, speed: float | None = None) -> int:

@@ -198,3 +198,17 @@ def test_through_an_io_manager(tmp_path: Path) -> None:
     notes = [e["text"] for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
              if e["event"] == "note"]
     assert any("downloaded hex, checked by read-back" in n for n in notes)
+
+
+def test_with_a_joulescope(tmp_path: Path) -> None:
+    """benches/sim-joulescope.toml: the real Joulescope driver over the Driver stand-in; the
+    DUT is connected by its current range and its GPIO read on GPI0."""
+    proc = run_rig("measure", "asc", "--device", "sim-joulescope", "--runs-dir", str(tmp_path),
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key, truth in TRUTH.items():
+        assert out["summary"][key] == pytest.approx(truth, rel=1e-3), key
+    manifest = json.loads((Path(out["run"]) / "manifest.json").read_text())
+    assert manifest["instruments"]["emon"]["driver"] == "joulescope"
+    assert manifest["instruments"]["emon"]["simulated"] is True

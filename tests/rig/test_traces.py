@@ -179,9 +179,18 @@ def test_a_gap_is_nan_with_gpio_held_and_annotated(tmp_path: Path) -> None:
     assert trace.meta["annotations"] == [(100, "gap: 50 samples dropped by the instrument")]
 
 
-def test_writer_refuses_fractional_rates_and_use_after_close(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="whole number"):
-        TraceWriter(tmp_path / "a.jls", 1000.5)
+def test_fractional_rates_round_trip_exactly(tmp_path: Path) -> None:
+    """An N6705's rates (1/(k x 20.48 us)) are never whole hertz; JLS headers only hold those."""
+    with TraceWriter(tmp_path / "a.jls", 9765.625) as w:
+        w.append(0, np.full(100, 1e-3), np.full(100, 1.8), np.ones(100, dtype=np.uint8))
+    trace = read_trace(tmp_path / "a.jls")
+    assert trace.sample_rate == 9765.625 and len(trace) == 100
+    assert trace.duration_s == pytest.approx(100 / 9765.625, rel=1e-12)
+
+
+def test_writer_refuses_bad_rates_and_use_after_close(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        TraceWriter(tmp_path / "a.jls", 0)
     w = TraceWriter(tmp_path / "b.jls", 1000)
     w.close()
     w.close()
