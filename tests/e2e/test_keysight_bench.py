@@ -49,3 +49,27 @@ def test_rig_sim_serves_an_n6705_the_driver_identifies_and_powers(tmp_path: Path
     finally:
         sim.terminate()
         sim.wait(timeout=10)
+
+
+def test_rig_sim_serves_a_34465a_while_a_bench_supply_powers_the_dut(tmp_path: Path) -> None:
+    from drivers.emon.keysight import Keysight34465A
+
+    dmm = ('driver = "lpm01a"\nport = "virtual"', 'driver = "34465a-sim"')
+    bench = bench_variant(tmp_path, emon=dmm)
+    sim = subprocess.Popen([*RIG, "sim", "--bench", str(bench), "--json"], cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        info = read_json_object(sim)
+        assert info["powered"] is True  # no monitor switches this bench's supply
+        monitor = Keysight34465A.open(info["ports"]["emon"], voltage_limit_v=3.3,
+                                      simulated=True)
+        try:
+            assert "34465A" in json.dumps(monitor.self_test())
+            assert monitor.powers_dut is False and monitor.sees_every_edge is False
+        finally:
+            monitor.close()
+        out = run_rig("dut", "--port", info["ports"]["dut"], "info", "--json")
+        assert out.returncode == 0 and json.loads(out.stdout)["model"] == "asc01"
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
