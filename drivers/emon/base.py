@@ -122,6 +122,12 @@ class EnergyMonitor(ABC):
     def settings(self) -> dict[str, Any]:
         """A snapshot of every instrument setting, for the run manifest."""
 
+    def __enter__(self) -> EnergyMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def self_test(self) -> dict[str, Any]:
         """Identify the instrument and check it answers; returns what was learnt."""
         return {"driver": self.driver}

@@ -305,11 +305,6 @@ class Joulescope(EnergyMonitor):
         if self._own_driver:
             _finalize(self.jsdrv)
 
-    def __enter__(self) -> Joulescope:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- EnergyMonitor ------------------------------------------------------------------------
     @property

@@ -275,11 +275,6 @@ class _ScpiMonitor(EnergyMonitor):
         except Exception as exc:
             log.warning("%s: closing the resource failed: %s", self.driver, exc)
 
-    def __enter__(self) -> _ScpiMonitor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def self_test(self) -> dict[str, Any]:
         """``*IDN?`` again and an empty error queue."""

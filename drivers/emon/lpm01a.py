@@ -181,11 +181,6 @@ class Lpm01a(EnergyMonitor):
         except Exception as exc:
             log.warning("LPM01A: closing the port failed: %s", exc)
 
-    def __enter__(self) -> Lpm01a:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- EnergyMonitor ------------------------------------------------------------------------
     @property
