@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench sim clean firmware-host
+.PHONY: run test lint bench sim clean firmware-host lava-env
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
-test: $(STAMP) firmware-host  ## Install test deps, build the host shim, run the whole suite.
+test: $(STAMP) firmware-host lava-env  ## Install test deps, build the shims, run the whole suite.
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -27,6 +27,23 @@ firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it whe
 		$(MAKE) -C firmware/dut/host OUT=$(CURDIR)/build/firmware; \
 	else echo "no C compiler: the virtual bench will use its Python DUT"; fi
 
+# The Loihi 2 shim runs Lava, which needs Python 3.10 (facts.md): its own environment.
+PYTHON310 ?= $(firstword $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null) \
+	$(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) $(wildcard /usr/bin/python3.10))
+LAVA_VENV := .venv-lava
+LAVA_STAMP := $(LAVA_VENV)/.installed-$(shell cksum firmware/loihi2/requirements.txt 2>/dev/null | cut -d' ' -f1)
+
+lava-env: $(LAVA_STAMP)  ## Python 3.10 environment with lava-nc 0.9.0 + lava-optimization 0.4.0.
+
+$(LAVA_STAMP):
+	@if [ -z "$(PYTHON310)" ] || [ ! -f firmware/loihi2/requirements.txt ]; then \
+		echo "no Python 3.10 (or no firmware/loihi2): the Loihi 2 shim is unavailable"; \
+	else \
+		$(PYTHON310) -m venv $(LAVA_VENV) && \
+		$(LAVA_VENV)/bin/python -m pip install -q -r firmware/loihi2/requirements.txt && \
+		rm -f $(LAVA_VENV)/.installed-* && touch $@; \
+	fi
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -36,4 +53,4 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	rm -f $(VENV)/.installed-* && touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LAVA_VENV) build *.egg-info .pytest_cache .ruff_cache

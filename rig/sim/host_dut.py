@@ -106,6 +106,7 @@ class HostShimDut:
             "RIG_SIM_INFERENCE_NS": str(round(self.world.params.inference_s * NS)),
             "RIG_SIM_POWER_ON_NS": str(self.world.power_on_ns),
         }
+        self.boots += 1  # before the spawn: the banner may reach the rig before we run again
         self._proc = subprocess.Popen(
             [str(self.binary), "--mode", self.timestamp_mode],
             # stderr is the bench's: the shim only writes there when something is wrong.
@@ -114,7 +115,6 @@ class HostShimDut:
         )
         theirs.close()
         self._bus = SimBusServer(self.world, ours, generation).start()
-        self.boots += 1
 
     def _power_cut(self) -> None:
         proc, bus = self._proc, self._bus
