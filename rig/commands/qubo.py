@@ -1,0 +1,91 @@
+"""`rig qubo generate|bks`: NeuroBench QUBO workloads and their target costs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from rig.commands.common import print_json
+from rig.qubo import workloads
+from rig.qubo.targets import bks
+from rig.qubo.workloads import MAX_DENSE_NODES, WorkloadError, dense_q, generate
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("qubo", help="QUBO (MIS) workloads and their target costs")
+    actions = p.add_subparsers(dest="qubo_command", metavar="ACTION", required=True)
+
+    gen = actions.add_parser(
+        "generate", help="write one workload's QUBO to a file",
+        description="Write the NeuroBench MIS QUBO of (nodes, density, seed): .npy is the dense "
+        f"int8 Q (up to {MAX_DENSE_NODES} nodes), .npz the sparse graph (arrays edges (m, 2) "
+        "int32 with i < j, nodes, density, seed).",
+    )
+    _add_workload_arguments(gen)
+    gen.add_argument("--out", type=Path, required=True, metavar="FILE",
+                     help="FILE.npy (dense Q) or FILE.npz (edges)")
+    gen.add_argument("--json", action="store_true", help="print what was written as JSON")
+    gen.set_defaults(run=run_generate)
+
+    target = actions.add_parser(
+        "bks", help="the workload's target (best-known) cost",
+        description="The target cost: the official table's entry, else the exact optimum below "
+        "50 nodes, else D-Wave tabu (100 reads, 50 restarts). With --json, \"state\" is the list "
+        "of node indices in the best set (x_i = 1), ascending; null when the table gave the cost.",
+    )
+    _add_workload_arguments(target)
+    target.add_argument("--no-table", action="store_true",
+                        help="compute the target even when the official table has it")
+    target.add_argument("--json", action="store_true",
+                        help='print {"cost", "method", "state"} as JSON')
+    target.set_defaults(run=run_bks)
+
+
+def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, required=True, help="number of nodes (e.g. 100)")
+    p.add_argument("--density", type=float, required=True,
+                   help="edge density, a fraction (e.g. 0.05; 1.0 is a complete graph)")
+    p.add_argument("--seed", type=int, required=True, help="problem seed (tuning: 0..4)")
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    path: Path = args.out
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".npz"):
+        raise WorkloadError(f"{path}: unknown output format {suffix or '(no suffix)'!r}",
+                            hint="end the file name in .npy (dense Q) or .npz (sparse edges)")
+    if suffix == ".npy" and args.nodes > MAX_DENSE_NODES:  # before spending time on the graph
+        raise WorkloadError(
+            f"a dense Q of {args.nodes} nodes is too large for .npy",
+            hint=f"dense .npy goes up to {MAX_DENSE_NODES} nodes; write FILE.npz (edges) instead",
+        )
+    workload = generate(args.nodes, args.density, args.seed)
+    if not path.parent.is_dir():
+        raise WorkloadError(f"{path}: folder {path.parent} does not exist",
+                            hint="create it first or choose another --out")
+    if suffix == ".npy":
+        with path.open("wb") as f:
+            np.save(f, dense_q(workload))
+    else:
+        workloads.save(workload, path)
+    data = {"nodes": workload.nodes, "density": workload.density, "seed": workload.seed,
+            "edges": workload.n_edges, "path": str(path)}
+    if args.json:
+        print_json(data)
+    else:
+        print(f"{workload.nodes} nodes, density {workload.density}, seed {workload.seed}: "
+              f"{workload.n_edges} edges -> {path}")
+    return 0
+
+
+def run_bks(args: argparse.Namespace) -> int:
+    target = bks(args.nodes, args.density, args.seed, use_table=not args.no_table)
+    state = None if target.state is None else np.flatnonzero(target.state).tolist()
+    if args.json:
+        print_json({"cost": target.cost, "method": target.method, "state": state})
+    else:
+        size = "" if state is None else f", set of {len(state)} nodes"
+        print(f"target cost {target.cost} ({target.method}{size})")
+    return 0
