@@ -41,6 +41,7 @@ from rig.events import (
     TraceSaved,
     WindowMeasured,
 )
+from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -56,6 +57,8 @@ _ROW_EVENTS = {
     WindowMeasured: "window",
     IdleMeasured: "idle",
     SampleClassified: "sample",
+    QuboPointMeasured: "qubo_point",
+    QuboMaxSizeMeasured: "qubo_max_size",
 }
 
 
