@@ -1,4 +1,5 @@
-"""`rig show RUN`: read a run folder back and summarise it (also an incomplete one)."""
+"""`rig show RUN`: read a run folder back and summarise it: an ASC run (also an incomplete one),
+or a QUBO sweep (gap and power per workload and timeout)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 from rich.console import Console
 
 from rig.commands.common import print_json
+from rig.commands.sweep import sweep_table
 from rig.console import summary_table
 from rig.procedures import asc
 from rig.store import INCOMPLETE, load_run
+from rig.sweep import RUNNING, is_sweep, read_sweep, summarize
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     record = load_run(args.run_folder)
+    if is_sweep(record.manifest):
+        return show_sweep(args)
     manifest = record.manifest
     if record.finished is not None and record.finished.summary:
         summary = record.finished.summary
@@ -60,4 +65,51 @@ def run(args: argparse.Namespace) -> int:
     measured = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
     out.print(f"measured: {measured}")
     out.print(summary_table(summary, title="Summary"))
+    return 0
+
+
+def show_sweep(args: argparse.Namespace) -> int:
+    """A sweep folder: status, points done, and gap and power per workload and timeout."""
+    record = read_sweep(args.run_folder)
+    summary = summarize(record.spec, record.done)
+    manifest = record.manifest
+    data = {
+        "run": str(record.path),
+        "status": record.status,
+        "procedure": manifest.get("procedure"),
+        "simulated": bool(manifest.get("simulated")),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "resumes": len(manifest.get("resumes", [])),
+        "points_done": summary["points_done"],
+        "points_total": summary["points_total"],
+        "points_failed": summary["points_failed"],
+        "bad_lines": record.bad_lines,
+        "sweep": record.spec.snapshot(),
+        "summary": summary["rows"],
+    }
+    if manifest.get("error"):
+        data["error"] = manifest["error"]
+    if args.json:
+        print_json(data)
+        return 0
+    out = Console()
+    sim = " (SIMULATED: stand-in points)" if data["simulated"] else ""
+    out.print(f"[bold]{record.path}[/]", soft_wrap=True)
+    resumed = f", resumed {data['resumes']} time(s)" if data["resumes"] else ""
+    out.print(f"QUBO sweep {record.spec.name}{sim}, started {data['started_at']}{resumed}")
+    style = "green" if record.status == "complete" else "yellow"
+    out.print(f"status: [{style}]{record.status}[/]")
+    out.print(f"points: {data['points_done']}/{data['points_total']} done "
+              f"({data['points_failed']} failed)")
+    if record.status == RUNNING:
+        out.print("[yellow]another rig process is measuring this sweep right now[/]")
+    elif record.status != "complete":
+        out.print(f"[yellow]continue it with: rig sweep resume {record.path}[/]", soft_wrap=True)
+    if record.bad_lines:
+        out.print(f"[yellow]{record.bad_lines} unreadable line(s) in events.jsonl "
+                  "(a write torn by a kill): ignored; a point in it is measured again on resume[/]")
+    if "error" in data:
+        out.print(f"error: {data['error']}")
+    out.print(sweep_table(summary["rows"], title="Fixed timeout: mean over seeds"))
     return 0

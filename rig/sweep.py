@@ -1,0 +1,697 @@
+"""Overnight QUBO sweeps: SUTs x nodes x densities x timeouts x seeds, one run folder, resumable.
+
+A sweep file (TOML) lists the axes; the points are enumerated in a fixed order
+(sut, nodes, density, timeout, seed) and each has a stable key. Every finished point is one
+`sweep_point` event appended and fsynced to the run folder's events.jsonl: that line is the
+checkpoint. `resume_sweep` reads the folder back, skips every point whose event is on disk (a torn
+last line is ignored), runs the rest and appends to the same file; the manifest records each
+resume. A point that was running when the process died has no event and is simply run again.
+
+The function that measures one point is injectable (`PointFunction`): the real one generates the
+workload, finds its target and runs the fixed-timeout procedure on the SUT; `stand_in_point` is a
+closed-form stand-in that lets the checkpoint logic be tested quickly and deterministically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import itertools
+import json
+import math
+import os
+import socket
+import time
+import tomllib
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from protocols.errors import RigError
+from rig.errors import ConfigError, RunInterrupted
+from rig.events import Event, EventBus, RunFinished, RunStarted
+from rig.store import EVENTS, INCOMPLETE, RunStore, load_run
+
+#: `procedure` of a sweep's run folder (manifest.json and run_started).
+PROCEDURE = "qubo-sweep"
+KNOWN_SUTS = ("cpu-tabu", "cpu-sa", "loihi2")
+TARGET_MODES = ("table", "compute")
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
+#: Which point function a run folder was measured with, so that resume uses the same one.
+REAL, STAND_IN, CUSTOM = "qubo", "stand-in", "custom"
+#: Status of a sweep another rig process is measuring right now.
+RUNNING = "running"
+#: The stand-in hangs at this point index (tests kill the process there); unset: never.
+STAND_IN_HANG_ENV = "RIG_SWEEP_STAND_IN_HANG_AT"
+#: How long the hanging stand-in waits before giving up (a deadline, never reached in tests).
+STAND_IN_HANG_S = 600.0
+
+
+# -- the sweep file ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepPoint:
+    """One measurement: a SUT solving workload (nodes, density, seed) for `timeout_s`."""
+
+    index: int
+    sut: str
+    nodes: int
+    density: float
+    timeout_s: float
+    seed: int
+
+    @property
+    def key(self) -> str:
+        """Stable across runs and resumes: repr() of a float round-trips exactly through JSON."""
+        return f"{self.sut}/n{self.nodes}/d{self.density!r}/t{self.timeout_s!r}/s{self.seed}"
+
+    @property
+    def workload(self) -> tuple[int, float, int]:
+        """(nodes, density, seed): what identifies the graph and its target."""
+        return (self.nodes, self.density, self.seed)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep file."""
+
+    suts: tuple[str, ...]
+    nodes: tuple[int, ...]
+    densities: tuple[float, ...]
+    timeouts: tuple[float, ...]
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+    solver_seed: int = 0
+    targets: str = "table"
+    #: Options handed to `open_sut(name, **options)`, per SUT.
+    sut_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    name: str = "sweep"
+
+    def points(self) -> list[SweepPoint]:
+        """Every point, in the fixed order (sut, nodes, density, timeout, seed)."""
+        grid = itertools.product(self.suts, self.nodes, self.densities, self.timeouts, self.seeds)
+        return [SweepPoint(i, s, n, d, t, seed) for i, (s, n, d, t, seed) in enumerate(grid)]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Plain data for manifest.json; `from_snapshot` reads it back."""
+        data = asdict(self)
+        for key in ("suts", "nodes", "densities", "timeouts", "seeds"):
+            data[key] = list(data[key])
+        return data
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any], where: str) -> SweepSpec:
+        """The spec stored in a run folder (validated again: the file may have been edited)."""
+        return parse_sweep({"sweep": data}, Path(where), name=str(data.get("name", "sweep")))
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """Read and validate a SWEEP.toml; every problem is a ConfigError naming file and key."""
+    if not path.is_file():
+        raise ConfigError(f"sweep file not found: {path}",
+                          hint="pass an existing TOML file, e.g. sweeps/example.toml")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    return parse_sweep(raw, path, name=path.stem)
+
+
+def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> SweepSpec:
+    """Validate an already-parsed sweep table."""
+    _no_unknown(raw, {"sweep"}, path, "")
+    if "sweep" not in raw:
+        raise ConfigError(f"{path}: [sweep] table is missing",
+                          hint="see sweeps/example.toml for the keys a sweep needs")
+    table = raw["sweep"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: sweep: expected a table, found {type(table).__name__}",
+                          hint="write it as a [sweep] section")
+    known = {"suts", "nodes", "densities", "seeds", "timeouts", "solver_seed", "targets",
+             "sut_options", "name"}
+    _no_unknown(table, known, path, "sweep")
+    suts = _list(table, "suts", path, str, "SUT names", lambda v: v in KNOWN_SUTS,
+                 f"one of {', '.join(KNOWN_SUTS)}")
+    nodes = _list(table, "nodes", path, int, "integers >= 1", lambda v: v >= 1, "an integer >= 1")
+    densities = _list(table, "densities", path, float, "numbers in (0, 1]",
+                      lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
+    timeouts = _list(table, "timeouts", path, float, "numbers of seconds > 0",
+                     lambda v: v > 0.0 and math.isfinite(v), "a number of seconds > 0")
+    seeds = (_list(table, "seeds", path, int, "integers >= 0", lambda v: v >= 0,
+                   "an integer >= 0") if "seeds" in table else DEFAULT_SEEDS)
+    solver_seed = table.get("solver_seed", 0)
+    if not _is(solver_seed, int) or solver_seed < 0:
+        raise ConfigError(f"{path}: [sweep] solver_seed: expected an integer >= 0, "
+                          f"found {solver_seed!r}")
+    targets = table.get("targets", "table")
+    if targets not in TARGET_MODES:
+        raise ConfigError(f"{path}: [sweep] targets: expected one of "
+                          f"{', '.join(TARGET_MODES)}; found {targets!r}",
+                          hint='"table": the NeuroBench table, computed where it has none; '
+                               '"compute": always computed')
+    options = table.get("sut_options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"{path}: [sweep] sut_options: expected a table, "
+                          f"found {type(options).__name__}",
+                          hint='write it as [sweep.sut_options.loihi2] and so on')
+    for sut, opts in options.items():
+        if sut not in suts:
+            raise ConfigError(f"{path}: [sweep.sut_options] {sut!r}: expected one of the "
+                              f"sweep's suts ({', '.join(suts)}); found {sut!r}")
+        if not isinstance(opts, dict):
+            raise ConfigError(f"{path}: [sweep.sut_options] {sut}: expected a table, "
+                              f"found {opts!r}")
+    return SweepSpec(
+        suts=tuple(suts), nodes=tuple(nodes), densities=tuple(densities),
+        timeouts=tuple(timeouts), seeds=tuple(seeds), solver_seed=int(solver_seed),
+        targets=targets, sut_options={k: dict(v) for k, v in options.items()},
+        name=str(table.get("name", name)),
+    )
+
+
+def _is(value: Any, expected: type) -> bool:
+    """TOML booleans are ints to Python; a bool is never a number here."""
+    if isinstance(value, bool):
+        return expected is bool
+    if expected is float:
+        return isinstance(value, int | float)
+    return isinstance(value, expected)
+
+
+def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
+          ok: Callable[[Any], bool], each: str) -> list[Any]:
+    if key not in table:
+        raise ConfigError(f"{path}: [sweep] {key} is missing",
+                          hint=f"give a list of {what}, e.g. see sweeps/example.toml")
+    values = table[key]
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"{path}: [sweep] {key}: expected a non-empty list of {what}, "
+                          f"found {values!r}")
+    out = []
+    for value in values:
+        if not _is(value, kind) or not ok(value):
+            raise ConfigError(f"{path}: [sweep] {key}: expected each value {each}, "
+                              f"found {value!r}")
+        out.append(float(value) if kind is float else value)
+    dupes = sorted({v for v in out if out.count(v) > 1}, key=str)
+    if dupes:
+        raise ConfigError(f"{path}: [sweep] {key}: expected distinct values, "
+                          f"found {dupes[0]!r} more than once",
+                          hint="a repeated value would measure the same points twice")
+    return out
+
+
+def _no_unknown(table: dict[str, Any], known: set[str], path: Path, section: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        where = f"[{section}] " if section else ""
+        raise ConfigError(f"{path}: {where}unknown key {unknown[0]!r}",
+                          hint=f"known keys here: {', '.join(sorted(known))}")
+
+
+# -- events ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SweepPointDone(Event):
+    """One point finished (ok or failed): on disk, this line is the point's checkpoint."""
+
+    kind: ClassVar[str] = "sweep_point"
+    index: int = 0
+    key: str = ""
+    sut: str = ""
+    nodes: int = 0
+    density: float = 0.0
+    timeout_s: float = 0.0
+    seed: int = 0
+    #: "ok", or "failed" (then `error` says why and `result` is empty).
+    status: str = "ok"
+    #: What the point function returned (gap, cost, target, power_w, power_status, ...).
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    #: Host time the whole point took: only for the ETA, never a measurement.
+    wall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SweepResumed(Event):
+    """`rig sweep resume` picked the run up with `done` of `total` points on disk."""
+
+    kind: ClassVar[str] = "sweep_resumed"
+    done: int = 0
+    total: int = 0
+    bad_lines: int = 0
+    host: str = ""
+
+
+# -- the run folder ----------------------------------------------------------------------------
+class SweepStore(RunStore):
+    """RunStore plus the sweep's manifest entries and its results table (one row per point)."""
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, SweepPointDone):
+            self._rows.append(point_row(event))
+        elif isinstance(event, SweepResumed):
+            self.manifest["status"] = "running"
+            self.manifest["finished_at"] = None
+            self.manifest.pop("error", None)
+            self.manifest.setdefault("resumes", []).append({
+                "at": dt.datetime.fromtimestamp(event.at).astimezone().isoformat(
+                    timespec="seconds"),
+                "points_done": event.done, "points_total": event.total,
+                "bad_lines": event.bad_lines, "host": event.host,
+            })
+            self._write_manifest()
+        super().__call__(event)
+
+
+def point_row(event: SweepPointDone) -> dict[str, Any]:
+    """The results-table row of a point: its coordinates plus the scalars of its result."""
+    row: dict[str, Any] = {"kind": "sweep_point"}
+    for key in ("index", "key", "sut", "nodes", "density", "timeout_s", "seed", "status",
+                "error", "wall_s"):
+        row[key] = getattr(event, key)
+    for key, value in event.result.items():
+        if key not in row:
+            row[key] = json.dumps(value) if isinstance(value, list | dict) else value
+    return row
+
+
+@dataclass
+class SweepRecord:
+    """A sweep's run folder read back."""
+
+    path: Path
+    spec: SweepSpec
+    manifest: dict[str, Any]
+    #: The last event of every point on disk, by key (only keys of this sweep).
+    done: dict[str, SweepPointDone]
+    status: str
+    bad_lines: int
+    sessions: int
+
+    @property
+    def total(self) -> int:
+        """How many points the sweep has."""
+        return len(self.spec.points())
+
+    @property
+    def failed(self) -> int:
+        """Points recorded as failed."""
+        return sum(p.status != "ok" for p in self.done.values())
+
+
+def is_sweep(manifest: dict[str, Any]) -> bool:
+    """Whether a run folder's manifest is a sweep's."""
+    return manifest.get("procedure") == PROCEDURE
+
+
+def read_sweep(path: str | Path, *, check_running: bool = True) -> SweepRecord:
+    """Read a sweep's run folder, also one killed in the middle of a point.
+
+    Status: complete, interrupted, failed, incomplete (killed), or running (another process
+    holds the folder's lock right now; `check_running=False` skips that check).
+    """
+    record = load_run(path)
+    if not is_sweep(record.manifest) or "sweep" not in record.manifest:
+        raise ConfigError(f"{record.path} is not a sweep run folder "
+                          f"(procedure {record.manifest.get('procedure')!r})",
+                          hint="pass a folder that `rig sweep qubo` created")
+    spec = SweepSpec.from_snapshot(record.manifest["sweep"], str(record.path / "manifest.json"))
+    keys = {p.key for p in spec.points()}
+    done: dict[str, SweepPointDone] = {}
+    sessions, session_open, last_status = 0, False, None
+    for event in record.events:
+        if isinstance(event, RunStarted | SweepResumed):
+            sessions, session_open = sessions + 1, True
+        elif isinstance(event, RunFinished):
+            session_open, last_status = False, event.status
+        elif isinstance(event, SweepPointDone) and event.key in keys:
+            done[event.key] = event
+    # A session without run_finished was killed (kill -9, power cut): incomplete, whatever an
+    # earlier session said. "complete" also needs every point on disk.
+    status = INCOMPLETE if session_open or last_status is None else last_status
+    if status == "complete" and len(done) < len(keys):
+        status = INCOMPLETE
+    if session_open and check_running and _locked(record.path):
+        status = RUNNING
+    return SweepRecord(record.path, spec, record.manifest, done, status, record.bad_lines,
+                       sessions)
+
+
+def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any]:
+    """Mean gap and mean power over seeds, per (sut, nodes, density, timeout)."""
+    rows = []
+    for sut, nodes, density, timeout in itertools.product(
+        spec.suts, spec.nodes, spec.densities, spec.timeouts
+    ):
+        keys = [SweepPoint(0, sut, nodes, density, timeout, s).key for s in spec.seeds]
+        points = [done[k] for k in keys if k in done]
+        ok = [p for p in points if p.status == "ok"]
+        gaps = [float(g) for p in ok if (g := p.result.get("gap")) is not None]
+        powers = [float(w) for p in ok if (w := p.result.get("power_w")) is not None]
+        statuses = sorted({str(p.result.get("power_status")) for p in ok
+                           if p.result.get("power_w") is None and p.result.get("power_status")})
+        rows.append({
+            "sut": sut, "nodes": nodes, "density": density, "timeout_s": timeout,
+            "seeds": len(ok), "seeds_expected": len(spec.seeds),
+            "failed": len(points) - len(ok),
+            "gap_mean": float(np.mean(gaps)) if gaps else None,
+            # The spec averages power over the seeds; seeds without power are left out and
+            # counted, never taken as zero.
+            "power_w_mean": float(np.mean(powers)) if powers else None,
+            "power_seeds": len(powers),
+            "power_status": "; ".join(statuses) if statuses else None,
+        })
+    return {
+        "points_total": len(spec.points()),
+        "points_done": len(done),
+        "points_failed": sum(p.status != "ok" for p in done.values()),
+        "rows": rows,
+    }
+
+
+# -- point functions ---------------------------------------------------------------------------
+PointFunction = Callable[[SweepPoint], dict[str, Any]]
+
+
+def stand_in_point(point: SweepPoint) -> dict[str, Any]:
+    """A closed-form stand-in for a fixed-timeout point (tests of the checkpoint logic).
+
+    target = -(nodes // 3) - 1; cost = target + seed % 2; power 1 W + 10 mW per node (none for
+    loihi2, to exercise "unavailable"). With `RIG_SWEEP_STAND_IN_HANG_AT=k` it hangs at point
+    index k, so a test can kill the process at a known point.
+    """
+    hang_at = os.environ.get(STAND_IN_HANG_ENV)
+    if hang_at is not None and point.index == int(hang_at):
+        deadline = time.monotonic() + STAND_IN_HANG_S
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise RigError(f"stand-in point {point.key} hung for {STAND_IN_HANG_S:.0f} s")
+    target = -(point.nodes // 3) - 1
+    cost = target + point.seed % 2
+    power = None if point.sut == "loihi2" else 1.0 + 0.01 * point.nodes
+    return {
+        "cost": cost, "target": target, "target_method": "stand-in",
+        "gap": (cost - target) / abs(target), "elapsed_s": point.timeout_s,
+        "power_w": power,
+        "power_status": "stand-in" if power is not None else "power unavailable: stand-in",
+    }
+
+
+class QuboPointFunction:
+    """The real point: generate the workload, find its target, run the fixed-timeout procedure.
+
+    SUTs stay open while consecutive points use them (the order keeps one SUT's points
+    together); workloads and targets are cached per workload. Targets already recorded in the run
+    folder are reused on resume instead of computed again.
+    """
+
+    def __init__(self, spec: SweepSpec, known_targets: dict[tuple, tuple[int, str]] | None = None
+                 ) -> None:
+        self.spec = spec
+        self._targets: dict[tuple, Any] = {}
+        self._known = dict(known_targets or {})
+        self._workloads: dict[tuple, Any] = {}
+        self._sut: Any = None
+        self._power: Any = None
+        self._sut_name = ""
+
+    def __call__(self, point: SweepPoint) -> dict[str, Any]:
+        try:
+            from rig.procedures.qubo import fixed_timeout_point
+        except ImportError as exc:
+            raise ConfigError(f"the QUBO procedures cannot be loaded: {exc}",
+                              hint="install the qubo extra: pip install -e '.[qubo]'") from exc
+        workload = self._workload(point)
+        target = self._target(point)
+        sut, power = self._open(point.sut)
+        result = fixed_timeout_point(sut, workload, point.timeout_s, self.spec.solver_seed,
+                                     target, power)
+        # The SolveResult holds the best state (n booleans): the cost, gap and improvement
+        # timeline are what the sweep keeps, so a 100000-node night stays a small file.
+        result.pop("result", None)
+        return plain(result)
+
+    def _open(self, name: str) -> tuple[Any, Any]:
+        if self._sut is not None and self._sut_name == name:
+            return self._sut, self._power
+        self.close()
+        from rig.procedures.qubo import open_power_meter
+        from rig.qubo.suts import open_sut
+
+        self._sut = open_sut(name, **self.spec.sut_options.get(name, {}))
+        self._sut_name = name
+        self._power = open_power_meter(self._sut.power_source)
+        return self._sut, self._power
+
+    def _workload(self, point: SweepPoint) -> Any:
+        from rig.qubo.workloads import generate
+
+        key = point.workload
+        if key not in self._workloads:
+            # Keep only the current (nodes, density): big graphs are not held all night.
+            if any(k[:2] != key[:2] for k in self._workloads):
+                self._workloads.clear()
+            self._workloads[key] = generate(*key)
+        return self._workloads[key]
+
+    def _target(self, point: SweepPoint) -> Any:
+        from rig.qubo.targets import Target, bks
+
+        key = point.workload
+        if key not in self._targets:
+            if key in self._known:
+                cost, method = self._known[key]
+                self._targets[key] = Target(cost=int(cost), method=method, state=None)
+            else:
+                self._targets[key] = bks(*key, use_table=self.spec.targets == "table")
+        return self._targets[key]
+
+    def close(self) -> None:
+        """Close the open SUT and its power meter (safe to call twice)."""
+        sut, power, self._sut, self._power, self._sut_name = self._sut, self._power, None, None, ""
+        try:
+            if power is not None:
+                power.close()
+        finally:
+            if sut is not None:
+                sut.close()
+
+
+def plain(value: Any) -> Any:
+    """JSON-able data: numpy scalars and arrays become Python numbers and lists."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "__dataclass_fields__"):
+        return plain(asdict(value))
+    return value
+
+
+def _known_targets(done: dict[str, SweepPointDone]) -> dict[tuple, tuple[int, str]]:
+    """Targets recorded by earlier points, by workload (nodes, density, seed)."""
+    known: dict[tuple, tuple[int, str]] = {}
+    for p in done.values():
+        target = p.result.get("target")
+        if p.status == "ok" and isinstance(target, int):
+            known[(p.nodes, p.density, p.seed)] = (target, str(p.result.get("target_method")))
+    return known
+
+
+# -- running -----------------------------------------------------------------------------------
+@dataclass
+class SweepOutcome:
+    """How a sweep session ended."""
+
+    run_path: Path
+    status: str
+    summary: dict[str, Any]
+    ran: int
+    error: RigError | None = None
+    #: Measured by the stand-in point function: every number is made up.
+    simulated: bool = False
+
+
+def start_sweep(
+    spec: SweepSpec,
+    *,
+    runs_root: Path,
+    point_function: PointFunction | None = None,
+    stand_in: bool = False,
+    subscribers: list[Callable[[Event], None]] = (),
+) -> SweepOutcome:
+    """Create a run folder for `spec` and run every point."""
+    if point_function is not None:
+        kind = CUSTOM
+    elif stand_in:
+        kind, point_function = STAND_IN, stand_in_point
+    else:
+        kind, point_function = REAL, QuboPointFunction(spec)
+    store = SweepStore.create(runs_root, "sweep", spec.name)
+    total = len(spec.points())
+    with _exclusive(store.path):
+        bus = _bus(store, subscribers)
+        bus.publish(RunStarted(
+            run_id=uuid.uuid4().hex, procedure=PROCEDURE, device=", ".join(spec.suts),
+            simulated=kind == STAND_IN,
+            manifest={"sweep": spec.snapshot(), "points_total": total,
+                      "point_function": kind, "run_folder": store.path.name},
+        ))
+        return _run(store, bus, spec, spec.points(), point_function)
+
+
+def resume_sweep(
+    run_path: str | Path,
+    *,
+    point_function: PointFunction | None = None,
+    retry_failed: bool = False,
+    subscribers: list[Callable[[Event], None]] = (),
+) -> SweepOutcome:
+    """Run the points of a sweep folder that are not on disk yet, appending to its events."""
+    run_path = Path(run_path)
+    with _exclusive(run_path):
+        _terminate_torn_line(run_path / EVENTS)
+        record = read_sweep(run_path, check_running=False)
+        kind = record.manifest.get("point_function", REAL)
+        if point_function is None:
+            if kind == STAND_IN:
+                point_function = stand_in_point
+            elif kind == REAL:
+                point_function = QuboPointFunction(record.spec, _known_targets(record.done))
+            else:
+                raise ConfigError(f"{run_path} was measured with a custom point function",
+                                  hint="resume it from the code that started it")
+        done = {k for k, p in record.done.items() if p.status == "ok" or not retry_failed}
+        todo = [p for p in record.spec.points() if p.key not in done]
+        store = SweepStore(run_path)
+        store.manifest = dict(record.manifest)
+        store._rows = [point_row(p) for k, p in record.done.items() if k in done]
+        bus = _bus(store, subscribers)
+        bus.publish(SweepResumed(done=len(done), total=record.total,
+                                 bad_lines=record.bad_lines, host=socket.gethostname()))
+        return _run(store, bus, record.spec, todo, point_function, already=record.done)
+
+
+def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:
+    bus = EventBus()
+    bus.subscribe(store)  # first: the checkpoint is on disk before anyone else hears of it
+    for sub in subscribers:
+        bus.subscribe(sub)
+    return bus
+
+
+def _run(
+    store: SweepStore,
+    bus: EventBus,
+    spec: SweepSpec,
+    todo: list[SweepPoint],
+    point_function: PointFunction,
+    already: dict[str, SweepPointDone] | None = None,
+) -> SweepOutcome:
+    """Measure `todo` in order, one checkpoint per point; finish the session however it ends."""
+    from rig.runner import sigterm_as_interrupt  # the ASC runner's SIGTERM-as-Ctrl-C
+
+    done = dict(already or {})
+    status, error, interrupted, ran = "failed", None, False, 0
+    try:
+        with sigterm_as_interrupt():
+            for point in todo:
+                started = time.monotonic()
+                result, state, why = {}, "ok", None
+                try:
+                    result = plain(point_function(point))
+                except ConfigError:
+                    raise  # bad setup fails every point: stop the sweep
+                except RigError as exc:  # one point failed: record it, the night goes on
+                    state, why = "failed", str(exc)
+                event = SweepPointDone(
+                    index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
+                    density=point.density, timeout_s=point.timeout_s, seed=point.seed,
+                    status=state, result=result, error=why,
+                    wall_s=time.monotonic() - started,
+                )
+                bus.publish(event)
+                done[point.key] = event
+                ran += 1
+        status = "complete"
+    except KeyboardInterrupt:
+        status, interrupted = "interrupted", True
+    except RigError as exc:
+        status, error = "failed", exc
+    except Exception as exc:  # a bug: still close the session so the folder says what happened
+        status, error = "failed", RigError(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        close = getattr(point_function, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+        summary = summarize(spec, done)
+        bus.publish(RunFinished(status=status, summary=summary,
+                                error=str(error) if error else None))
+    if interrupted:
+        raise RunInterrupted(
+            f"sweep interrupted after {summary['points_done']} of {summary['points_total']} "
+            f"points; resume with: rig sweep resume {store.path}"
+        )
+    return SweepOutcome(store.path, status, summary, ran, error,
+                        simulated=bool(store.manifest.get("simulated")))
+
+
+@contextlib.contextmanager
+def _exclusive(run_path: Path) -> Iterator[None]:
+    """One rig per sweep folder: two resumes at once would measure points twice.
+
+    flock is released by the kernel when the process dies, so kill -9 never leaves it stale.
+    """
+    try:
+        handle = open(run_path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (lock holder)
+    except OSError as exc:
+        raise ConfigError(f"{run_path} is not a sweep run folder: {exc}",
+                          hint="pass a folder that `rig sweep qubo` created") from exc
+    try:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(f"{run_path} is being measured by another rig process",
+                              hint="wait for it to finish, or stop it first") from None
+        yield
+    finally:
+        handle.close()
+
+
+def _locked(run_path: Path) -> bool:
+    """Whether another process holds the folder's lock (it is measuring right now)."""
+    try:
+        with open(run_path / EVENTS, "rb") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+def _terminate_torn_line(path: Path) -> None:
+    """End a torn last line with a newline so appended events start on a line of their own.
+
+    The torn bytes stay (and are counted as a bad line when read); a complete record that only
+    missed its newline stays a valid point.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
+            f.flush()
+            os.fsync(f.fileno())
