@@ -1,0 +1,462 @@
+"""Loihi 2 DUT shim: solves QUBOs with Lava and speaks the rig's DUT protocol over stdio.
+
+Run it with the Lava environment's Python (`make lava-env`: Python 3.10, lava-nc 0.9.0,
+lava-optimization 0.4.0); the rig starts it through `drivers.process.ProcessTransport`. It
+imports only the standard library, numpy and Lava: the rig's packages need Python 3.11, so the
+little of the protocol it needs (protocols/dut/SPEC.md) is written out here again.
+
+Commands: name, profile (model qubo01), caps (bload, qubo), db load / db <hex> / db print,
+bload, timestamp (performance mode), results, qload, qsolve, qresult. See README.md for how a
+wall-clock timeout becomes algorithm steps and how improvement times are obtained.
+
+Backend: Lava's CPU simulation (nebm neurons) unless lava-loihi is importable, then Loihi 2
+with its time and energy profiler. RIG_LOIHI2_BACKEND=CPU forces the CPU backend.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+import time
+import zlib
+
+import numpy as np
+
+# -- protocol constants (protocols/dut/SPEC.md) ------------------------------------------------
+PROFILE = "ULPMark for tinyML Firmware V0.0.1"
+MODEL = "qubo01"
+#: Input buffer of `db load` / `bload` (the inputs of the MLPerf Tiny models fit in it).
+INPUT_CAPACITY = 65536
+#: `qload` payload limit: a header plus this many terms (the CPU backend needs a dense Q anyway).
+MAX_QLOAD_BYTES = 8 + 12 * 20_000_000
+#: Lava gets a dense n x n matrix: refuse graphs that would not fit in memory.
+MAX_VARS = int(os.environ.get("RIG_LOIHI2_MAX_VARS", "10000"))
+INTER_BYTE_TIMEOUT_S = 1.0
+QSTATE_BYTES_PER_LINE = 32
+LAP_MASK = 0xFFFFFFFF
+
+# -- solver settings -----------------------------------------------------------------------------
+#: NEBM hyperparameters (lava-optimization's QUBO tutorial values; they reach the NeuroBench
+#: target on (100 nodes, 0.05, seed 0)).
+HYPERPARAMETERS = {"neuron_model": "nebm", "temperature": 1, "refract": 1}
+#: Calibration runs (steps): their difference in duration gives the time per step, the rest is
+#: Lava's fixed cost of building, compiling and starting the network.
+CALIBRATION_STEPS = (10, 110)
+#: Fewest steps of a solve: a shorter Lava run reports no meaningful state. A test raises it
+#: (RIG_LOIHI2_MIN_STEPS) to get the same steps however loaded the host is.
+MIN_STEPS = max(10, int(os.environ.get("RIG_LOIHI2_MIN_STEPS", "10")))
+#: Most steps of a solve (the cost probe keeps one value per step).
+MAX_STEPS = 50_000_000
+
+
+class Port:
+    """The protocol's byte stream: commands from stdin, reply lines to the original stdout.
+
+    fd 1 is pointed at stderr so that anything Lava or its child processes print can never
+    corrupt the protocol stream; replies go to a private duplicate of the original stdout.
+    """
+
+    def __init__(self) -> None:
+        self._out = os.dup(1)
+        os.dup2(2, 1)
+        self._in = 0
+        self._buf = bytearray()
+        self.eof = False
+
+    def send(self, *lines: str) -> None:
+        data = b"".join(line.encode() + b"\r\n" for line in lines)
+        while data:
+            data = data[os.write(self._out, data):]
+
+    def _fill(self, timeout_s: float | None) -> bool:
+        """Read what stdin has (waiting at most `timeout_s`, None: forever); False if nothing."""
+        ready, _, _ = select.select([self._in], [], [], timeout_s)
+        if not ready:
+            return False
+        chunk = os.read(self._in, 65536)
+        if not chunk:
+            self.eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    def command(self) -> str | None:
+        """The next `%`-terminated command, stripped; None at end of input."""
+        while b"%" not in self._buf:
+            if not self._fill(None) and self.eof:
+                return None
+        end = self._buf.index(b"%")
+        text = bytes(self._buf[:end]).decode("utf-8", "replace")
+        del self._buf[: end + 1]
+        return " ".join(text.replace("\r", " ").replace("\n", " ").split())
+
+    def payload(self, n: int) -> bytes:
+        """Up to `n` raw bytes; fewer when the inter-byte timeout expires first."""
+        while len(self._buf) < n:
+            if not self._fill(INTER_BYTE_TIMEOUT_S):
+                break
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+
+class Rejected(Exception):
+    """A command refused with an `e-[...]` line (the text)."""
+
+
+def parse_transfer(args: list[str], what: str, capacity: int) -> tuple[int, int]:
+    """(n, crc) of `bload`/`qload` arguments; Rejected per the spec's texts."""
+    ok = (len(args) == 2 and args[0].isdigit() and not args[0].startswith("0")
+          and len(args[1]) == 8 and all(c in "0123456789abcdef" for c in args[1]))
+    if not ok:
+        raise Rejected(f"{what} bad arguments")
+    n = int(args[0])
+    if n > capacity:
+        raise Rejected(f"{what} too large: {n} > {capacity}")
+    return n, int(args[1], 16)
+
+
+def receive(port: Port, n: int, crc: int, what: str) -> bytes:
+    """The announced payload after the ready line, checked against its CRC-32."""
+    port.send(f"m-{what}-ready-{n}")
+    data = port.payload(n)
+    if len(data) < n:
+        raise Rejected(f"{what} timeout: got {len(data)} of {n} bytes")
+    got = zlib.crc32(data)
+    if got != crc:
+        raise Rejected(f"{what} crc mismatch: expected {crc:08x} got {got:08x}")
+    return data
+
+
+def decode_terms(payload: bytes) -> tuple[int, np.ndarray]:
+    """n_vars and (t, 3) int64 terms (i, j, w) of a `qload` payload; Rejected if malformed."""
+    if len(payload) < 8:
+        raise Rejected("qload bad graph: no 8-byte header")
+    n_vars, n_terms = (int(v) for v in np.frombuffer(payload, "<u4", count=2))
+    if len(payload) != 8 + 12 * n_terms:
+        raise Rejected(f"qload bad graph: {n_terms} terms need {8 + 12 * n_terms} bytes, "
+                       f"got {len(payload)}")
+    if n_vars < 1:
+        raise Rejected("qload bad graph: no variables")
+    if n_vars > MAX_VARS:
+        raise Rejected(f"qload bad graph: {n_vars} variables, this shim takes at most {MAX_VARS}")
+    body = np.frombuffer(payload, np.dtype([("i", "<u4"), ("j", "<u4"), ("w", "<i4")]), offset=8)
+    terms = np.stack([body["i"], body["j"], body["w"]], axis=1).astype(np.int64)
+    if ((terms[:, 1] < terms[:, 0]) | (terms[:, 1] >= n_vars)).any():
+        raise Rejected(f"qload bad graph: terms outside 0 <= i <= j < {n_vars}")
+    return n_vars, terms
+
+
+def qubo_cost(terms: np.ndarray, states: np.ndarray) -> np.ndarray | int:
+    """cost(x) = sum w x_i x_j over the terms, for one state (n,) or many (k, n)."""
+    x = np.asarray(states, dtype=np.int64)
+    products = x[..., terms[:, 0]] * x[..., terms[:, 1]]
+    total = products @ terms[:, 2]
+    return int(total) if np.ndim(total) == 0 else total
+
+
+class Problem:
+    """A loaded QUBO: its terms (for the true cost) and the symmetric integer Q Lava gets.
+
+    An off-diagonal term carries Q_ij + Q_ji; Lava's network wants a symmetric Q, so the
+    weight is split in halves, and when a weight is odd the whole Q is doubled to keep it
+    integer (`scale`; Lava's costs are then divided by it).
+    """
+
+    def __init__(self, n_vars: int, terms: np.ndarray) -> None:
+        self.n_vars = n_vars
+        self.terms = terms
+        i, j, w = terms[:, 0], terms[:, 1], terms[:, 2]
+        off = i != j
+        self.scale = 2 if (w[off] % 2).any() else 1
+        q = np.zeros((n_vars, n_vars), dtype=np.int64)
+        np.add.at(q, (i[~off], i[~off]), w[~off] * self.scale)
+        half = w[off] * self.scale // 2
+        np.add.at(q, (i[off], j[off]), half)
+        np.add.at(q, (j[off], i[off]), half)
+        self.q = q
+        #: No state costs less than the sum of the negative terms: a target never reached,
+        #: so that Lava runs the whole step budget.
+        self.unreachable = int(np.minimum(w, 0).sum()) * self.scale - 1
+        #: (setup_s, step_s) once calibrated.
+        self.timing: tuple[float, float] | None = None
+
+
+class Run:
+    """One Lava solve: what it found and how long it took by the shim's clock."""
+
+    def __init__(self, elapsed_ns: int, steps: int, state: np.ndarray, best_step: int,
+                 cost_series: np.ndarray, step_times_s: np.ndarray | None,
+                 energy_j: float | None) -> None:
+        self.elapsed_ns = elapsed_ns
+        self.steps = steps
+        self.state = state
+        self.best_step = best_step
+        self.cost_series = cost_series
+        self.step_times_s = step_times_s
+        self.energy_j = energy_j
+
+
+class LavaSolver:
+    """Runs lava-optimization's QUBO solver on the CPU backend or on Loihi 2."""
+
+    def __init__(self) -> None:
+        from lava.lib.optimization.problems.problems import QUBO
+        from lava.lib.optimization.solvers.generic.solver import OptimizationSolver, SolverConfig
+        from lava.utils import loihi
+
+        self._qubo, self._solver, self._config = QUBO, OptimizationSolver, SolverConfig
+        forced = os.environ.get("RIG_LOIHI2_BACKEND", "").strip()
+        # lava-loihi (not public) brings the Loihi 2 compiler and its profiler.
+        self.hardware = forced.upper() != "CPU" and loihi.is_installed()
+        self.backend = "Loihi2" if self.hardware else "CPU"
+
+    def run(self, problem: Problem, steps: int, seed: int) -> Run:
+        """Solve for `steps` algorithm steps with the noise seeded by `seed`."""
+        # The CPU model draws its noise from numpy's global generator in processes forked
+        # from this one: seeding here makes a CPU solve repeatable.
+        np.random.seed(seed)
+        config = self._config(
+            timeout=steps, target_cost=problem.unreachable, backend=self.backend,
+            hyperparameters=dict(HYPERPARAMETERS), probe_cost=True,
+            probe_time=self.hardware, probe_energy=self.hardware,
+        )
+        solver = self._solver(self._qubo(problem.q))
+        start = time.perf_counter_ns()
+        report = solver.solve(config)
+        elapsed = time.perf_counter_ns() - start
+        series = np.asarray(report.cost_timeseries, dtype=np.int64).ravel()
+        state = np.asarray(report.best_state).ravel()[: problem.n_vars] > 0.5
+        step_times, energy = self._profile(report.profiler, len(series))
+        return Run(elapsed, len(series), state, int(report.best_timestep),
+                   series // problem.scale, step_times, energy)
+
+    @staticmethod
+    def _profile(profiler: object, steps: int) -> tuple[np.ndarray | None, float | None]:
+        """Per-step execution times (s) and total energy (J) from the Loihi 2 profiler.
+
+        Untested here (no hardware): the names are those of lava-loihi's Loihi2HWProfiler;
+        anything missing is simply not reported.
+        """
+        if profiler is None:
+            return None, None
+        times = getattr(profiler, "execution_time", None)
+        step_times = None
+        if times is not None and np.size(times) == steps:
+            step_times = np.asarray(times, dtype=np.float64).ravel()
+        energy = getattr(profiler, "total_energy", None)
+        if energy is None and getattr(profiler, "energy", None) is not None:
+            energy = float(np.sum(profiler.energy))
+        return step_times, None if energy is None else float(energy)
+
+    def calibrate(self, problem: Problem) -> tuple[float, float]:
+        """(setup_s, step_s): Lava's fixed cost per solve and its time per step, measured."""
+        (n_short, n_long), (short, long) = CALIBRATION_STEPS, (
+            self.run(problem, n, 0) for n in CALIBRATION_STEPS)
+        upper = long.elapsed_ns / 1e9 / n_long  # as if there were no setup at all
+        step_s = (long.elapsed_ns - short.elapsed_ns) / 1e9 / (n_long - n_short)
+        if step_s < upper / 4:
+            # A busy host can make the short run as slow as the long one; an estimate near
+            # zero would turn a timeout into millions of steps: take the safe bound instead.
+            step_s = upper
+        setup_s = max(short.elapsed_ns / 1e9 - n_short * step_s, 0.0)
+        print(f"calibration: {short.elapsed_ns / 1e9:.3f} s for {n_short} steps, "
+              f"{long.elapsed_ns / 1e9:.3f} s for {n_long}", file=sys.stderr)
+        return setup_s, step_s
+
+
+class Result:
+    """What `qresult` reports: best cost/state, when it was found, the improvements (µs)."""
+
+    def __init__(self, cost: int, time_us: int, state: np.ndarray,
+                 improvements: list[tuple[int, int]], energy_j: float | None,
+                 elapsed_us: int) -> None:
+        self.cost = cost
+        self.time_us = time_us
+        self.state = state
+        self.improvements = improvements
+        self.energy_j = energy_j
+        self.elapsed_us = elapsed_us
+
+
+def timeline(problem: Problem, run: Run) -> Result:
+    """The best state's true cost and the improvement timeline in µs after the solve started.
+
+    The cost is recomputed from the terms (the cost tracking belongs to the SUT, and a very
+    short Lava run can report a cost its state does not have). Step k ends at
+    setup + (k + 1) x step time, both from this run: setup from the calibration (Lava's build
+    and start), the step time from the rest of the run; on Loihi 2 the profiler's per-step
+    times replace the estimate. Probe values below the best state's cost are not trusted.
+    """
+    elapsed_s = run.elapsed_ns / 1e9
+    best = qubo_cost(problem.terms, run.state)
+    steps = max(run.steps, 1)
+    if run.step_times_s is not None:
+        setup_s = max(elapsed_s - float(run.step_times_s.sum()), 0.0)
+        ends = setup_s + np.cumsum(run.step_times_s)
+    else:
+        setup_s = min(problem.timing[0] if problem.timing else 0.0, elapsed_s)
+        ends = setup_s + np.arange(1, steps + 1) * ((elapsed_s - setup_s) / steps)
+    ends_us = np.minimum(np.round(ends * 1e6).astype(np.int64), run.elapsed_ns // 1000)
+    best_step = min(max(run.best_step, 0), steps - 1)
+    series = run.cost_series[: best_step + 1]
+    big = np.iinfo(np.int64).max
+    trusted = np.where(series >= best, series, big)
+    running = np.minimum.accumulate(trusted)
+    previous = np.concatenate([[big], running[:-1]])
+    at = np.flatnonzero(running < previous)
+    improvements = [(int(ends_us[k]), int(running[k])) for k in at]
+    if not improvements or improvements[-1][1] != best:
+        improvements.append((int(ends_us[best_step]), best))
+    return Result(best, improvements[-1][0], run.state, improvements, run.energy_j,
+                  int(run.elapsed_ns // 1000))
+
+
+class Shim:
+    """The DUT: command dispatch and state (input buffer, loaded QUBO, last result)."""
+
+    def __init__(self, port: Port, solver: LavaSolver) -> None:
+        self.port = port
+        self.solver = solver
+        self.boot_ns = time.perf_counter_ns()
+        self.buffer = bytearray()
+        self.expected = 0
+        self.problem: Problem | None = None
+        self.result: Result | None = None
+
+    def lap_us(self) -> int:
+        return (time.perf_counter_ns() - self.boot_ns) // 1000 & LAP_MASK
+
+    def handle(self, text: str) -> None:
+        """Run one command and always end its reply with `m-ready`."""
+        words = text.split(" ") if text else [""]
+        handler = getattr(self, "do_" + words[0], None) if words[0].isalpha() else None
+        try:
+            if handler is None:
+                raise Rejected(f"Unknown command: {text}")
+            handler(words[1:])
+        except Rejected as refusal:
+            self.port.send(f"e-[{refusal}]")
+        self.port.send("m-ready")
+
+    # -- MLPerf Tiny commands -----------------------------------------------------------------
+    def do_name(self, args: list[str]) -> None:
+        vendor = "intel loihi2-hw lava" if self.solver.hardware else "intel lava-cpu"
+        self.port.send(f"m-name-loihi2-[{vendor}]")
+
+    def do_profile(self, args: list[str]) -> None:
+        self.port.send(f"m-profile-[{PROFILE}]", f"m-model-[{MODEL}]")
+
+    def do_timestamp(self, args: list[str]) -> None:
+        self.port.send(f"m-lap-us-{self.lap_us()}")
+
+    def do_results(self, args: list[str]) -> None:
+        self.port.send("m-results-[]")  # no inference model here
+
+    def do_db(self, args: list[str]) -> None:
+        if args[:1] == ["load"]:
+            arg = args[1] if len(args) > 1 else ""
+            if not arg.isdigit() or int(arg) < 1:
+                raise Rejected(f"Invalid byte count '{arg}'")
+            if int(arg) > INPUT_CAPACITY:
+                raise Rejected(f"Cannot load {arg} bytes: the buffer holds {INPUT_CAPACITY}")
+            self.expected, self.buffer = int(arg), bytearray()
+            self.port.send(f"m-[Expecting {arg} bytes]")
+        elif args[:1] == ["print"]:
+            lines = [self.buffer[k:k + 16] for k in range(0, len(self.buffer), 16)] or [b""]
+            self.port.send(*("m-buffer-" + "-".join(f"{b:02x}" for b in line) for line in lines))
+        elif len(args) == 1:
+            digits = args[0]
+            if len(digits) % 2:
+                raise Rejected("Insufficent number of hex digits")  # sic: the firmware's text
+            try:
+                data = bytes.fromhex(digits)
+            except ValueError:
+                raise Rejected(f"Invalid hex digit '{digits[:2]}'") from None
+            if len(self.buffer) + len(data) > self.expected:
+                raise Rejected(f"Buffer overflow: more than the {self.expected} bytes announced")
+            self.buffer += data
+            if len(self.buffer) == self.expected:
+                self.port.send("m-load-done")
+        else:
+            raise Rejected(f"Unknown command: db {' '.join(args)}")
+
+    # -- rig extensions -----------------------------------------------------------------------
+    def do_caps(self, args: list[str]) -> None:
+        words = "bload,qubo,power" if self.solver.hardware else "bload,qubo"
+        self.port.send("m-timestamp-mode-performance", f"m-caps-[{words}]")
+
+    def do_bload(self, args: list[str]) -> None:
+        n, crc = parse_transfer(args, "bload", INPUT_CAPACITY)
+        self.buffer = bytearray(receive(self.port, n, crc, "bload"))
+        self.expected = n
+        self.port.send(f"m-bload-done-{crc:08x}")
+
+    def do_qload(self, args: list[str]) -> None:
+        n, crc = parse_transfer(args, "qload", MAX_QLOAD_BYTES)
+        payload = receive(self.port, n, crc, "qload")
+        self.problem, self.result = None, None
+        n_vars, terms = decode_terms(payload)
+        self.problem = Problem(n_vars, terms)
+        self.port.send(f"m-qload-done-{n_vars}-{len(terms)}")
+
+    def do_qsolve(self, args: list[str]) -> None:
+        ok = len(args) == 2 and all(a.isdigit() for a in args)
+        if not ok or int(args[0]) < 1 or int(args[1]) > LAP_MASK:
+            raise Rejected("qsolve bad arguments")
+        if self.problem is None:
+            raise Rejected("qsolve no graph loaded")
+        timeout_s, seed = int(args[0]) / 1e6, int(args[1])
+        problem = self.problem
+        try:
+            if problem.timing is None:  # once per graph, before the solve's clock starts
+                problem.timing = self.solver.calibrate(problem)
+            setup_s, step_s = problem.timing
+            steps = int(min(max((timeout_s - setup_s) / step_s, MIN_STEPS), MAX_STEPS))
+            self.result = None
+            self.port.send("m-qsolve-start")
+            run = self.solver.run(problem, steps, seed)
+        except Exception as exc:  # Lava's own failures: report them, keep serving
+            raise Rejected(f"qsolve failed: {type(exc).__name__}: {exc}") from exc
+        self.result = timeline(problem, run)
+        if run.step_times_s is None and run.steps > 0:
+            # Lava's speed drifts with the host's load: let each solve correct the step time.
+            measured = (run.elapsed_ns / 1e9 - setup_s) / run.steps
+            if measured > 0:
+                problem.timing = (setup_s, 0.5 * (step_s + measured))
+        print(f"qsolve: {steps} steps in {run.elapsed_ns / 1e9:.3f} s "
+              f"(setup {setup_s:.3f} s, {step_s * 1e3:.3f} ms/step)", file=sys.stderr)
+        self.port.send(f"m-qsolve-done-{self.result.elapsed_us}")
+
+    def do_qresult(self, args: list[str]) -> None:
+        result = self.result
+        if result is None:
+            raise Rejected("qresult no result")
+        packed = np.packbits(result.state.astype(np.uint8), bitorder="little").tobytes()
+        lines = [f"m-qbest-cost-{result.cost}", f"m-qbest-time-us-{result.time_us}"]
+        lines += [f"m-qstate-{k}-[{packed[k:k + QSTATE_BYTES_PER_LINE].hex()}]"
+                  for k in range(0, len(packed), QSTATE_BYTES_PER_LINE)]
+        lines += [f"m-qimprove-{t}-{c}" for t, c in result.improvements]
+        if result.energy_j is not None and result.elapsed_us > 0:
+            # Loihi 2 only (caps `power`): not in SPEC.md yet, decoded as plain messages.
+            lines += [f"m-qenergy-uj-{round(result.energy_j * 1e6)}",
+                      f"m-qpower-uw-{round(result.energy_j / result.elapsed_us * 1e12)}"]
+        self.port.send(*lines)
+
+
+def main() -> int:
+    port = Port()
+    solver = LavaSolver()  # imports Lava before the banner: `m-ready` means ready to solve
+    shim = Shim(port, solver)
+    print(f"loihi2 shim: Lava {solver.backend} backend", file=sys.stderr)
+    port.send("m-timestamp-mode-performance", "m-init-done", "m-ready")
+    while True:
+        text = port.command()
+        if text is None:
+            return 0
+        shim.handle(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
