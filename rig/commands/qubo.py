@@ -42,6 +42,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help='print {"cost", "method", "state"} as JSON')
     target.set_defaults(run=run_bks)
 
+    size = actions.add_parser(
+        "max-size", help="the largest workload a system loads and solves better than cost 0",
+        description="Try (n, density, seed) for n along the NeuroBench pattern (10, 25, 50, 100, "
+        "250, ...) until a size fails to load or to beat the trivial cost 0. The spec asks for "
+        "density 0.01 and 1.0 (fully connected), seed 0.",
+    )
+    size.add_argument("--sut", required=True, choices=["cpu-tabu", "cpu-sa", "loihi2"])
+    size.add_argument("--density", type=float, required=True, help="0.01 or 1.0 for the spec")
+    size.add_argument("--timeout", type=float, default=1.0, metavar="S",
+                      help="solve time per size (default 1 s)")
+    size.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                      help="stop after this size (default: the whole pattern)")
+    size.add_argument("--seed", type=int, default=0, help="problem seed (spec: 0)")
+    size.add_argument("--json", action="store_true", help="print the result as JSON")
+    size.set_defaults(run=run_max_size)
+
 
 def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, required=True, help="number of nodes (e.g. 100)")
@@ -88,4 +104,27 @@ def run_bks(args: argparse.Namespace) -> int:
     else:
         size = "" if state is None else f", set of {len(state)} nodes"
         print(f"target cost {target.cost} ({target.method}{size})")
+    return 0
+
+
+def run_max_size(args: argparse.Namespace) -> int:
+    from rig.procedures.qubo import max_workload_size
+    from rig.qubo.suts import open_sut
+
+    if not 0 < args.density <= 1:
+        raise WorkloadError(f"--density must be in (0, 1], got {args.density}")
+    sut = open_sut(args.sut)
+    try:
+        result = max_workload_size(sut, args.density, args.timeout, max_nodes=args.max_nodes,
+                                   seed=args.seed)
+    finally:
+        sut.close()
+    if args.json:
+        print_json(result)
+        return 0
+    for row in result["tried"]:
+        mark = "ok " if row["ok"] else "no "
+        print(f"{mark} {row['nodes']:>7} nodes  cost {row['cost']}  {row['reason']}")
+    print(f"largest: {result['max_nodes']} nodes at density {args.density:g} "
+          f"({result['stopped_by']})")
     return 0

@@ -97,3 +97,20 @@ def test_unparsable_numbers_exit_2(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["qubo", "bks", "--nodes", "ten", "--density", "0.1", "--seed", "0"])
     assert info.value.code == 2
+
+
+def test_max_size_stops_at_the_limit_and_reports_each_size() -> None:
+    import contextlib
+    import io
+
+    from rig.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["qubo", "max-size", "--sut", "cpu-sa", "--density", "0.01",
+                     "--timeout", "0.2", "--max-nodes", "50", "--json"])
+    result = json.loads(out.getvalue())
+    assert code == 0
+    assert [t["nodes"] for t in result["tried"]] == [10, 25, 50]
+    assert all(t["ok"] and t["cost"] < 0 for t in result["tried"])
+    assert result["max_nodes"] == 50 and result["stopped_by"] == "max_nodes 50"
