@@ -157,8 +157,9 @@ def resolve_device(name: str) -> Path:
     return path
 
 
-def load_bench(path: str | Path) -> Bench:
-    """Read and validate a bench file."""
+def load_bench(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Bench:
+    """Read and validate a bench file; `overrides` ({section: {key: value}}, e.g. from the
+    command line) replace the file's values before validation, so they are checked alike."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(
@@ -169,6 +170,11 @@ def load_bench(path: str | Path) -> Bench:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    for section, values in (overrides or {}).items():
+        table = raw.setdefault(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {section}: expected a table, found {type(table).__name__}")
+        table.update(values)
     return parse_bench(raw, path)
 
 

@@ -7,7 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rig.commands.common import add_bench_arguments, bench_from_args, print_json
+from rig.commands.common import (
+    add_bench_arguments,
+    add_override_arguments,
+    bench_from_args,
+    print_json,
+)
 from rig.console import ConsoleView, summary_table
 from rig.runner import measure_asc
 
@@ -18,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("measure", help="run a benchmark and store the run folder")
     p.add_argument("benchmark", choices=["asc"], help="which benchmark (asc)")
     add_bench_arguments(p)
+    add_override_arguments(p)
     p.add_argument("--runs-dir", type=Path, default=Path("runs"),
                    help="where run folders go (default: ./runs)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

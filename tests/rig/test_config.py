@@ -25,7 +25,7 @@ def test_shipped_benches_load() -> None:
     assert sim.emon.supply_voltage_v == 1.8
     assert (sim.sim.idle_power_mw, sim.sim.active_power_mw, sim.sim.inference_ms) == (
         1.20, 3.60, 12.5)
-    hw = load_bench(REPO / "benches" / "arduino-lpm01a.toml")
+    hw = load_bench(REPO / "benches" / "arduino.toml")
     assert not hw.simulated and hw.sim is None and hw.dut.port == "/dev/ttyACM0"
 
 
