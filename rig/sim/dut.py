@@ -357,23 +357,8 @@ class SimDut:
         self._write("".join(line + "\r\n" for line in lines).encode("ascii", errors="replace"))
 
     def _write(self, data: bytes) -> None:
-        deadline = time.monotonic() + _WRITE_WAIT_S
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self._pty.master, view) :]
-                continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                return  # pty closed
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                return  # nobody is reading: the rest is lost, as on a real UART
-            try:
-                select.select([], [self._pty.master], [], min(left, _POLL_S))
-            except (OSError, ValueError):
-                return
+        # Nobody reading: the rest is lost, as on a real UART.
+        self._pty.write(data, patience_s=_WRITE_WAIT_S, stop=self._stop)
 
     def _read(self, timeout_s: float) -> bytes:
         """Bytes the host sent, waiting at most `timeout_s` for the first."""

@@ -16,7 +16,6 @@ import contextlib
 import os
 import select
 import threading
-import time
 
 import serial
 
@@ -216,21 +215,8 @@ class SimIoManager:
     # -- I/O ----------------------------------------------------------------------------------
     def _say(self, *lines: str) -> None:
         data = "".join(line + "\r\n" for line in lines).encode("ascii", errors="replace")
-        deadline = time.monotonic() + _WRITE_WAIT_S
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self._pty.master, view) :]
-                continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                return  # pty closed
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                return  # nobody reads the host port: the rest is lost, as on a real UART
-            with contextlib.suppress(OSError, ValueError):
-                select.select([], [self._pty.master], [], min(left, _POLL_S))
+        # Nobody reading the host port: the rest is lost, as on a real UART.
+        self._pty.write(data, patience_s=_WRITE_WAIT_S, stop=self._stop)
 
     def _read_host(self) -> bytes:
         try:

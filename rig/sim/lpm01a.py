@@ -24,7 +24,6 @@ import math
 import os
 import select
 import threading
-import time
 
 import numpy as np
 
@@ -136,20 +135,8 @@ class SimLpm01a:
     def _write(self, data: bytes) -> None:
         """Write `data` to the master side; drop (and count) what nobody reads in time."""
         with self._write_lock:
-            view = memoryview(data)
-            give_up = time.monotonic() + WRITE_PATIENCE_S
-            while view:
-                try:
-                    view = view[os.write(self._pty.master, view) :]
-                    continue
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    break  # the pty is gone
-                if time.monotonic() > give_up or self._closing.is_set():
-                    break
-                select.select([], [self._pty.master], [], 0.02)
-            self.dropped_bytes += len(view)
+            self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
+                                                  stop=self._closing)
 
     def _reply(self, *lines: str) -> None:
         self._write("".join(f"{PROMPT} {line}\r\n" for line in lines).encode("ascii"))

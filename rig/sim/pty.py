@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import threading
+import time
 import tty
 
 
@@ -19,6 +22,30 @@ class Pty:
         tty.setraw(self.master)
         tty.setraw(self.slave)
         self.path = os.ttyname(self.slave)
+
+    def write(self, data: bytes, *, patience_s: float,
+              stop: threading.Event | None = None) -> int:
+        """Write `data` from the device side; returns how many bytes were dropped.
+
+        A UART does not wait for a reader: what the rig does not read within `patience_s`
+        (or once `stop` is set, or after the pty is closed) is lost, and the count says so.
+        """
+        view = memoryview(data)
+        give_up = time.monotonic() + patience_s
+        while view:
+            try:
+                view = view[os.write(self.master, view) :]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError:
+                break  # the pty is closed
+            left = give_up - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                break
+            with contextlib.suppress(OSError, ValueError):
+                select.select([], [self.master], [], min(left, 0.02))
+        return len(view)
 
     def close(self) -> None:
         """Close both ends; safe to call twice."""
