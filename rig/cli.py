@@ -14,7 +14,8 @@ from protocols.errors import RigError
 from rig import __version__
 
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
-COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show"]
+COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show",
+            "dataset"]
 
 
 def build_parser() -> argparse.ArgumentParser:
