@@ -19,12 +19,12 @@ from rig.errors import ConfigError
 #: A port value that means "the virtual bench's pty for this device".
 VIRTUAL_PORT = "virtual"
 
-DUT_KINDS = ("mlperf-tiny",)
+DUT_KINDS = ("mlperf-tiny", "xylo")
 EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "rapl", "nvml", "none")
 #: "<driver>-sim" is shorthand for that driver on the virtual bench (port = "virtual").
 SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")
-DATASETS = ("synthetic-asc",)
+DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
 
@@ -38,6 +38,12 @@ class DutConfig:
     baud: int = 115200
     timestamp_mode: str = "energy"
     boot_timeout_s: float = 5.0
+    #: kind = "xylo": the network spec file (relative paths: from the bench file's folder).
+    spec: str = ""
+    #: kind = "xylo": run on a Xylo Audio 2 HDK (needs samna) instead of XyloSim.
+    hdk: bool = False
+    #: kind = "xylo" on an HDK: how often the power rails are sampled [Hz].
+    power_frequency_hz: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,13 @@ class DatasetConfig:
     """Which test set goes through the DUT."""
 
     name: str = "synthetic-asc"
+    #: Test samples per class (0 = every sample of the split; DCASE layouts only).
     samples_per_class: int = 10
     seed: int = 0
+    #: dcase2020: the TAU Urban Acoustic Scenes 2020 Mobile folder.
+    path: str = ""
+    #: Rate the DCASE audio is resampled to before pre-processing [Hz].
+    rate_hz: int = 8000
 
 
 @dataclass(frozen=True)
@@ -230,7 +241,29 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _positive(dut.baud, path, "dut.baud")
     _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
     _positive(emon.sample_rate_hz, path, "emon.sample_rate_hz")
-    _positive(dataset.samples_per_class, path, "dataset.samples_per_class")
+    if dataset.name == "synthetic-asc":
+        _positive(dataset.samples_per_class, path, "dataset.samples_per_class")
+    elif dataset.samples_per_class < 0:
+        raise ConfigError(f"{path}: [dataset] samples_per_class: expected >= 0 (0 = all), "
+                          f"found {dataset.samples_per_class}")
+    _positive(dataset.rate_hz, path, "dataset.rate_hz")
+    if dataset.name == "dcase2020" and not dataset.path:
+        raise ConfigError(f"{path}: [dataset] path is missing",
+                          hint="the TAU Urban Acoustic Scenes 2020 Mobile folder")
+    if dut.kind == "xylo":
+        if not dut.spec:
+            raise ConfigError(f"{path}: [dut] spec is missing",
+                              hint="the Xylo network spec file, e.g. "
+                              "firmware/xylo/models/asc_synthetic.npz")
+        spec_path = (path.parent / dut.spec).resolve()
+        if not spec_path.is_file():
+            raise ConfigError(f"{path}: [dut] spec {dut.spec!r} does not exist ({spec_path})",
+                              hint="train one with firmware/xylo/train_asc.py")
+        dut = replace(dut, spec=str(spec_path))
+        if dataset.name == "synthetic-asc":
+            raise ConfigError(f"{path}: [dataset] name: a Xylo takes spike rasters from its "
+                              "analog front end; found 'synthetic-asc' (audio for the C shim)",
+                              hint='use name = "synthetic-dcase" or "dcase2020"')
     _positive(asc.runs, path, "procedure.asc.runs")
     _positive(asc.min_run_s, path, "procedure.asc.min_run_s")
     _positive(asc.min_iterations, path, "procedure.asc.min_iterations")

@@ -48,12 +48,22 @@ class ConsoleView:
         self._progress.stop()
 
 
+def _time(seconds: float) -> str:
+    """4 significant digits in the unit that suits: s, ms or µs."""
+    if seconds >= 1:
+        return f"{seconds:#.4g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:#.4g} ms"
+    return f"{seconds * 1e6:#.4g} µs"
+
+
 _ROWS = [
     ("accuracy", "Accuracy (top-1)", lambda v: f"{v:.2%}"),
     ("inferences_per_s", "Inferences per second (median)", lambda v: f"{v:#.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference (mean)",
-     lambda v: f"{v * 1e3:#.4g} ms"),
+    ("execution_time_mean_s", "Execution time per inference (mean)", _time),
     ("execution_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
+    ("preprocess_time_mean_s", "Pre-processing time per sample (mean)", _time),
+    ("preprocess_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
     ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:#.4g} mW"),
     ("active_power_w", "Active power", lambda v: f"{v * 1e3:#.4g} mW"),
     ("dynamic_power_w", "Dynamic power", lambda v: f"{v * 1e3:#.4g} mW"),

@@ -153,6 +153,11 @@ class SampleClassified(Event):
     correct: bool = False
     scores: list[float] = field(default_factory=list)
     execution_time_s: float | None = None
+    #: Pre-processing time on the hardware [s] when done outside the DUT's inference (Xylo's
+    #: analog front end), reported apart from inference as the spec asks; else None.
+    preprocess_s: float | None = None
+    #: Host seconds the pre-processing simulation took (information only).
+    preprocess_host_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from drivers.emon import open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
 from drivers.io_manager import IoManager, IoManagerTransport
+from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.config import VIRTUAL_PORT, Bench
@@ -164,6 +166,9 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
         bus.publish(InstrumentInfo(role="virtual_bench", info={
             "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
 
+    if bench.dut.kind == "xylo":
+        _connect_xylo(bench, parts, bus)
+        return
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
         io = IoManager(SerialTransport(io_port, bench.io_manager.baud, name="IO manager"))
@@ -199,6 +204,18 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
     else:  # the supply is the bench's, not the monitor's: the DUT booted before we listened
         _mode_without_banner(bench, parts.dut, bus)
     parts.dut.require_mode(bench.dut.timestamp_mode)
+
+
+def _connect_xylo(bench: Bench, parts: _Parts, bus: EventBus) -> None:
+    """Start the Xylo shim (firmware/xylo) as the DUT: XyloSim, or a Xylo Audio 2 HDK."""
+    shim = Path(__file__).resolve().parents[1] / "firmware" / "xylo" / "shim.py"
+    argv = [sys.executable, str(shim), "--spec", bench.dut.spec]
+    if bench.dut.hdk:
+        argv += ["--hdk", "--power-frequency", f"{bench.dut.power_frequency_hz:g}"]
+    parts.dut = DutClient(ProcessTransport(argv, name="Xylo shim"))
+    where = "a Xylo Audio 2 HDK" if bench.dut.hdk else "XyloSim (simulated Xylo Audio 2)"
+    bus.publish(Note(text=f"Xylo shim on {where}, network {bench.dut.spec}"))
+    parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
 
 
 def _open_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:

@@ -25,7 +25,8 @@ import numpy as np
 from drivers.dut.client import DutClient
 from rig.analysis import mean_stderr, replicability
 from rig.config import Bench
-from rig.datasets.synthetic import CLASSES, make_split
+from rig.datasets.synthetic import CLASSES
+from rig.datasets.testsets import load_test_set
 from rig.errors import MeasurementFailed
 from rig.events import (
     Event,
@@ -90,10 +91,13 @@ class AscProcedure:
             "capabilities": sorted(capabilities),
             "port": self.bench.dut.port, "baud": self.bench.dut.baud,
         }))
-        test = make_split(self.bench.dataset.samples_per_class, self.bench.dataset.seed, "test")
+        test = load_test_set(self.bench)
+        self.publish(Note(text=f"test set: {test.description}"
+                          + (f"; pre-processing: {test.preprocess_method}"
+                             if test.preprocess_method else "")))
 
         self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
-        loaded = self.dut.load(test.inputs[0].tobytes())
+        loaded = self.dut.load(test.inputs[0])
         how = ("binary with CRC-32" if loaded.method == "binary"
                else "hex, checked by read-back")
         self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
@@ -108,6 +112,9 @@ class AscProcedure:
 
         if self.energy_mode:
             self._measure_idle()
+        elif self.bench.dut.kind == "xylo" and not self.bench.dut.hdk:
+            self.publish(Note(level="warning", text="XyloSim has no power rails: power and "
+                              "energy are unavailable (simulator)"))
         else:
             self.publish(Note(level="warning", text="performance-mode firmware: energy and "
                               "power are not measured (they need energy timestamp mode)"))
@@ -128,7 +135,7 @@ class AscProcedure:
         self.publish(PhaseStarted(phase="accuracy", total=len(test),
                                   description=f"{len(test)} test samples through the DUT"))
         for index, (x, label) in enumerate(zip(test.inputs, test.labels, strict=True)):
-            self.dut.load(x.tobytes())
+            self.dut.load(x)
             t = self._timed(1, 0)
             scores = [float(s) for s in t.results]
             if len(scores) != len(CLASSES):
@@ -141,6 +148,8 @@ class AscProcedure:
             self.publish(SampleClassified(
                 index=index, label=int(label), predicted=predicted,
                 correct=predicted == int(label), scores=scores, execution_time_s=t.elapsed_s,
+                preprocess_s=_item(test.preprocess_s, index),
+                preprocess_host_s=_item(test.preprocess_host_s, index),
             ))
             self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
 
@@ -264,6 +273,10 @@ def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> di
     if samples:
         correct = sum(s.correct for s in samples)
         out |= {"samples": len(samples), "correct": correct, "accuracy": correct / len(samples)}
+        pre = [s.preprocess_s for s in samples if s.preprocess_s is not None]
+        if pre:  # reported apart from inference (ASC.md)
+            mean, stderr = mean_stderr(np.array(pre))
+            out |= {"preprocess_time_mean_s": mean, "preprocess_time_stderr_s": stderr}
 
     if idles:
         out["idle_power_w"] = float(np.mean([i.power_w for i in idles]))
@@ -284,13 +297,22 @@ def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> di
             out["dynamic_power_w"] = dynamic
             out["dynamic_energy_per_inference_j"] = dynamic * out["execution_time_mean_s"]
     if not windows:
-        out["power"] = "unavailable: needs energy-mode firmware and an energy monitor"
+        dut = (bench or {}).get("dut", {})
+        out["power"] = (
+            "unavailable (simulator): XyloSim has no power rails"
+            if dut.get("kind") == "xylo" and not dut.get("hdk")
+            else "unavailable: needs energy-mode firmware and an energy monitor"
+        )
     if traces:
         dropped = sum(t.dropped for t in traces)
         out["dropped_samples"] = dropped
         checks.append(_check("no lost samples", dropped == 0, f"{dropped} samples dropped"))
     out["checks"] = checks
     return out
+
+
+def _item(values: np.ndarray | None, index: int) -> float | None:
+    return None if values is None else float(values[index])
 
 
 def checks_passed(summary: dict[str, Any]) -> bool:

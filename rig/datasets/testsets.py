@@ -1,0 +1,92 @@
+"""The test set a bench's ASC run sends through its DUT, whatever the DUT eats.
+
+- `synthetic-asc`: 1 s of 8 kHz synthetic audio per sample; the DUT (the C shim's fixed-point
+  model) does its own feature extraction as part of inference.
+- `synthetic-dcase` / `dcase2020`: the DCASE 2020 layout (a generated synthetic set, or the
+  real TAU data at `path`), pre-processed into spike rasters by the Xylo Audio 2 analog front
+  end's simulator. Pre-processing is reported apart from inference: its hardware time is the
+  audio's duration (the analog AFE runs in real time); the simulation's host time is kept only
+  as information.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rig.config import Bench
+from rig.datasets.synthetic import CLASSES, make_split
+from rig.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TestSet:
+    """What goes through the DUT: input bytes and labels, plus pre-processing times if any."""
+
+    inputs: Sequence[bytes]
+    labels: np.ndarray
+    description: str
+    #: Per-sample pre-processing time on the hardware [s], or None when the DUT does it.
+    preprocess_s: np.ndarray | None = None
+    #: Host seconds the pre-processing simulation took (information only), or None.
+    preprocess_host_s: np.ndarray | None = None
+    preprocess_method: str = ""
+
+    __test__ = False  # not a pytest class
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def cache_root() -> Path:
+    """Where converted datasets and AFE rasters are kept (RIG_CACHE overrides)."""
+    return Path(os.environ.get("RIG_CACHE", Path.home() / ".cache" / "neurobench-rig"))
+
+
+def load_test_set(bench: Bench) -> TestSet:
+    """The bench's test set, converted and pre-processed (cached after the first time)."""
+    cfg = bench.dataset
+    if cfg.name == "synthetic-asc":
+        split = make_split(cfg.samples_per_class, cfg.seed, "test")
+        return TestSet([x.tobytes() for x in split.inputs], split.labels,
+                       f"synthetic ASC audio, {len(split)} one-second samples")
+    from rig.datasets import afe, dcase  # Rockpool and scipy only for these datasets
+
+    if cfg.name == "synthetic-dcase":
+        root = cache_root() / "datasets" / f"{dcase.SYNTHETIC_DIRNAME}-seed{cfg.seed}"
+        if not (root / "evaluation_setup").is_dir():
+            clips = max(1, -(-cfg.samples_per_class // 10))  # ten 1 s slices per clip
+            dcase.make_synthetic_dcase(root, clips_per_class=clips, seed=cfg.seed)
+    else:
+        root = Path(cfg.path)
+        if not root.is_dir():
+            raise ConfigError(
+                f"{bench.path}: [dataset] path {cfg.path!r} is not a folder",
+                hint="point it at the TAU Urban Acoustic Scenes 2020 Mobile folder (with "
+                "evaluation_setup/ and audio/), or use name = \"synthetic-dcase\"",
+            )
+    split = dcase.load_split(root, "test", cfg.rate_hz)
+    keep = _per_class(split.labels, cfg.samples_per_class)
+    audio, labels = split.audio[keep], split.labels[keep]
+    name = f"{root.name}-test-{cfg.rate_hz}-{cfg.samples_per_class}"
+    result = afe.cached_afe(audio, cfg.rate_hz, cache_root() / "afe", name)
+    inputs = [afe.raster_to_bytes(r) for r in result.rasters]
+    return TestSet(
+        inputs, labels, f"{root.name}: {len(labels)} one-second test slices "
+        f"({', '.join(CLASSES)})",
+        preprocess_s=np.asarray(result.hardware_time_s, dtype=float),
+        preprocess_host_s=np.asarray(result.sim_host_s, dtype=float),
+        preprocess_method="Xylo Audio 2 AFE (simulated; hardware time = audio duration)",
+    )
+
+
+def _per_class(labels: np.ndarray, per_class: int) -> np.ndarray:
+    """Indices of the first `per_class` samples of each class (all when per_class == 0)."""
+    if per_class <= 0:
+        return np.arange(len(labels))
+    keep = [np.flatnonzero(labels == c)[:per_class] for c in np.unique(labels)]
+    return np.sort(np.concatenate(keep))
