@@ -1,0 +1,53 @@
+"""`rig measure asc --device xylo` end to end: the Xylo shim (XyloSim) as the DUT, the AFE's
+pre-processing and Xylo's inference timed and stored apart, power unavailable (simulator)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from .runs import REPO, RIG
+
+pytest.importorskip("rockpool")
+pytest.importorskip("xylosim")
+pytestmark = pytest.mark.slow
+
+MODEL = REPO / "firmware" / "xylo" / "models" / "asc_synthetic.npz"
+
+
+@pytest.mark.skipif(not MODEL.is_file(), reason="no shipped Xylo model yet")
+def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> None:
+    import subprocess
+
+    text = (REPO / "benches" / "xylo.toml").read_text()
+    text = text.replace('spec = "../firmware/xylo/models/asc_synthetic.npz"',
+                        f'spec = "{MODEL}"').replace("samples_per_class = 10",
+                                                     "samples_per_class = 1")
+    bench = tmp_path / "xylo.toml"
+    bench.write_text(text)
+    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
+                           str(tmp_path / "runs"), "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    s = out["summary"]
+    assert s["samples"] == 4 and s["latency_timer"] == "dut"
+    assert s["power"].startswith("unavailable (simulator)") and "idle_power_w" not in s
+    # The analog front end runs in real time: one second of audio takes one second.
+    assert s["preprocess_time_mean_s"] == pytest.approx(1.0, abs=1e-9)
+    # Inference time is Xylo's own time base: timesteps x dt of the shipped network.
+    with np.load(MODEL, allow_pickle=False) as z:
+        dt = json.loads(bytes(z["header"]).decode())["dt"]
+    rows = pq.read_table(Path(out["run"]) / "results.parquet").to_pylist()
+    samples = [r for r in rows if r["kind"] == "sample"]
+    assert len(samples) == 4
+    for r in samples:
+        assert r["preprocess_s"] == pytest.approx(1.0) and r["preprocess_host_s"] > 0
+        steps = r["execution_time_s"] / dt
+        assert steps == pytest.approx(round(steps), abs=1e-6) and steps > 0
