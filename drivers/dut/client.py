@@ -37,6 +37,7 @@ from protocols.dut.codec import (
     InitDone,
     LapUs,
     LoadDone,
+    Message,
     Model,
     Name,
     Profile,
@@ -184,6 +185,8 @@ class InferResult:
     lap_us: tuple[int, ...]
     elapsed_us: int | None
     results: np.ndarray
+    #: Other ``m-`` lines of the reply (text after ``m-``), e.g. a Xylo HDK's power rails.
+    messages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -376,7 +379,8 @@ class DutClient:
                     hint="the firmware's timestamp mode does not match its banner",
                 )
             elapsed = (laps[-1] - laps[0]) & _LAP_MASK
-        return InferResult(iterations, warmup, laps, elapsed, results)
+        messages = tuple(e.text for e in events if isinstance(e, Message))
+        return InferResult(iterations, warmup, laps, elapsed, results, messages)
 
     def results(self) -> np.ndarray:
         """``results%``: the class scores of the last inference."""

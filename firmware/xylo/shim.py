@@ -12,6 +12,7 @@ The input format, the extra power lines of ``--hdk`` and the exit codes are in R
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import select
@@ -92,6 +93,7 @@ class SimBackend:
     """XyloSim, reset before every inference so that each one sees the same network state."""
 
     label = "XyloSim"
+    has_power = False
 
     def __init__(self, spec: XyloSpec) -> None:
         self._sim = xylo_audio2().XyloSim.from_specification(**spec.specification())
@@ -107,6 +109,7 @@ class HdkBackend:
     """XyloSamna on an attached Xylo Audio 2 HDK, its power rails sampled at `power_hz`."""
 
     label = "HDK"
+    has_power = True
 
     def __init__(self, spec: XyloSpec, power_hz: float) -> None:
         module = xylo_audio2(hdk=True)
@@ -122,6 +125,32 @@ class HdkBackend:
         self._xylo.reset_state()
         output, _, record = self._xylo(raster, record_power=True)
         return np.asarray(output), {k: np.asarray(record[k], float) for k in POWER_RAILS}
+
+
+class StandInRails(SimBackend):
+    """XyloSim plus stand-in power rails: the edge of hardware we do not have, for tests only.
+
+    Set by the environment variable RIG_XYLO_STAND_IN_RAILS = JSON {"idle_uw": {rail: µW},
+    "active_uw": {rail: µW}}: each rail reads its idle value while the input is silent and its
+    active value otherwise, sampled at `power_hz`. The name says SIMULATED so nothing it
+    measures can pass for an HDK's.
+    """
+
+    label = "XyloSim + stand-in rails, SIMULATED"
+    has_power = True
+
+    def __init__(self, spec: XyloSpec, power_hz: float, rails: dict[str, dict[str, float]]):
+        super().__init__(spec)
+        self._dt, self._hz = spec.dt, power_hz
+        names = {short: long for long, short in POWER_RAILS.items()}
+        self._idle = {names[k]: v * 1e-6 for k, v in rails["idle_uw"].items()}
+        self._active = {names[k]: v * 1e-6 for k, v in rails["active_uw"].items()}
+
+    def run(self, raster: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        output, _ = super().run(raster)
+        level = self._active if np.any(raster) else self._idle
+        count = max(1, round(raster.shape[0] * self._dt * self._hz))
+        return output, {rail: np.full(count, watts) for rail, watts in level.items()}
 
 
 class Port:
@@ -208,7 +237,8 @@ class XyloShim:
         if head == "profile":
             return [f"m-profile-[{PROFILE}]", f"m-model-[{self.spec.model_id}]"]
         if head == "caps":
-            return ["m-timestamp-mode-performance", f"m-caps-[{CAP_BLOAD}]"]
+            caps = CAP_BLOAD + (",power" if self.backend.has_power else "")
+            return ["m-timestamp-mode-performance", f"m-caps-[{caps}]"]
         if head == "bload":
             return self._bload(words[1:])
         if head == "db" and len(words) >= 2:
@@ -219,6 +249,8 @@ class XyloShim:
             return [_results_line(self._results)]
         if head == "timestamp":
             return [self._lap()]
+        if head == "idle":
+            return self._idle(words[1:])
         return [f"e-[Unknown command: {text}]"]
 
     # -- downloads ----------------------------------------------------------------------------
@@ -300,6 +332,17 @@ class XyloShim:
         lines += ["m-infer-done", _results_line(self._results)]
         return lines
 
+    def _idle(self, args: list[str]) -> list[str]:
+        """``idle <ms>``: the rails while the configured network gets no input for <ms>."""
+        ms = _atoi(args[0]) if args else 0
+        if ms <= 0:
+            raise Rejected("idle needs a duration in ms > 0")
+        if not self.backend.has_power:
+            raise Rejected(f"idle power needs an HDK ({self.backend.label} has no power rails)")
+        steps = max(1, round(ms / 1000 / self.spec.dt))
+        _, power = self.backend.run(np.zeros((steps, self.spec.n_input), dtype=np.int64))
+        return _power_lines({rail: [values] for rail, values in power.items()})
+
     def _lap(self) -> str:
         return f"m-lap-us-{(self._xylo_ns // 1000) & LAP_MASK}"
 
@@ -340,7 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--power-frequency must be positive")
     try:
         spec = load_spec(args.spec)
-        backend = HdkBackend(spec, args.power_frequency) if args.hdk else SimBackend(spec)
+        stand_in = os.environ.get("RIG_XYLO_STAND_IN_RAILS")
+        if args.hdk and stand_in:
+            backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
+        else:
+            backend = HdkBackend(spec, args.power_frequency) if args.hdk else SimBackend(spec)
     except (SpecError, XyloUnavailable) as exc:
         hint = f"\nhint: {exc.hint}" if exc.hint else ""
         print(f"xylo shim: {exc.message}{hint}", file=sys.stderr)

@@ -16,6 +16,7 @@ events and returns the summary; it does not print or write files.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from drivers.dut.client import DutClient
+from protocols.dut.codec import Message
 from rig.analysis import mean_stderr, replicability
 from rig.config import Bench
 from rig.datasets.synthetic import CLASSES
@@ -55,6 +57,8 @@ class Timed:
     timer: str
     results: np.ndarray
     window: tuple[int, int] | None = None
+    #: Power [W] the DUT reported for the timed inferences (a Xylo HDK's rails), if any.
+    rail_power_w: float | None = None
 
 
 class AscProcedure:
@@ -112,7 +116,9 @@ class AscProcedure:
 
         if self.energy_mode:
             self._measure_idle()
-        elif self.bench.dut.kind == "xylo" and not self.bench.dut.hdk:
+        elif self.bench.dut.kind == "xylo" and self.bench.dut.hdk:
+            self._measure_rail_idle()
+        elif self.bench.dut.kind == "xylo":
             self.publish(Note(level="warning", text="XyloSim has no power rails: power and "
                               "energy are unavailable (simulator)"))
         else:
@@ -130,6 +136,8 @@ class AscProcedure:
             ))
             if t.window is not None:
                 self._publish_window(index, t)
+            elif t.rail_power_w is not None:
+                self._publish_rail_window(index, t)
             self.publish(PhaseProgress(phase="runs", done=index + 1, total=self.opts.runs))
 
         self.publish(PhaseStarted(phase="accuracy", total=len(test),
@@ -165,7 +173,8 @@ class AscProcedure:
                 raise MeasurementFailed(
                     "the DUT printed no m-lap-us timestamps in performance mode"
                 )
-            return Timed(iterations, result.elapsed_us / 1e6, "dut", result.results)
+            return Timed(iterations, result.elapsed_us / 1e6, "dut", result.results,
+                         rail_power_w=rail_power(result.messages))
         start, end = self._next_window()
         elapsed = (end - start) / self.recorder.sample_rate
         return Timed(iterations, elapsed, "emon", result.results, (start, end))
@@ -210,6 +219,27 @@ class AscProcedure:
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
                                   duration_s=(end - start) / fs, power_w=power))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
+
+    def _measure_rail_idle(self) -> None:
+        """Idle power from the DUT's own rails: configured, ready, fed no input (Xylo HDK)."""
+        ms = round(self.opts.idle_s * 1000)
+        self.publish(PhaseStarted(phase="idle", total=1,
+                                  description=f"idle power from the rails over {ms} ms"))
+        events = self.dut.command(f"idle {ms}", timeout_s=60.0 + 10 * self.opts.idle_s)
+        power = rail_power(tuple(e.text for e in events if isinstance(e, Message)))
+        if power is None:
+            raise MeasurementFailed("the DUT reported no power rails for `idle`",
+                                    hint="power from the rails needs a Xylo HDK")
+        self.publish(IdleMeasured(duration_s=ms / 1000, power_w=power))
+        self.publish(PhaseProgress(phase="idle", done=1, total=1))
+
+    def _publish_rail_window(self, index: int, t: Timed) -> None:
+        """A timed run whose power came from the DUT's rails (a stream of >= min_run_s)."""
+        energy = t.rail_power_w * t.elapsed_s
+        self.publish(WindowMeasured(
+            index=index, iterations=t.iterations, duration_s=t.elapsed_s, energy_j=energy,
+            mean_power_w=t.rail_power_w, energy_per_inference_j=energy / t.iterations,
+        ))
 
     def _publish_window(self, index: int, t: Timed) -> None:
         start, end = t.window
@@ -309,6 +339,15 @@ def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> di
         checks.append(_check("no lost samples", dropped == 0, f"{dropped} samples dropped"))
     out["checks"] = checks
     return out
+
+
+_RAIL = re.compile(r"^power-([a-z_]+)-uw-(\d+)$")
+
+
+def rail_power(messages: tuple[str, ...]) -> float | None:
+    """Total power [W] from ``m-power-<rail>-uw-<n>`` lines (a Xylo HDK's rails), or None."""
+    rails = [int(m.group(2)) for m in map(_RAIL.match, messages) if m]
+    return sum(rails) * 1e-6 if rails else None
 
 
 def _item(values: np.ndarray | None, index: int) -> float | None:

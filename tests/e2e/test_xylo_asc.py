@@ -51,3 +51,36 @@ def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> Non
         assert r["preprocess_s"] == pytest.approx(1.0) and r["preprocess_host_s"] > 0
         steps = r["execution_time_s"] / dt
         assert steps == pytest.approx(round(steps), abs=1e-6) and steps > 0
+
+
+IDLE_UW = {"io": 100, "snn_core": 200, "afe_core": 300, "afe_ldo": 400}      # 1.000 mW
+ACTIVE_UW = {"io": 150, "snn_core": 600, "afe_core": 300, "afe_ldo": 400}    # 1.450 mW
+
+
+@pytest.mark.skipif(not MODEL.is_file(), reason="no shipped Xylo model yet")
+def test_hdk_power_rails_give_idle_active_dynamic(tmp_path: Path) -> None:
+    """The HDK path with stand-in rails at the hardware edge (known power levels)."""
+    import subprocess
+
+    text = (REPO / "benches" / "xylo.toml").read_text()
+    text = (text.replace('spec = "../firmware/xylo/models/asc_synthetic.npz"', f'spec = "{MODEL}"')
+            .replace("samples_per_class = 10", "samples_per_class = 1")
+            .replace("hdk = false", "hdk = true")
+            .replace('voltage_limit_v = 3.3', 'voltage_limit_v = 3.3\nsimulated = true'))
+    bench = tmp_path / "xylo-hdk.toml"
+    bench.write_text(text)
+    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"),
+               RIG_XYLO_STAND_IN_RAILS=json.dumps({"idle_uw": IDLE_UW, "active_uw": ACTIVE_UW}))
+    proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
+                           str(tmp_path / "runs"), "--json"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads(proc.stdout)["summary"]
+    t = s["execution_time_mean_s"]
+    assert t == pytest.approx(1.0, abs=1e-9)  # 100 steps of 10 ms: one second of audio
+    assert s["idle_power_w"] == pytest.approx(1.000e-3, rel=1e-9)
+    assert s["active_power_w"] == pytest.approx(1.450e-3, rel=1e-9)
+    assert s["dynamic_power_w"] == pytest.approx(0.450e-3, rel=1e-9)
+    assert s["energy_per_inference_j"] == pytest.approx(1.450e-3 * t, rel=1e-9)
+    assert s["dynamic_energy_per_inference_j"] == pytest.approx(0.450e-3 * t, rel=1e-9)
+    assert s["energy_windows"] == 5 and "power" not in s

@@ -272,3 +272,9 @@ def test_bad_spec_stops_before_banner(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "not a readable .npz" in done.stderr
     assert done.stdout == ""
+
+
+def test_idle_power_under_xylosim_is_refused_not_zero(client: DutClient) -> None:
+    with pytest.raises(DutError, match="idle power needs an HDK"):
+        client.command("idle 100", timeout_s=30.0)
+    assert "power" not in client.negotiate()  # no rails to offer
