@@ -44,6 +44,14 @@ from rig.events import (
 )
 from rig.recording import EmonRecorder
 
+#: ASC.md: a simulated analog front end's spikes reach the SNN through a side channel; the
+#: AFE itself must be measured on the chip with the audio played into its microphone.
+AFE_POWER_NOTE = (
+    "pre-processing here is the AFE simulator feeding spikes through a side channel; on real "
+    "hardware the analog front end's time and power are measured with the dataset audio played "
+    "over speakers into the device microphone (ASC.md)"
+)
+
 #: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
 RUN_MARGIN = 1.02
 
@@ -99,6 +107,8 @@ class AscProcedure:
         self.publish(Note(text=f"test set: {test.description}"
                           + (f"; pre-processing: {test.preprocess_method}"
                              if test.preprocess_method else "")))
+        if test.preprocess_method:
+            self.publish(Note(text=AFE_POWER_NOTE))
 
         self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
         loaded = self.dut.load(test.inputs[0])
@@ -306,7 +316,8 @@ def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> di
         pre = [s.preprocess_s for s in samples if s.preprocess_s is not None]
         if pre:  # reported apart from inference (ASC.md)
             mean, stderr = mean_stderr(np.array(pre))
-            out |= {"preprocess_time_mean_s": mean, "preprocess_time_stderr_s": stderr}
+            out |= {"preprocess_time_mean_s": mean, "preprocess_time_stderr_s": stderr,
+                    "preprocess_note": AFE_POWER_NOTE}
 
     if idles:
         out["idle_power_w"] = float(np.mean([i.power_w for i in idles]))

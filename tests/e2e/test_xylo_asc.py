@@ -41,6 +41,7 @@ def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> Non
     assert s["power"].startswith("unavailable (simulator)") and "idle_power_w" not in s
     # The analog front end runs in real time: one second of audio takes one second.
     assert s["preprocess_time_mean_s"] == pytest.approx(1.0, abs=1e-9)
+    assert "played over speakers into the device microphone" in s["preprocess_note"]
     # Inference time is Xylo's own time base: timesteps x dt of the shipped network.
     with np.load(MODEL, allow_pickle=False) as z:
         dt = json.loads(bytes(z["header"]).decode())["dt"]
