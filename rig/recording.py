@@ -50,8 +50,12 @@ class EmonRecorder:
         *,
         simulated: bool = False,
         stop_after: int | None = None,
+        fault: Callable[[], BaseException | None] | None = None,
     ) -> None:
         self.sample_rate = float(sample_rate)
+        #: Asks the monitor for a fault it raised on its own thread (e.g. a Joulescope that cut
+        #: the DUT off over voltage), so a wait ends with that fault at once, not a timeout.
+        self._fault = fault
         self.trace_path = trace_path
         self.stop_after = stop_after
         self._writer = (
@@ -251,6 +255,9 @@ class EmonRecorder:
             while not ready():
                 if self.error is not None:
                     raise self.error
+                fault = self._fault() if self._fault is not None else None
+                if fault is not None:
+                    raise fault
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DeviceTimeout(

@@ -193,8 +193,10 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
     parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
                                                   **parts.emon.settings()}))
+    emon = parts.emon
     parts.recorder = EmonRecorder(
-        parts.emon.sample_rate, store.traces_dir / EMON_TRACE, simulated=bench.simulated
+        emon.sample_rate, store.traces_dir / EMON_TRACE, simulated=bench.simulated,
+        fault=lambda: getattr(emon, "fault", None),
     )
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True

@@ -253,3 +253,15 @@ def test_window_late_in_a_long_loud_run_keeps_full_precision() -> None:
     assert e == [start, start + 500]
     assert rec.mean_power(*e) == pytest.approx(truth[0], rel=1e-9, abs=0)
     assert rec.mean_power(*e) == pytest.approx(span_power(current, voltage, 0, 500), rel=1e-9)
+
+
+def test_a_monitor_fault_ends_a_wait_at_once_not_by_timeout() -> None:
+    """A monitor that cut the DUT off on its own thread (Joulescope over-voltage) is heard."""
+    from drivers.errors import VoltageLimitError
+
+    faults: list[BaseException] = []
+    rec = EmonRecorder(1000.0, fault=lambda: faults[0] if faults else None)
+    faults.append(VoltageLimitError("Joulescope: measured 3.9 V is above the limit of 3.3 V"))
+    # Without the hook this wait would end in DeviceTimeout after 2 s; the type tells them apart.
+    with pytest.raises(VoltageLimitError, match=r"3\.9 V"):
+        rec.wait_for_samples(10, timeout_s=2.0)
