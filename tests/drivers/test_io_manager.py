@@ -24,6 +24,8 @@ from rig.sim.dut import SimDut
 from rig.sim.io_manager import MICROS_STEP, SimIoManager
 from rig.sim.world import NS, World
 
+from .scripted import ScriptedTransport
+
 ACK = b"m-ready\r\n"
 
 
@@ -32,47 +34,6 @@ def passthrough(command: bytes, *dut_lines: bytes) -> tuple[bytes, bytes]:
     reply = b"m-dut-passthrough(" + command + b")\r\n" + ACK
     reply += b"".join(b"[dut]: " + line + b"\r\n" for line in dut_lines)
     return b"dut " + command + b"%", reply
-
-
-class ScriptedTransport:
-    """Plays a conversation: each write must equal the next expected one; its reply is queued.
-
-    Replies are handed out a few bytes at a time so that the client must reassemble lines.
-    """
-
-    url = "scripted://uno"
-
-    def __init__(self, script: list[tuple[bytes, bytes]], *, initial: bytes = b"") -> None:
-        self.script = list(script)
-        self.written: list[bytes] = []
-        self.inbox = bytearray(initial)
-        self.resets = 0
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        assert self.script, f"unexpected write {data!r}"
-        expected, reply = self.script.pop(0)
-        assert data == expected
-        self.written.append(data)
-        self.inbox += reply
-
-    def read(self) -> bytes:
-        if not self.inbox:
-            time.sleep(0.001)  # like a port with nothing to say: a short wait, then nothing
-            return b""
-        out = bytes(self.inbox[:7])
-        del self.inbox[:7]
-        return out
-
-    def reset_input(self) -> None:
-        self.resets += 1
-        self.inbox.clear()
-
-    def close(self) -> None:
-        self.closed = True
-
-    def done(self) -> bool:
-        return not self.script
 
 
 # -- the IO manager's own commands ------------------------------------------------------------
@@ -267,6 +228,7 @@ def test_over_long_pass_through_is_refused_before_any_byte_is_sent() -> None:
 
 def test_transport_attributes_for_the_dut_client() -> None:
     transport = ScriptedTransport([])
+    transport.url = "scripted://uno"
     dut_transport = IoManagerTransport(IoManager(transport))
     assert (dut_transport.hex_per_command, dut_transport.baudrate) == (26, 9600)
     assert dut_transport.url == "scripted://uno"
