@@ -7,6 +7,7 @@ at `start()` and are contiguous unless the instrument dropped samples (drivers r
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from drivers.errors import VoltageLimitError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,14 @@ class EnergyMonitor(ABC):
     @abstractmethod
     def settings(self) -> dict[str, Any]:
         """A snapshot of every instrument setting, for the run manifest."""
+
+    def _stop_while_closing(self) -> None:
+        """Stop an acquisition as part of `close()`: log a failure, never raise, so that closing
+        (power off, release the port) always goes on."""
+        try:
+            self.stop()
+        except Exception as exc:
+            log.warning("%s: stop while closing failed: %s", self.driver, exc)
 
     def __enter__(self) -> EnergyMonitor:
         return self

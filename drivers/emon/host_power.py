@@ -146,10 +146,7 @@ class _CounterMonitor(EnergyMonitor):
         if self._closed:
             return
         self._closed = True
-        try:
-            self.stop()
-        except Exception as exc:  # closing must go on whatever failed before
-            log.warning("%s: stop while closing failed: %s", self.driver, exc)
+        self._stop_while_closing()
         self._release()
 
     def _release(self) -> None:

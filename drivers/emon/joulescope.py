@@ -290,10 +290,7 @@ class Joulescope(EnergyMonitor):
             return
         self._closed = True
         if self._running:
-            try:
-                self.stop()
-            except Exception as exc:  # closing must go on whatever failed before
-                log.warning("Joulescope: stop while closing failed: %s", exc)
+            self._stop_while_closing()
         if self._opened:
             self.power_off()
             try:

@@ -264,10 +264,7 @@ class _ScpiMonitor(EnergyMonitor):
             return
         self._closed = True
         if self._running:
-            try:
-                self.stop()
-            except Exception as exc:  # closing must go on whatever failed before
-                log.warning("%s: stop while closing failed: %s", self.driver, exc)
+            self._stop_while_closing()
         if self.identity is not None:
             self.power_off()
         try:

@@ -163,10 +163,7 @@ class Lpm01a(EnergyMonitor):
             return
         self._closed = True
         if self._running:
-            try:
-                self.stop()
-            except Exception as exc:  # closing must go on whatever failed before
-                log.warning("LPM01A: stop while closing failed: %s", exc)
+            self._stop_while_closing()
         if self._connected:
             self.power_off()
             try:
