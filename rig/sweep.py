@@ -363,13 +363,63 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
             "power_w_mean": float(np.mean(powers)) if powers else None,
             "power_seeds": len(powers),
             "power_status": "; ".join(statuses) if statuses else None,
+            "tts": _tts_over_seeds(ok),
         })
     return {
         "points_total": len(spec.points()),
         "points_done": len(done),
         "points_failed": sum(p.status != "ok" for p in done.values()),
         "rows": rows,
+        "largest_solved": _largest_solved(spec, done),
     }
+
+
+def _tts_over_seeds(ok: list[SweepPointDone]) -> dict[str, dict[str, Any]]:
+    """Per gap threshold: how many seeds reached it, and the mean latency (and energy) of those.
+
+    QUBO.md reports nothing for a seed that did not reach a threshold: such seeds are counted,
+    never averaged in.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for p in ok:
+        for threshold, hit in (p.result.get("tts") or {}).items():
+            entry = out.setdefault(threshold, {"latencies": [], "energies": []})
+            if isinstance(hit, dict) and hit.get("latency_s") is not None:
+                entry["latencies"].append(float(hit["latency_s"]))
+                if hit.get("energy_j") is not None:
+                    entry["energies"].append(float(hit["energy_j"]))
+    return {
+        threshold: {
+            "reached": len(e["latencies"]),
+            "latency_s_mean": float(np.mean(e["latencies"])) if e["latencies"] else None,
+            "energy_j_mean": float(np.mean(e["energies"])) if e["energies"] else None,
+            "energy_seeds": len(e["energies"]),
+        }
+        for threshold, e in out.items()
+    }
+
+
+def _largest_solved(spec: SweepSpec, done: dict[str, SweepPointDone]) -> list[dict[str, Any]]:
+    """Per (sut, density): the largest `nodes` of the sweep whose every measured seed, at the
+    sweep's longest timeout, found a cost better than the trivial 0 (QUBO.md's criterion for
+    the maximum workload size, over the sizes this sweep tried)."""
+    timeout = max(spec.timeouts)
+    out = []
+    for sut, density in itertools.product(spec.suts, spec.densities):
+        largest = None
+        for nodes in sorted(spec.nodes):
+            points = [done.get(SweepPoint(0, sut, nodes, density, timeout, s).key)
+                      for s in spec.seeds]
+            points = [p for p in points if p is not None]
+            if not points:
+                continue
+            solved = all(p.status == "ok" and isinstance(p.result.get("cost"), int | float)
+                         and p.result["cost"] < 0 for p in points)
+            if not solved:
+                break
+            largest = nodes
+        out.append({"sut": sut, "density": density, "timeout_s": timeout, "nodes": largest})
+    return out
 
 
 # -- point functions ---------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from rich.console import Console
 from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
 from rig.console import summary_table
-from rig.procedures import asc
+from rig.run_summary import asc_summary, sweep_summary
 from rig.store import INCOMPLETE, load_run
-from rig.sweep import RUNNING, is_sweep, read_sweep, summarize
+from rig.sweep import RUNNING, is_sweep
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,30 +27,11 @@ def run(args: argparse.Namespace) -> int:
     record = load_run(args.run_folder)
     if is_sweep(record.manifest):
         return show_sweep(args)
-    manifest = record.manifest
-    if record.finished is not None and record.finished.summary:
-        summary = record.finished.summary
-    else:  # killed before it finished: recompute from what it had measured
-        summary = asc.summarize(record.events, bench=manifest.get("bench"))
-    counts: dict[str, int] = {}
-    for row in record.rows:
-        counts[row["kind"]] = counts.get(row["kind"], 0) + 1
-    data = {
-        "run": str(record.path),
-        "status": record.status,
-        "procedure": manifest.get("procedure"),
-        "device": manifest.get("device"),
-        "simulated": bool(manifest.get("simulated")),
-        "started_at": manifest.get("started_at"),
-        "finished_at": manifest.get("finished_at"),
-        "measured": counts,
-        "summary": summary,
-    }
-    if record.finished is not None and record.finished.error:
-        data["error"] = record.finished.error
+    data = asc_summary(record)
     if args.json:
         print_json(data)
         return 0
+    summary, counts = data["summary"], data["measured"]
     out = Console()
     sim = " (SIMULATED)" if data["simulated"] else ""
     out.print(f"[bold]{record.path}[/]", soft_wrap=True)
@@ -70,46 +51,27 @@ def run(args: argparse.Namespace) -> int:
 
 def show_sweep(args: argparse.Namespace) -> int:
     """A sweep folder: status, points done, and gap and power per workload and timeout."""
-    record = read_sweep(args.run_folder)
-    summary = summarize(record.spec, record.done)
-    manifest = record.manifest
-    data = {
-        "run": str(record.path),
-        "status": record.status,
-        "procedure": manifest.get("procedure"),
-        "simulated": bool(manifest.get("simulated")),
-        "started_at": manifest.get("started_at"),
-        "finished_at": manifest.get("finished_at"),
-        "resumes": len(manifest.get("resumes", [])),
-        "points_done": summary["points_done"],
-        "points_total": summary["points_total"],
-        "points_failed": summary["points_failed"],
-        "bad_lines": record.bad_lines,
-        "sweep": record.spec.snapshot(),
-        "summary": summary["rows"],
-    }
-    if manifest.get("error"):
-        data["error"] = manifest["error"]
+    data = sweep_summary(args.run_folder)
     if args.json:
         print_json(data)
         return 0
     out = Console()
     sim = " (SIMULATED: stand-in points)" if data["simulated"] else ""
-    out.print(f"[bold]{record.path}[/]", soft_wrap=True)
+    out.print(f"[bold]{data['run']}[/]", soft_wrap=True)
     resumed = f", resumed {data['resumes']} time(s)" if data["resumes"] else ""
-    out.print(f"QUBO sweep {record.spec.name}{sim}, started {data['started_at']}{resumed}")
-    style = "green" if record.status == "complete" else "yellow"
-    out.print(f"status: [{style}]{record.status}[/]")
+    out.print(f"QUBO sweep {data['sweep']['name']}{sim}, started {data['started_at']}{resumed}")
+    style = "green" if data["status"] == "complete" else "yellow"
+    out.print(f"status: [{style}]{data['status']}[/]")
     out.print(f"points: {data['points_done']}/{data['points_total']} done "
               f"({data['points_failed']} failed)")
-    if record.status == RUNNING:
+    if data["status"] == RUNNING:
         out.print("[yellow]another rig process is measuring this sweep right now[/]")
-    elif record.status != "complete":
-        out.print(f"[yellow]continue it with: rig sweep resume {record.path}[/]", soft_wrap=True)
-    if record.bad_lines:
-        out.print(f"[yellow]{record.bad_lines} unreadable line(s) in events.jsonl "
+    elif data["status"] != "complete":
+        out.print(f"[yellow]continue it with: rig sweep resume {data['run']}[/]", soft_wrap=True)
+    if data["bad_lines"]:
+        out.print(f"[yellow]{data['bad_lines']} unreadable line(s) in events.jsonl "
                   "(a write torn by a kill): ignored; a point in it is measured again on resume[/]")
     if "error" in data:
         out.print(f"error: {data['error']}")
-    out.print(sweep_table(summary["rows"], title="Fixed timeout: mean over seeds"))
+    out.print(sweep_table(data["summary"], title="Fixed timeout: mean over seeds"))
     return 0

@@ -1,0 +1,94 @@
+"""What `rig show --json` prints for a run folder: one function, so that `rig show`, `rig report`
+and anything else that states a run's numbers read them the same way (never recomputed apart).
+
+An ASC run's figures come from its stored summary (or, for a run killed before it finished, from
+its events); a sweep's from its checkpointed points. Per-window and per-run measurements are
+listed as the events recorded them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rig.events import IdleMeasured, LatencyRun, WindowMeasured
+from rig.procedures import asc
+from rig.store import RunRecord, load_run
+from rig.sweep import is_sweep, read_sweep, summarize
+
+
+def run_summary(path: str | Path) -> dict[str, Any]:
+    """The summary of an ASC run folder or a QUBO sweep folder, as `rig show --json` prints it."""
+    record = load_run(path)
+    if is_sweep(record.manifest):
+        return sweep_summary(path)
+    return asc_summary(record)
+
+
+def asc_summary(record: RunRecord) -> dict[str, Any]:
+    """An ASC run folder read back (also an incomplete one)."""
+    manifest = record.manifest
+    if record.finished is not None and record.finished.summary:
+        summary = record.finished.summary
+    else:  # killed before it finished: recompute from what it had measured
+        summary = asc.summarize(record.events, bench=manifest.get("bench"))
+    counts: dict[str, int] = {}
+    for row in record.rows:
+        counts[row["kind"]] = counts.get(row["kind"], 0) + 1
+    data: dict[str, Any] = {
+        "run": str(record.path),
+        "status": record.status,
+        "procedure": manifest.get("procedure"),
+        "device": manifest.get("device"),
+        "simulated": bool(manifest.get("simulated")),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "measured": counts,
+        "summary": summary,
+        "measurements": measurements(record),
+    }
+    if record.finished is not None and record.finished.error:
+        data["error"] = record.finished.error
+    return data
+
+
+def measurements(record: RunRecord) -> dict[str, list[dict[str, Any]]]:
+    """Every timed run, energy window and idle span, as its event recorded it."""
+    keep = {
+        "latency_runs": (LatencyRun, ("index", "iterations", "elapsed_s", "time_per_inference_s",
+                                      "inferences_per_s", "timer")),
+        "energy_windows": (WindowMeasured, ("index", "iterations", "start_sample", "end_sample",
+                                            "start_s", "end_s", "duration_s", "energy_j",
+                                            "mean_power_w", "energy_per_inference_j")),
+        "idle_spans": (IdleMeasured, ("start_sample", "end_sample", "duration_s", "power_w")),
+    }
+    return {
+        name: [{k: getattr(e, k) for k in keys} for e in record.events if isinstance(e, kind)]
+        for name, (kind, keys) in keep.items()
+    }
+
+
+def sweep_summary(path: str | Path) -> dict[str, Any]:
+    """A sweep folder: status, points done, and gap, power and time to solution per point."""
+    record = read_sweep(path)
+    summary = summarize(record.spec, record.done)
+    manifest = record.manifest
+    data: dict[str, Any] = {
+        "run": str(record.path),
+        "status": record.status,
+        "procedure": manifest.get("procedure"),
+        "simulated": bool(manifest.get("simulated")),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "resumes": len(manifest.get("resumes", [])),
+        "points_done": summary["points_done"],
+        "points_total": summary["points_total"],
+        "points_failed": summary["points_failed"],
+        "bad_lines": record.bad_lines,
+        "sweep": record.spec.snapshot(),
+        "summary": summary["rows"],
+        "largest_solved": summary["largest_solved"],
+    }
+    if manifest.get("error"):
+        data["error"] = manifest["error"]
+    return data
