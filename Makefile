@@ -4,12 +4,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench sim clean firmware-host lava-env
+.PHONY: run test lint bench sim clean firmware-host lava-env system-deps
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
-test: $(STAMP) firmware-host lava-env  ## Install test deps, build the shims, run the whole suite.
+test: $(STAMP) firmware-host lava-env system-deps  ## Install test deps, build the shims, run the suite.
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -21,6 +21,22 @@ bench: $(STAMP)  ## Speed and memory figures (printed, never asserted).
 
 sim: $(STAMP)  ## Start a virtual bench in the foreground and print its ports.
 	$(BIN)/rig sim
+
+# Debian packages the tests need: poppler-utils reads the report PDF back (pdftotext, pdftoppm);
+# WeasyPrint renders with pango and needs a font. Installed with apt-get when missing (as root).
+DEB_TOOLS := pdftotext:poppler-utils pdftoppm:poppler-utils fc-list:fontconfig
+DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libharfbuzz-subset0
+system-deps:
+	@missing=""; \
+	for pair in $(DEB_TOOLS); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	for pair in $(DEB_LIBS); do ldconfig -p | grep -q "$${pair%%:*}" || missing="$$missing $${pair#*:}"; done; \
+	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$$missing fonts-dejavu-core"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		else echo "missing Debian packages:$$missing (install them to test the report)"; fi; \
+	fi
 
 firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it when gcc is here).
 	@if command -v $(CC) >/dev/null 2>&1; then \

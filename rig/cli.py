@@ -15,7 +15,7 @@ from rig import __version__
 
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
 COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show",
-            "dataset"]
+            "report", "dataset"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,1 @@
+"""The submission report: rig report."""
