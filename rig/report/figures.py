@@ -716,34 +716,36 @@ def _against_timeout(data: list[_SweepRows], value: str, path: Path, title: str,
                      label: str | None, *, gap: bool) -> bool:
     """Panels per density, one line per workload size (and per sweep), `value` against timeout.
 
-    Returns False (nothing written) when no row has the value.
+    Returns False (nothing written) when no row has a point to plot.
     """
-    if not any(_num(r.get(value)) is not None for sw in data for r in sw.rows):
+    # (density, sweep, nodes) -> [(timeout, value)]: only rows with everything a point needs.
+    points: dict[tuple[float, int, int], list[tuple[float, float]]] = {}
+    for s, sw in enumerate(data):
+        for r in sw.rows:
+            d, n, t, v = (_num(r.get(k)) for k in ("density", "nodes", "timeout_s", value))
+            if d is not None and n is not None and t is not None and t > 0 and v is not None:
+                points.setdefault((d, s, int(n)), []).append((t, v))
+    if not points:
         return False
-    densities = sorted({d for sw in data for r in sw.rows
-                        if (d := _num(r.get("density"))) is not None})
-    nodes = sorted({int(n) for sw in data for r in sw.rows
-                    if (n := _num(r.get("nodes"))) is not None})
+    densities = sorted({k[0] for k in points})
+    nodes = sorted({k[2] for k in points})
     fig = _figure()
     axes = fig.subplots(1, len(densities), sharey=True, squeeze=False)[0]
     several = len(data) > 1
     sizes = _sizes(len(nodes) * len(data))
     widths = _sizes(len(nodes) * len(data), 2.0, 1.0)
     handles: dict[str, Any] = {}
-    ymax, ymin = 0.0, 0.0
+    values = np.array([v for pts in points.values() for _, v in pts])
+    ymax, ymin = max(0.0, float(values.max())), min(0.0, float(values.min()))
     for ax, density in zip(axes, densities, strict=True):
         _style(ax)
         ax.set_xscale("log")
-        for s, sw in enumerate(data):
+        for s in range(len(data)):
             for c, n in enumerate(nodes):
-                pts = sorted((t, v) for r in sw.rows
-                             if _num(r.get("density")) == density and _num(r.get("nodes")) == n
-                             and (t := _num(r.get("timeout_s"))) is not None and t > 0
-                             and (v := _num(r.get(value))) is not None)
+                pts = sorted(points.get((density, s, n), []))
                 if not pts:
                     continue
                 t, v = np.array(pts).T
-                ymax, ymin = max(ymax, float(v.max())), min(ymin, float(v.min()))
                 tag = f"{n} nodes"
                 k = s * len(nodes) + c
                 (line,) = ax.plot(
