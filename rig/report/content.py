@@ -181,7 +181,7 @@ def _system_section(number: int, system: System, info: SystemInfo, figures_dir: 
     out.append(Para(f"Task: **{system.task}**. System id in system.toml: `{system.id}`. "
                     f"Runs: {', '.join(f'`{r.name}`' for r in system.runs)}."))
     if label:
-        out.append(Box("simulated", f"{label}: every number in this section",
+        out.append(Box("simulated", "Every number in this section",
                        _simulation_text(system)))
     for run in system.runs:
         if not run.complete:
@@ -309,7 +309,11 @@ def _architecture(system: System, info: SystemInfo) -> list[Any]:
 def _dut_link(m: dict[str, Any]) -> str:
     dut = m.get("bench", {}).get("dut", {})
     io = m.get("bench", {}).get("io_manager")
-    link = f"{dut.get('kind', '?')} shim on {dut.get('port', '?')}"
+    port = dut.get("port", "?")
+    if port == "virtual":  # the pty the virtual bench served the DUT on
+        pty = m.get("instruments", {}).get("virtual_bench", {}).get("ports", {}).get("dut")
+        port = f"the virtual bench's pty {pty}" if pty else "the virtual bench"
+    link = f"{dut.get('kind', '?')} shim on {port}"
     if dut.get("port") not in ("stdio", "virtual"):
         link += f" at {dut.get('baud', '?')} baud"
     if io:
@@ -456,8 +460,7 @@ def workflow_stages(system: System) -> list[Any]:
             Stage("Host pre-processing", "host", f"resample audio to {rate} Hz", False),
             Stage("Data loading", "link", f"spike raster, {download}", False),
             Stage("On-device pre-processing", "host" if not bench["dut"].get("hdk") else "dut",
-                  "analog front end (AFE): simulated on the host; on chip in hardware, timed "
-                  "apart", False),
+                  "AFE: simulated on the host (on chip in hardware)", False),
             Stage("Inference", "dut", "Xylo SNN core" + ("" if bench["dut"].get("hdk")
                                                           else " (XyloSim)"), measured, True),
             Stage("Post-processing", "host", "top-1 of the output scores", False),
