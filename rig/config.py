@@ -168,19 +168,22 @@ def resolve_device(name: str) -> Path:
     return path
 
 
+def read_toml(path: Path, missing: str, hint: str) -> dict[str, Any]:
+    """A TOML file's tables; a missing file or bad syntax is a ConfigError naming the file."""
+    if not path.is_file():
+        raise ConfigError(f"{missing}: {path}", hint=hint)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+
+
 def load_bench(path: str | Path, overrides: dict[str, dict[str, Any]] | None = None) -> Bench:
     """Read and validate a bench file; `overrides` ({section: {key: value}}, e.g. from the
     command line) replace the file's values before validation, so they are checked alike."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(
-            f"bench file {path} does not exist",
-            hint="pass an existing TOML file, or --device NAME (see benches/)",
-        )
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    raw = read_toml(path, "bench file does not exist",
+                    "pass an existing TOML file, or --device NAME (see benches/)")
     for section, values in (overrides or {}).items():
         table = raw.setdefault(section, {})
         if not isinstance(table, dict):

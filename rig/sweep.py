@@ -23,7 +23,6 @@ import math
 import os
 import socket
 import time
-import tomllib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -33,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from protocols.errors import RigError
+from rig.config import read_toml
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, RunFinished, RunStarted
 from rig.store import EVENTS, INCOMPLETE, RunStore, load_run
@@ -110,13 +110,8 @@ class SweepSpec:
 
 def load_sweep(path: Path) -> SweepSpec:
     """Read and validate a SWEEP.toml; every problem is a ConfigError naming file and key."""
-    if not path.is_file():
-        raise ConfigError(f"sweep file not found: {path}",
-                          hint="pass an existing TOML file, e.g. sweeps/example.toml")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    raw = read_toml(path, "sweep file not found",
+                    "pass an existing TOML file, e.g. sweeps/example.toml")
     return parse_sweep(raw, path, name=path.stem)
 
 

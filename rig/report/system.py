@@ -17,10 +17,10 @@ submitter" box; `rig report --strict` refuses to write a report while any is unf
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rig.config import read_toml
 from rig.errors import ConfigError
 
 
@@ -89,13 +89,8 @@ class SystemInfo:
 
 def load_system(path: Path, system_ids: list[str]) -> SystemInfo:
     """Read and check a system.toml against the systems the report will contain."""
-    if not path.is_file():
-        raise ConfigError(f"system file not found: {path}",
-                          hint="rig report --template RUN... > system.toml writes one to fill in")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the syntax") from exc
+    raw = read_toml(path, "system file not found",
+                    "rig report --template RUN... > system.toml writes one to fill in")
     unknown = sorted(set(raw) - {"submission", "systems"})
     if unknown:
         raise ConfigError(f"{path}: unknown table [{unknown[0]}]",
