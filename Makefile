@@ -23,9 +23,16 @@ sim: $(STAMP)  ## Start a virtual bench in the foreground and print its ports.
 	$(BIN)/rig sim
 
 # Debian packages the tests need: poppler-utils reads the report PDF back (pdftotext, pdftoppm);
-# WeasyPrint renders with pango and needs a font. Installed with apt-get when missing (as root).
-DEB_TOOLS := pdftotext:poppler-utils pdftoppm:poppler-utils fc-list:fontconfig
-DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libharfbuzz-subset0
+# WeasyPrint renders with pango and needs a font; xvfb and Qt's xcb plugin libraries run the GUI
+# screenshot tests on a real X server (facts.md: without them Qt aborts). Installed with apt-get
+# when missing (as root).
+DEB_TOOLS := pdftotext:poppler-utils pdftoppm:poppler-utils fc-list:fontconfig xvfb-run:xvfb
+DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libharfbuzz-subset0 \
+	libxcb-cursor.so.0:libxcb-cursor0 libxcb-icccm.so.4:libxcb-icccm4 \
+	libxcb-keysyms.so.1:libxcb-keysyms1 libxcb-image.so.0:libxcb-image0 \
+	libxcb-render-util.so.0:libxcb-render-util0 libxcb-xkb.so.1:libxcb-xkb1 \
+	libxkbcommon-x11.so.0:libxkbcommon-x11-0 libxcb-randr.so.0:libxcb-randr0 \
+	libxcb-shape.so.0:libxcb-shape0 libxcb-xinerama.so.0:libxcb-xinerama0 libEGL.so.1:libegl1
 system-deps:
 	@missing=""; \
 	for pair in $(DEB_TOOLS); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \

@@ -1,4 +1,6 @@
-"""The `rig` command line. Each subcommand lives in `rig.commands.<name>`.
+"""The `rig` command line. Each subcommand lives in `rig.commands.<name>`; the GUI's commands
+(`rig view`, `rig gui`) live in `gui/` and register themselves as entry points of the group
+`neurobench_rig.commands`, so that `rig` never imports the layer above it.
 
 Exit codes: 0 success, 2 bad input or setup, 1 a measurement that failed its own checks,
 130 interrupted by the user.
@@ -9,10 +11,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib import metadata
 
 from protocols.errors import RigError
 from rig import __version__
 
+#: Entry-point group of subcommands that other layers add (each names an `add_parser(sub)`).
+PLUGIN_GROUP = "neurobench_rig.commands"
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
 COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show",
             "report", "dataset"]
@@ -29,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     for name in COMMANDS:
         module = importlib.import_module(f"rig.commands.{name}")
         module.add_parser(sub)
+    for entry in sorted(metadata.entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            add_parser = entry.load()
+        except ImportError:  # a broken optional part must not take the whole CLI down
+            continue
+        add_parser(sub)
     return parser
 
 

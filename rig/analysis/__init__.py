@@ -16,10 +16,18 @@ from rig.analysis.energy import (
     span_power,
     window_energies,
 )
+from rig.analysis.span import (
+    SpanAccumulator,
+    SpanStats,
+    span_samples,
+    span_statistics,
+)
 
 __all__ = [
     "REPLICABILITY_TOLERANCE",
     "EnergyAnalysis",
+    "SpanAccumulator",
+    "SpanStats",
     "WindowEnergy",
     "analyze",
     "falling_edges",
@@ -27,6 +35,8 @@ __all__ = [
     "median",
     "replicability",
     "span_power",
+    "span_samples",
+    "span_statistics",
     "window_energies",
     "windows_from_edges",
 ]

@@ -7,7 +7,13 @@ import json
 import math
 
 from protocols.errors import RigError
-from rig.analysis import REPLICABILITY_TOLERANCE, EnergyAnalysis, analyze
+from rig.analysis import (
+    REPLICABILITY_TOLERANCE,
+    EnergyAnalysis,
+    analyze,
+    span_samples,
+    span_statistics,
+)
 from rig.traces import Trace, read_trace
 
 _IDLE_HINT = "use START:END in seconds, e.g. --idle 0:2"
@@ -40,12 +46,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         metavar="START:END",
         help="a span in seconds where the DUT is ready but not computing, for idle power",
     )
+    p.add_argument(
+        "--span",
+        metavar="START:END",
+        help="instead of the windows: statistics of one span in seconds (as the viewer's "
+        "markers show them: duration, mean/min/max current and power, charge, energy)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
     return p
 
 
-def parse_idle(text: str) -> tuple[float, float]:
+def parse_idle(text: str, option: str = "--idle") -> tuple[float, float]:
     """Parse `START:END` in seconds."""
     parts = text.split(":")
     try:
@@ -53,9 +65,11 @@ def parse_idle(text: str) -> tuple[float, float]:
             raise ValueError
         start, end = float(parts[0]), float(parts[1])
     except ValueError:
-        raise RigError(f"bad --idle {text!r}", hint=_IDLE_HINT) from None
+        raise RigError(f"bad {option} {text!r}", hint=_IDLE_HINT.replace("--idle", option)) \
+            from None
     if not (math.isfinite(start) and math.isfinite(end)) or start >= end:
-        raise RigError(f"bad --idle {text!r}: START must be before END", hint=_IDLE_HINT)
+        raise RigError(f"bad {option} {text!r}: START must be before END",
+                       hint=_IDLE_HINT.replace("--idle", option))
     return start, end
 
 
@@ -68,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
             hint="give the number of inferences the DUT ran inside each window",
         )
     trace = read_trace(args.trace, sample_rate=args.sample_rate)
+    if args.span is not None:
+        return _print_span(args, trace)
     result = analyze(
         trace.current,
         trace.voltage,
@@ -83,6 +99,34 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         _print_table(args.trace, trace, result)
+    return 0
+
+
+def _print_span(args: argparse.Namespace, trace: Trace) -> int:
+    """`--span START:END`: the markers' statistics over that span."""
+    lo, hi = parse_idle(args.span, "--span")
+    start, stop = span_samples(lo, hi, trace.sample_rate, len(trace))
+    stats = span_statistics(trace.current, trace.voltage, trace.sample_rate, start, stop)
+    if args.json:
+        print(json.dumps({**stats.to_dict(), "trace": str(args.trace),
+                          "simulated": trace.simulated}))
+        return 0
+    label = " SIMULATED" if trace.simulated else ""
+    print(f"{args.trace}{label}: span {stats.start_s:.9g}-{stats.end_s:.9g} s, "
+          f"{stats.samples} samples")
+    rows = [
+        ("duration", f"{stats.duration_s:.9g} s"),
+        ("current mean / min / max", f"{stats.current_mean_a:.6g} / {stats.current_min_a:.6g} / "
+                                     f"{stats.current_max_a:.6g} A"),
+        ("power mean / min / max", f"{stats.power_mean_w:.6g} / {stats.power_min_w:.6g} / "
+                                   f"{stats.power_max_w:.6g} W"),
+        ("charge", f"{stats.charge_c:.6g} C"),
+        ("energy", f"{stats.energy_j:.6g} J"),
+    ]
+    if stats.lost_samples:
+        rows.append(("lost samples", f"{stats.lost_samples} (figures are NaN)"))
+    for name, value in rows:
+        print(f"{name:<26}{value}")
     return 0
 
 
