@@ -30,6 +30,10 @@ UNITS = {"current": "A", "voltage": "V", "power": "W", "gpio": ""}
 RAW_SAMPLES_PER_BIN = 2
 #: Raw samples read per call (bounds memory on marker spans and exports).
 BLOCK = 1 << 20
+#: Longest span the markers read raw; longer ones use the file's summaries (marked not exact).
+SPAN_RAW_MAX = 8_000_000
+#: Summary bins a long marker span is split into.
+SPAN_BINS = 4096
 #: Longest plain trace (no run folder) whose GPIO is searched for timestamp edges on open.
 EDGE_SEARCH_MAX_SAMPLES = 20_000_000
 
@@ -120,10 +124,21 @@ class TraceSource:
     def _has_power_signal(self) -> bool:
         return False
 
+    def _summarised(self) -> bool:
+        """Whether summaries come from the file (cheap) rather than from memory."""
+        return False
+
     def span_stats(self, start_s: float, end_s: float) -> SpanStats:
         """The markers' statistics over [start_s, end_s), from raw samples block by block."""
         start, stop = span_samples(start_s, end_s, self.sample_rate, self.length)
         acc = SpanAccumulator(self.sample_rate, start)
+        if stop - start > SPAN_RAW_MAX and self._summarised():
+            # An hour at 1 MS/s is 29 GB: read the bins' summaries, and the tail raw.
+            incr = math.ceil((stop - start) / SPAN_BINS)
+            count = (stop - start) // incr
+            acc.add_summary(incr, self._summary("current", start, incr, count),
+                            self._summary("voltage", start, incr, count)[:, 0])
+            start += incr * count
         for lo in range(start, stop, BLOCK):
             hi = min(stop, lo + BLOCK)
             acc.add(self.read("current", lo, hi), self.read("voltage", lo, hi))
@@ -203,6 +218,9 @@ class JlsSource(TraceSource):
 
     def _has_power_signal(self) -> bool:
         return JLS_POWER in self._signals
+
+    def _summarised(self) -> bool:
+        return True
 
     def _sig(self, channel: str) -> Any:
         name = {"current": JLS_CURRENT, "voltage": JLS_VOLTAGE, "power": JLS_POWER,

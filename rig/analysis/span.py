@@ -37,6 +37,9 @@ class SpanStats:
     energy_j: float
     #: Samples in the span the instrument lost (NaN): every figure is then NaN, never a guess.
     lost_samples: int = 0
+    #: False when a span too long to read raw was taken from the file's summaries: then
+    #: power and energy use each bin's mean voltage (exact for a steady supply).
+    exact: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
@@ -44,7 +47,7 @@ class SpanStats:
 
 
 class SpanAccumulator:
-    """Adds up consecutive blocks of raw samples of one span."""
+    """Adds up consecutive blocks of raw samples of one span (or of per-bin summaries)."""
 
     def __init__(self, sample_rate: float, start_sample: int) -> None:
         if not (math.isfinite(sample_rate) and sample_rate > 0):
@@ -57,6 +60,7 @@ class SpanAccumulator:
         self._min_i = self._min_p = math.inf
         self._max_i = self._max_p = -math.inf
         self._lost = 0
+        self._exact = True
 
     def add(self, current: np.ndarray, voltage: np.ndarray) -> None:
         """The next block of the span (current [A], voltage [V], same length)."""
@@ -77,6 +81,29 @@ class SpanAccumulator:
             self._min_p = min(self._min_p, float(np.nanmin(p)))
             self._max_p = max(self._max_p, float(np.nanmax(p)))
         self.samples += len(i)
+
+    def add_summary(self, samples: int, current: np.ndarray, voltage_mean: np.ndarray) -> None:
+        """Bins of `samples` samples each: current's (mean, min, max) rows and voltage means.
+
+        For spans too long to read raw: charge and current extremes stay exact; power and
+        energy take each bin's mean voltage, and the result is marked not exact.
+        """
+        cur = np.asarray(current, dtype=np.float64).reshape(-1, 3)
+        v = np.asarray(voltage_mean, dtype=np.float64).reshape(-1)
+        if not len(cur):
+            return
+        lost = ~(np.isfinite(cur).all(axis=1) & np.isfinite(v))
+        self._lost += int(np.count_nonzero(lost)) * samples
+        p = cur * v[:, None]
+        self._sum_i += float(np.sum(cur[:, 0])) * samples
+        self._sum_p += float(np.sum(p[:, 0])) * samples
+        if not lost.all():
+            self._min_i = min(self._min_i, float(np.nanmin(cur[:, 1])))
+            self._max_i = max(self._max_i, float(np.nanmax(cur[:, 2])))
+            self._min_p = min(self._min_p, float(np.nanmin(np.minimum(p[:, 1], p[:, 2]))))
+            self._max_p = max(self._max_p, float(np.nanmax(np.maximum(p[:, 1], p[:, 2]))))
+        self.samples += samples * len(cur)
+        self._exact = False
 
     def result(self) -> SpanStats:
         """The statistics of everything added so far."""
@@ -103,6 +130,7 @@ class SpanAccumulator:
             charge_c=pick(self._sum_i / fs),
             energy_j=pick(self._sum_p / fs),
             lost_samples=self._lost,
+            exact=self._exact,
         )
 
 

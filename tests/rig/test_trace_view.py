@@ -193,3 +193,23 @@ def test_truncated_jls_and_run_without_trace(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="run folder without a trace"):
         open_view(run)
     shutil.rmtree(run)
+
+
+def test_long_spans_use_the_summaries_and_say_so(tmp_path: Path, monkeypatch) -> None:
+    import rig.trace_view as tv
+
+    current, voltage, gpio = step_trace([(1e-3, 3.3), (3e-3, 6.7)], fs=10_000)
+    path = write_jls(tmp_path / "t.jls", current, voltage, gpio, fs=10_000)
+    view = open_view(path)
+    try:
+        exact = view.source.span_stats(0.05, 9.95)
+        monkeypatch.setattr(tv, "SPAN_RAW_MAX", 1000)
+        quick = view.source.span_stats(0.05, 9.95)
+    finally:
+        view.close()
+    assert exact.exact and not quick.exact
+    assert quick.samples == exact.samples and quick.start_s == exact.start_s
+    for key in ("energy_j", "charge_c", "power_mean_w", "current_min_a", "current_max_a",
+                "power_min_w", "power_max_w"):
+        assert getattr(quick, key) == pytest.approx(getattr(exact, key), rel=1e-6), key
+    assert quick.energy_j == pytest.approx(1e-3 * 3.25 + 3e-3 * 6.65, rel=1e-6)
