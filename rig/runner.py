@@ -22,13 +22,30 @@ from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.config import VIRTUAL_PORT, Bench
+from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
 from rig.procedures import asc
 from rig.recording import EmonRecorder
 from rig.store import RunStore
+from rig.trace_space import check_trace_space
 
 EMON_TRACE = "emon.jls"
+
+# The trace-length estimate for the disk-space check (`asc_trace_seconds`). Over, not under:
+# it only decides whether to warn or refuse before the run starts.
+#: Seconds per inference when the bench gives no number (a real DUT): the ASC procedure's own
+#: timeout guess; microcontroller ASC models take well under that.
+DEFAULT_INFERENCE_S = 1.0
+#: Largest input downloaded per test sample: 1 s of 8 kHz int16 audio (synthetic-asc).
+INPUT_BYTES_GUESS = 16_000
+#: UART bits per input byte in a hex download (two 10-bit characters); binary takes half.
+DOWNLOAD_BITS_PER_BYTE = 20
+#: Test samples assumed when a bench asks for every sample (samples_per_class = 0) and the
+#: split's csv cannot be counted: a generous guess.
+ALL_TEST_SAMPLES_GUESS = 2000
+#: One-second slices per DCASE clip (10 s clips).
+SLICES_PER_CLIP = 10
 
 
 @dataclass
@@ -64,7 +81,12 @@ def measure_asc(
     runs_root: Path,
     subscribers: list[Callable[[Event], None]] = (),
 ) -> Outcome:
-    """Run the ASC procedure on `bench`; the run folder is complete whatever happens."""
+    """Run the ASC procedure on `bench`; the run folder is complete whatever happens.
+
+    A trace that cannot fit on the runs disk raises ConfigError before anything is opened or
+    created.
+    """
+    space_warning = _check_trace_space(bench, runs_root)
     store = RunStore.create(runs_root, "asc", device)
     events: list[Event] = []
     bus = EventBus()
@@ -76,6 +98,8 @@ def measure_asc(
         run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
         manifest={"bench": bench.snapshot(), "run_folder": store.path.name},
     ))
+    if space_warning:
+        bus.publish(Note(level="warning", text=space_warning))
     status, error, interrupted = "failed", None, False
     parts = _Parts()
     try:
@@ -110,6 +134,49 @@ def measure_asc(
             f"{store.path}"
         )
     return Outcome(store.path, status, summary, error)
+
+
+def records_trace(bench: Bench) -> bool:
+    """Whether `measure_asc` records an EMON trace on this bench (see `_connect`)."""
+    return bench.emon.driver != "none" and bench.dut.kind != "xylo"
+
+
+def asc_trace_seconds(bench: Bench) -> float:
+    """Upper estimate [s] of an ASC run's trace: boot, calibration, idle, the timed runs, and
+    the accuracy pass (a download and an inference per test sample)."""
+    o = bench.asc
+    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
+    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
+    runs_s = o.runs * (run_s + o.warmup * inference_s)
+    setup_s = bench.dut.boot_timeout_s + load_s + o.calibration_iterations * inference_s
+    return setup_s + o.idle_s + runs_s + _asc_test_samples(bench) * (load_s + inference_s)
+
+
+def _asc_test_samples(bench: Bench) -> int:
+    """Test samples the accuracy pass sends (an upper bound), without loading any audio."""
+    per_class = bench.dataset.samples_per_class
+    if per_class > 0:
+        return per_class * len(CLASSES)
+    if bench.dataset.name == "dcase2020":
+        from rig.datasets import dcase
+
+        with contextlib.suppress(RigError, OSError):
+            return len(dcase.split_clips(Path(bench.dataset.path), "test")) * SLICES_PER_CLIP
+    return ALL_TEST_SAMPLES_GUESS
+
+
+def _check_trace_space(bench: Bench, runs_root: Path) -> str | None:
+    """Refuse a run whose trace cannot fit under `runs_root`; a warning text if it is tight."""
+    if not records_trace(bench):
+        return None
+    seconds, rate = asc_trace_seconds(bench), bench.emon.sample_rate_hz
+    return check_trace_space(
+        runs_root, seconds, rate,
+        what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, estimated)",
+        hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
+        f"{bench.path}, or give a --runs-dir on another disk",
+    )
 
 
 class _Parts:

@@ -3,6 +3,10 @@
 A trace is current [A], voltage [V] and GPIO bits (bit 0 = the DUT's timestamp line) at one
 sample rate. `TraceWriter` streams chunks into a JLS file as they arrive (bounded memory);
 `read_trace` loads either format for analysis.
+
+Power is not stored: it is current x voltage, derivable on read, and a third f32 channel would
+make a 1 MS/s hour ~48 GB instead of ~33 GB. Older rig files carry a `power` signal (id 3);
+readers ignore it or use it when present, so those files still load.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from rig.errors import AnalysisError
 
 #: CSV columns, by header name.
 CSV_COLUMNS = ("current_a", "voltage_v", "gpio")
-#: JLS signal names: current and voltage, and the GPIO bit field.
+#: JLS signal names: current and voltage, and the GPIO bit field. `JLS_POWER` is no longer
+#: written (power = current x voltage); older files may still hold it, as an optional signal.
 JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "gpi0"
 #: The Joulescope UI names its first general-purpose input this way (1-bit samples).
 _JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
@@ -32,7 +37,9 @@ _BLOCK = 1 << 20
 _USER_DATA_META = 1
 
 _SOURCE_ID = 1
-_SIG_CURRENT, _SIG_VOLTAGE, _SIG_POWER, _SIG_GPIO = 1, 2, 3, 4
+# Signal 3 was power in files written before power was dropped; new files leave it unused so
+# the ids of current, voltage and gpi0 stay the same in old and new files.
+_SIG_CURRENT, _SIG_VOLTAGE, _SIG_GPIO = 1, 2, 4
 
 
 @dataclass
@@ -260,10 +267,11 @@ def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
 
 
 class TraceWriter:
-    """Stream EMON chunks into a JLS v2 file: current [A], voltage [V], power [W], gpi0 (u8).
+    """Stream EMON chunks into a JLS v2 file: current [A] and voltage [V] (f32), gpi0 (u8).
 
-    Chunks must come in sample-id order. A gap (dropped samples) is written as NaN current,
-    voltage and power with the GPIO level held, and marked by an annotation, so it can never
+    No power signal: it is current x voltage, so readers derive it (9 bytes per sample instead
+    of 13). Chunks must come in sample-id order. A gap (dropped samples) is written as NaN
+    current and voltage with the GPIO level held, and marked by an annotation, so it can never
     fake a timestamp edge or a zero-energy stretch.
     """
 
@@ -315,7 +323,6 @@ class TraceWriter:
         for sig, name, dtype, units in (
             (_SIG_CURRENT, JLS_CURRENT, jls.DataType.F32, "A"),
             (_SIG_VOLTAGE, JLS_VOLTAGE, jls.DataType.F32, "V"),
-            (_SIG_POWER, JLS_POWER, jls.DataType.F32, "W"),
             (_SIG_GPIO, JLS_GPIO, jls.DataType.U8, ""),
         ):
             w.signal_def(
@@ -359,14 +366,9 @@ class TraceWriter:
             )
         if self._next_id is not None and first > self._next_id:
             self._fill_gap(self._next_id, first)
-        # Power from float64 products, then stored as float32 like the other signals.
-        p = (np.asarray(current, dtype=np.float64) * np.asarray(voltage, dtype=np.float64)).astype(
-            np.float32
-        )
         w = self._writer
         w.fsr(_SIG_CURRENT, first, i)
         w.fsr(_SIG_VOLTAGE, first, v)
-        w.fsr(_SIG_POWER, first, p)
         w.fsr(_SIG_GPIO, first, g)
         self._last_gpio = int(g[-1])
         self._next_id = first + len(i)
@@ -378,7 +380,7 @@ class TraceWriter:
         for lo in range(start, stop, _BLOCK):
             n = min(_BLOCK, stop - lo)
             nan = np.full(n, np.nan, dtype=np.float32)
-            for sig in (_SIG_CURRENT, _SIG_VOLTAGE, _SIG_POWER):
+            for sig in (_SIG_CURRENT, _SIG_VOLTAGE):
                 self._writer.fsr(sig, lo, nan)
             self._writer.fsr(_SIG_GPIO, lo, np.full(n, self._last_gpio, dtype=np.uint8))
         self.dropped_samples += count

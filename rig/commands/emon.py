@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from drivers.emon import DRIVERS, EnergyMonitor, check_voltage, open_monitor
 from protocols.errors import RigError
 from rig.commands.common import print_json
 from rig.recording import EmonRecorder
+from rig.trace_space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.
 DEFAULT_BENCH_LIMIT_V = 3.3
@@ -80,6 +82,13 @@ def _check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Record, then print what was recorded."""
     _check_args(args)
+    # A trace that cannot fit is refused before the instrument is opened, not when it fills up.
+    warning = check_trace_space(
+        args.out.parent, args.duration, args.rate,
+        hint="lower --rate, shorten --duration, or give an --out on another disk",
+    )
+    if warning:
+        print(f"rig: warning: {warning}", file=sys.stderr)
     address = args.port if args.port is not None else args.resource
     monitor = open_monitor(
         args.driver, address, voltage_limit_v=args.bench_limit, simulated=args.simulated

@@ -12,7 +12,15 @@ import pytest
 
 from rig.analysis import analyze
 from rig.errors import AnalysisError
-from rig.traces import TraceWriter, read_trace, write_csv_trace
+from rig.traces import (
+    JLS_CURRENT,
+    JLS_GPIO,
+    JLS_POWER,
+    JLS_VOLTAGE,
+    TraceWriter,
+    read_trace,
+    write_csv_trace,
+)
 
 
 def sample_arrays(n: int = 5000, seed: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,15 +133,52 @@ def test_jls_round_trip_in_several_appends(tmp_path: Path) -> None:
     assert trace.meta["format"] == "jls"
 
 
-def test_jls_power_signal_is_current_times_voltage(tmp_path: Path) -> None:
+def test_new_jls_files_hold_no_power_signal(tmp_path: Path) -> None:
+    """Power is current x voltage: derived on read, not stored (9 bytes a sample, not 13)."""
     current, voltage, gpio = sample_arrays(1000)
     path = tmp_path / "t.jls"
     write_jls(path, current, voltage, gpio)
     with pyjls.Reader(str(path)) as r:
-        names = {s.name: s for s in r.signals.values()}
-        assert names["power"].units == "W" and names["current"].units == "A"
-        power = r.fsr(names["power"].signal_id, 0, 1000)
-    assert np.array_equal(power, (current * voltage).astype(np.float32))
+        names = {s.name: s for s in r.signals.values() if s.signal_id != 0}
+    assert JLS_POWER not in names
+    assert sorted(names) == sorted([JLS_CURRENT, JLS_VOLTAGE, JLS_GPIO])
+    assert names["current"].units == "A" and names["voltage"].units == "V"
+    assert names["gpi0"].data_type == pyjls.DataType.U8
+
+
+def write_old_style_jls(
+    path: Path, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray, rate: int = 1000
+) -> None:
+    """A trace as the rig wrote it before power was dropped: signals 1-4 with power at 3."""
+    with pyjls.Writer(str(path)) as w:
+        w.source_def(1, name="neurobench-rig", vendor="neurobench-rig", model="measured",
+                     version="0.1.0", serial_number="")
+        signals = (
+            (1, "current", pyjls.DataType.F32, "A", current.astype(np.float32)),
+            (2, "voltage", pyjls.DataType.F32, "V", voltage.astype(np.float32)),
+            (3, "power", pyjls.DataType.F32, "W", (current * voltage).astype(np.float32)),
+            (4, "gpi0", pyjls.DataType.U8, "", gpio.astype(np.uint8)),
+        )
+        for sid, name, dtype, units, _ in signals:
+            w.signal_def(sid, 1, pyjls.SignalType.FSR, dtype, rate, name=name, units=units)
+        w.user_data(1, {"simulated": False, "sample_rate_hz": rate})
+        for sid, *_, data in signals:
+            w.fsr(sid, 0, data)
+
+
+def test_old_jls_files_with_a_power_signal_still_read(tmp_path: Path) -> None:
+    current, voltage, gpio = sample_arrays(3000)
+    old, new = tmp_path / "old.jls", tmp_path / "new.jls"
+    write_old_style_jls(old, current, voltage, gpio)
+    write_jls(new, current, voltage, gpio)
+    with pyjls.Reader(str(old)) as r:
+        assert JLS_POWER in {s.name for s in r.signals.values()}
+    a, b = read_trace(old), read_trace(new)
+    assert a.sample_rate == b.sample_rate == 1000.0 and len(a) == len(b) == 3000
+    assert np.array_equal(a.current, b.current)
+    assert np.array_equal(a.voltage, b.voltage)
+    assert np.array_equal(a.gpio, b.gpio)
+    assert np.array_equal(a.current, current.astype(np.float32))
 
 
 def test_simulated_flag_is_visible_in_the_file(tmp_path: Path) -> None:

@@ -1,0 +1,93 @@
+"""Disk space for a trace: project a JLS file's size and check it against the target disk.
+
+A recording that fills the disk dies mid-run (and takes the rest of the run folder with it),
+so callers check before any instrument is opened: refuse when the trace cannot fit with a
+reserve left over, warn when it would take more than half of what is free.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+from rig.errors import ConfigError
+
+#: Raw bytes per sample as `TraceWriter` stores them: f32 current + f32 voltage + u8 gpi0.
+RAW_BYTES_PER_SAMPLE = 9
+#: File size / raw size, from the JLS summaries (128-sample level, then x20 per level) and index.
+#: Measured with `TraceWriter` at 1 MS/s: 10 M samples in 100 k-sample chunks gave 93,009,312
+#: bytes = 9.3009 bytes/sample = 1.0334 x 9; the same to 4 digits for 1 M and 100 M samples,
+#: 1 k to 1 M-sample chunks, constant or random data (JLS does not compress). Rounded up.
+JLS_OVERHEAD = 1.034
+#: Free space kept in reserve for the rest of the run folder, the report and the system...
+RESERVE_BYTES = 1 << 30
+#: ...but never more than this fraction of the whole disk (a small SD card or tmpfs).
+RESERVE_FRACTION = 0.05
+#: Warn when the trace would take more than this fraction of the free space.
+WARN_FRACTION = 0.5
+#: What to do when the trace does not fit, unless the caller names its own options.
+DEFAULT_HINT = "lower the sample rate, record for a shorter time, or write to another disk"
+
+
+def projected_trace_bytes(duration_s: float, sample_rate_hz: float) -> int:
+    """Size [bytes] of a JLS trace of `duration_s` seconds at `sample_rate_hz`."""
+    if not (math.isfinite(duration_s) and duration_s >= 0):
+        raise ValueError(f"duration must be a finite number of seconds >= 0, got {duration_s}")
+    if not (math.isfinite(sample_rate_hz) and sample_rate_hz > 0):
+        raise ValueError(f"sample rate must be a positive number of Hz, got {sample_rate_hz}")
+    samples = math.ceil(duration_s * sample_rate_hz)
+    return math.ceil(samples * RAW_BYTES_PER_SAMPLE * JLS_OVERHEAD)
+
+
+def check_trace_space(
+    folder: str | Path,
+    duration_s: float,
+    sample_rate_hz: float,
+    *,
+    hint: str = DEFAULT_HINT,
+    what: str = "",
+) -> str | None:
+    """Refuse (ConfigError) a trace that will not fit in `folder`'s disk with the reserve kept;
+    return a warning text when it would take more than half of the free space, else None.
+
+    `folder` need not exist yet: the nearest existing parent's disk is the one it will use.
+    `what` names the recording in the messages (default: 'a trace of D s at R Hz').
+    """
+    projected = projected_trace_bytes(duration_s, sample_rate_hz)
+    where = _existing(Path(folder))
+    usage = shutil.disk_usage(where)
+    reserve = int(min(RESERVE_BYTES, RESERVE_FRACTION * usage.total))
+    what = what or f"a trace of {duration_s:.6g} s at {sample_rate_hz:g} Hz"
+    if projected > usage.free - reserve:
+        raise ConfigError(
+            f"not enough disk space: {what} needs about {_size(projected)} but {where} has "
+            f"{_size(usage.free)} free ({_size(reserve)} kept in reserve)",
+            hint=hint,
+        )
+    if projected > WARN_FRACTION * usage.free:
+        return (
+            f"{what} will take about {_size(projected)} of the {_size(usage.free)} free "
+            f"in {where}"
+        )
+    return None
+
+
+def _existing(path: Path) -> Path:
+    """`path` or its nearest existing parent (a runs folder may be created later)."""
+    path = path.expanduser().absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return path  # unreachable: the root always exists
+
+
+def _size(n: float) -> str:
+    """Bytes in binary units with one decimal: '1.5 GiB' ('999.9 MiB' before '1.0 GiB')."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        n /= 1024
+        if round(n, 1) < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1024:.1f} TiB"

@@ -1,0 +1,214 @@
+"""Disk space for traces: the size projection, refuse and warn, and both commands checking first."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import namedtuple
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocols.errors import RigError
+from rig import runner, trace_space
+from rig.cli import main
+from rig.config import load_bench
+from rig.errors import ConfigError
+from rig.events import Event, Note
+from rig.trace_space import (
+    JLS_OVERHEAD,
+    RAW_BYTES_PER_SAMPLE,
+    check_trace_space,
+    projected_trace_bytes,
+)
+from rig.traces import TraceWriter
+
+REPO = Path(__file__).resolve().parents[2]
+GiB, MiB = 1 << 30, 1 << 20
+Usage = namedtuple("Usage", "total used free")
+
+
+def fake_disk(monkeypatch: pytest.MonkeyPatch, free: int, total: int = 500 * GiB) -> list[Path]:
+    """Make the module's `shutil.disk_usage` report `free` bytes; returns the paths asked."""
+    asked: list[Path] = []
+
+    def disk_usage(path: Path) -> Usage:
+        asked.append(Path(path))
+        return Usage(total, total - free, free)
+
+    monkeypatch.setattr(trace_space.shutil, "disk_usage", disk_usage)
+    return asked
+
+
+# ---- projection ----------------------------------------------------------------------------
+
+
+def test_projection_is_samples_times_nine_bytes_times_the_overhead() -> None:
+    assert RAW_BYTES_PER_SAMPLE == 4 + 4 + 1  # f32 current, f32 voltage, u8 gpi0
+    assert projected_trace_bytes(2.5, 1000) == math.ceil(2500 * 9 * JLS_OVERHEAD)
+    hour = projected_trace_bytes(3600, 1e6)
+    assert hour == math.ceil(3.6e9 * 9 * JLS_OVERHEAD)
+    assert 33e9 < hour < 34e9  # ~33.5 GB; with the power channel it was ~48 GB
+    assert projected_trace_bytes(0, 1000) == 0
+    with pytest.raises(ValueError, match="positive"):
+        projected_trace_bytes(1, 0)
+    with pytest.raises(ValueError, match="duration"):
+        projected_trace_bytes(math.nan, 1000)
+
+
+def test_overhead_factor_matches_a_real_file(tmp_path: Path) -> None:
+    n, chunk = 1_000_000, 50_000
+    current, voltage = np.full(chunk, 1e-3), np.full(chunk, 1.8)
+    gpio = np.ones(chunk, dtype=np.uint8)
+    path = tmp_path / "t.jls"
+    with TraceWriter(path, 1_000_000) as w:
+        for k in range(0, n, chunk):
+            w.append(k, current, voltage, gpio)
+    size, projected = path.stat().st_size, projected_trace_bytes(1.0, 1e6)
+    assert size <= projected < 1.002 * size  # a slight over-estimate, never an under-estimate
+
+
+# ---- refuse, warn, pass --------------------------------------------------------------------
+
+
+def test_refuses_a_trace_that_does_not_fit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_disk(monkeypatch, free=10 * GiB)
+    with pytest.raises(ConfigError) as info:
+        check_trace_space(tmp_path, 3600, 1e6)
+    msg = info.value.message
+    assert "31.2 GiB" in msg and "10.0 GiB free" in msg and str(tmp_path) in msg
+    assert "a trace of 3600 s at 1e+06 Hz" in msg and "1.0 GiB kept in reserve" in msg
+    assert "sample rate" in info.value.hint and info.value.exit_code == 2
+
+
+def test_the_reserve_counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    need = projected_trace_bytes(3600, 1e6)
+    fake_disk(monkeypatch, free=need + GiB)  # fits exactly with 1 GiB kept
+    assert "will take about 31.2 GiB" in check_trace_space(tmp_path, 3600, 1e6)
+    fake_disk(monkeypatch, free=need + GiB - 1)
+    with pytest.raises(ConfigError):
+        check_trace_space(tmp_path, 3600, 1e6)
+
+
+def test_a_small_disk_keeps_five_percent_not_a_gibibyte(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_disk(monkeypatch, free=400 * MiB, total=1000 * MiB)  # reserve: 50 MiB
+    seconds = 340 * MiB / (9 * JLS_OVERHEAD * 1000)  # ~340 MiB at 1 kHz
+    assert check_trace_space(tmp_path, seconds, 1000) is not None  # fits, but > half: warn
+    with pytest.raises(ConfigError, match=r"50\.0 MiB kept in reserve"):
+        check_trace_space(tmp_path, seconds * 1.05, 1000)
+
+
+def test_warns_above_half_of_the_free_space(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake_disk(monkeypatch, free=50 * GiB)
+    warning = check_trace_space(tmp_path, 3600, 1e6)
+    assert warning is not None and "31.2 GiB of the 50.0 GiB free" in warning
+    fake_disk(monkeypatch, free=80 * GiB)
+    assert check_trace_space(tmp_path, 3600, 1e6) is None
+
+
+def test_a_folder_still_to_be_made_is_checked_on_its_parents_disk(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    asked = fake_disk(monkeypatch, free=80 * GiB)
+    assert check_trace_space(tmp_path / "runs" / "later", 10, 1000) is None
+    assert asked == [tmp_path]
+
+
+# ---- rig emon record -----------------------------------------------------------------------
+
+
+def emon_argv(out: Path) -> list[str]:
+    return ["emon", "record", "--driver", "joulescope", "--port", "/dev/no-such-monitor",
+            "--duration", "3600", "--voltage", "1.8", "--rate", "1000000", "--out", str(out)]
+
+
+def no_instrument(*args: object, **kwargs: object) -> None:
+    raise AssertionError("an instrument was opened")
+
+
+def test_emon_record_refuses_before_opening_the_monitor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_disk(monkeypatch, free=5 * GiB)
+    monkeypatch.setattr("rig.commands.emon.open_monitor", no_instrument)
+    assert main(emon_argv(tmp_path / "t.jls")) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("rig: error: not enough disk space") and "5.0 GiB free" in err
+    assert "--rate" in err and "--out" in err
+    assert not (tmp_path / "t.jls").exists()
+
+
+class Stop(RigError):
+    """Stands in for whatever the first instrument step would do."""
+
+
+def refuse_to_open(*args: object, **kwargs: object) -> None:
+    raise Stop("stopped at the instrument")
+
+
+def test_emon_record_prints_the_warning_before_opening_the_monitor(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_disk(monkeypatch, free=50 * GiB)
+    monkeypatch.setattr("rig.commands.emon.open_monitor", refuse_to_open)
+    assert main(emon_argv(tmp_path / "t.jls")) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("rig: warning: a trace of 3600 s") and "50.0 GiB free" in err[0]
+    assert err[1] == "rig: error: stopped at the instrument"
+
+
+# ---- measure_asc ---------------------------------------------------------------------------
+
+
+def test_asc_estimate_covers_runs_idle_and_the_accuracy_pass() -> None:
+    bench = load_bench(REPO / "benches" / "sim.toml")
+    o = bench.asc
+    at_least = o.runs * o.min_run_s * 1.02 + o.idle_s + 40 * bench.sim.inference_ms / 1e3
+    # A measured run of this bench recorded ~71 s; the estimate is an upper one.
+    assert at_least < runner.asc_trace_seconds(bench) < 4 * at_least
+
+
+def test_measure_asc_refuses_before_the_run_folder_exists(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    bench = load_bench(REPO / "benches" / "sim.toml")
+    assert runner.records_trace(bench)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    fake_disk(monkeypatch, free=1 * MiB, total=10 * GiB)
+    monkeypatch.setattr(runner, "_connect", no_instrument)
+    with pytest.raises(ConfigError) as info:
+        runner.measure_asc(bench, device="sim", runs_root=runs)
+    assert list(runs.iterdir()) == []
+    msg = info.value.message
+    assert msg.startswith("not enough disk space: an ASC run's trace (about")
+    assert "1.0 MiB free" in msg
+    assert "--runs-dir" in info.value.hint and "sample_rate_hz" in info.value.hint
+
+
+def test_measure_asc_publishes_the_warning_as_a_note(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sim = load_bench(REPO / "benches" / "sim.toml")
+    bench = replace(sim, emon=replace(sim.emon, sample_rate_hz=1e6))  # a Joulescope's rate
+    need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz)
+    fake_disk(monkeypatch, free=GiB + need)  # fits with the reserve kept, but tight
+    monkeypatch.setattr(runner, "_connect", refuse_to_open)
+    events: list[Event] = []
+    outcome = runner.measure_asc(
+        bench, device="sim", runs_root=tmp_path, subscribers=[events.append]
+    )
+    assert outcome.status == "failed" and isinstance(outcome.error, Stop)
+    notes = [e for e in events if isinstance(e, Note) and "free in" in e.text]
+    assert len(notes) == 1 and notes[0].level == "warning"
+    assert "an ASC run's trace (about" in notes[0].text
+    lines = (outcome.run_path / "events.jsonl").read_text().splitlines()
+    stored = [json.loads(line) for line in lines]
+    assert [e["text"] for e in stored if e["event"] == "note"] == [notes[0].text]
