@@ -168,6 +168,7 @@ class JlsSource(TraceSource):
         import pyjls
 
         self.path = path
+        unclosed = _check_jls_length(path)
         try:
             self._reader = pyjls.Reader(str(path))
         except Exception as exc:  # pyjls raises RuntimeError with its own code text
@@ -185,6 +186,9 @@ class JlsSource(TraceSource):
             if not present:
                 raise AnalysisError(f"{path} holds no samples",
                                     hint="the recording stopped before its first sample")
+            # A recording cut off may hold samples of some signals only: show those.
+            self._signals = {n: s for n, s in self._signals.items() if s.length > 0}
+            self._gpio = self._signals.get("gpio")
             self.length = min(s.length for s in present)
             rate = float(present[0].sample_rate)
             meta = _user_data(self._reader)
@@ -195,6 +199,9 @@ class JlsSource(TraceSource):
             self.first_sample_id = int(present[0].sample_id_offset or 0)
             self.simulated = bool(meta.get("simulated"))
             self.missing = []
+            if unclosed:
+                self.missing.append("the file was never closed (the recording was cut off): "
+                                    "showing the samples pyjls recovered")
             for name, what in ((JLS_CURRENT, "current"), (JLS_VOLTAGE, "voltage")):
                 if name not in self._signals:
                     self.missing.append(f"no {what} signal in the file")
@@ -384,6 +391,26 @@ def _search_edges(source: TraceSource, notes: list[str]) -> np.ndarray:
         out.append(falling_edges(g, initial_level=level) + lo)
         level = int(g[-1]) & 1
     return np.concatenate(out) / source.sample_rate
+
+
+def _check_jls_length(path: Path) -> bool:
+    """Refuse a JLS copy cut short: pyjls would "repair" it into a few samples without a word.
+
+    The file header's bytes 16..24 hold the file length, written on close (0 while recording).
+    A closed file whose length differs from its size on disk lost its end; an unclosed one is
+    left to pyjls, which recovers what the crashed recording holds: returns True for those.
+    """
+    with open(path, "rb") as f:
+        header = f.read(32)
+    if len(header) < 32 or not header.startswith(b"jlsfmt"):
+        return False  # not ours to judge: pyjls says what is wrong with it
+    length = int.from_bytes(header[16:24], "little")
+    size = path.stat().st_size
+    if length and length != size:
+        raise AnalysisError(f"JLS file {path} is truncated: it holds {size:,} of its "
+                            f"{length:,} bytes",
+                            hint="copy it again from where it was recorded")
+    return length == 0
 
 
 def _user_data(reader: Any) -> dict[str, Any]:
