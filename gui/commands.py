@@ -8,16 +8,15 @@ trace has opened: a bad path says so in one line even where Qt is not installed.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from rig.commands.analyze import parse_idle
 from rig.errors import ConfigError
 from rig.trace_view import TraceView, open_view
 
-_RANGE_HINT = "give START:END in seconds, e.g. --range 8.2:18.5"
 _SIZE_HINT = "give WIDTHxHEIGHT in pixels, e.g. --size 1400x900"
 
 
@@ -47,17 +46,8 @@ def add_view_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 
 def parse_range(text: str) -> tuple[float, float]:
-    """`A:B` in seconds, A before B."""
-    parts = text.split(":")
-    try:
-        if len(parts) != 2:
-            raise ValueError
-        start, end = float(parts[0]), float(parts[1])
-    except ValueError:
-        raise ConfigError(f"bad --range {text!r}", hint=_RANGE_HINT) from None
-    if not (math.isfinite(start) and math.isfinite(end)) or start >= end:
-        raise ConfigError(f"bad --range {text!r}: START must be before END", hint=_RANGE_HINT)
-    return start, end
+    """`A:B` in seconds, A before B (the parser `rig analyze --span` uses)."""
+    return parse_idle(text, "--range")
 
 
 def parse_size(text: str) -> tuple[int, int]:
