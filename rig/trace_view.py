@@ -21,7 +21,14 @@ import numpy as np
 
 from rig.analysis import SpanAccumulator, SpanStats, falling_edges, span_samples
 from rig.errors import AnalysisError, ConfigError
-from rig.traces import JLS_CURRENT, JLS_GPIO, JLS_POWER, JLS_VOLTAGE, read_trace
+from rig.traces import (
+    JLS_CURRENT,
+    JLS_GPIO,
+    JLS_POWER,
+    JLS_VOLTAGE,
+    check_jls_length,
+    read_trace,
+)
 
 #: The plotted channels, top to bottom, and their units.
 CHANNELS = ("current", "voltage", "power", "gpio")
@@ -168,7 +175,7 @@ class JlsSource(TraceSource):
         import pyjls
 
         self.path = path
-        unclosed = _check_jls_length(path)
+        unclosed = check_jls_length(path)
         try:
             self._reader = pyjls.Reader(str(path))
         except Exception as exc:  # pyjls raises RuntimeError with its own code text
@@ -391,26 +398,6 @@ def _search_edges(source: TraceSource, notes: list[str]) -> np.ndarray:
         out.append(falling_edges(g, initial_level=level) + lo)
         level = int(g[-1]) & 1
     return np.concatenate(out) / source.sample_rate
-
-
-def _check_jls_length(path: Path) -> bool:
-    """Refuse a JLS copy cut short: pyjls would "repair" it into a few samples without a word.
-
-    The file header's bytes 16..24 hold the file length, written on close (0 while recording).
-    A closed file whose length differs from its size on disk lost its end; an unclosed one is
-    left to pyjls, which recovers what the crashed recording holds: returns True for those.
-    """
-    with open(path, "rb") as f:
-        header = f.read(32)
-    if len(header) < 32 or not header.startswith(b"jlsfmt"):
-        return False  # not ours to judge: pyjls says what is wrong with it
-    length = int.from_bytes(header[16:24], "little")
-    size = path.stat().st_size
-    if length and length != size:
-        raise AnalysisError(f"JLS file {path} is truncated: it holds {size:,} of its "
-                            f"{length:,} bytes",
-                            hint="copy it again from where it was recorded")
-    return length == 0
 
 
 def _user_data(reader: Any) -> dict[str, Any]:

@@ -152,6 +152,7 @@ def _csv_header(path: Path) -> tuple[int, list[str]]:
 def _read_jls(path: Path, sample_rate: float | None) -> Trace:
     import pyjls  # heavy C extension: only when a JLS file is actually read
 
+    check_jls_length(path)
     try:
         reader = pyjls.Reader(str(path))
     except Exception as exc:  # pyjls raises RuntimeError with its own code text
@@ -203,6 +204,26 @@ def _read_jls(path: Path, sample_rate: float | None) -> Trace:
     finally:
         reader.close()
     return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta)
+
+
+def check_jls_length(path: Path) -> bool:
+    """Refuse a JLS copy cut short: pyjls would "repair" it into a few samples without a word.
+
+    The file header's bytes 16..24 hold the file length, written on close (0 while recording).
+    A closed file whose length differs from its size on disk lost its end; an unclosed one is
+    left to pyjls, which recovers what the crashed recording holds: returns True for those.
+    """
+    with open(path, "rb") as f:
+        header = f.read(32)
+    if len(header) < 32 or not header.startswith(b"jlsfmt"):
+        return False  # not ours to judge: pyjls says what is wrong with it
+    length = int.from_bytes(header[16:24], "little")
+    size = path.stat().st_size
+    if length and length != size:
+        raise AnalysisError(f"JLS file {path} is truncated: it holds {size:,} of its "
+                            f"{length:,} bytes",
+                            hint="copy it again from where it was recorded")
+    return length == 0
 
 
 def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:

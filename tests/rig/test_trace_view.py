@@ -213,3 +213,13 @@ def test_long_spans_use_the_summaries_and_say_so(tmp_path: Path, monkeypatch) ->
                 "power_min_w", "power_max_w"):
         assert getattr(quick, key) == pytest.approx(getattr(exact, key), rel=1e-6), key
     assert quick.energy_j == pytest.approx(1e-3 * 3.25 + 3e-3 * 6.65, rel=1e-6)
+
+
+def test_rig_analyze_refuses_a_halved_jls(tmp_path: Path, capsys) -> None:
+    current, voltage, gpio = step_trace([(1e-3, 5.0)])
+    path = write_jls(tmp_path / "t.jls", current, voltage, gpio)
+    cut = tmp_path / "cut.jls"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert main(["analyze", str(cut), "--span", "0:1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is truncated" in err[0]
