@@ -21,7 +21,7 @@ from rig.analysis import span_statistics
 from rig.cli import main
 from rig.trace_view import open_view
 from rig.traces import write_csv_trace
-from tests.gui.conftest import FS, V, step_trace, write_jls
+from tests.trace_samples import FS, V, step_trace, write_jls
 
 STAT_FIELDS = ("duration_s", "current_mean_a", "current_min_a", "current_max_a", "power_mean_w",
                "power_min_w", "power_max_w", "charge_c", "energy_j")

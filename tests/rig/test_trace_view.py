@@ -15,24 +15,8 @@ from rig.analysis import SpanAccumulator, span_samples, span_statistics
 from rig.cli import main
 from rig.errors import AnalysisError, ConfigError
 from rig.trace_view import open_view, run_marks
-from rig.traces import TraceWriter, write_csv_trace
-
-FS = 1000.0
-V = 1.8
-
-
-def step_trace(levels_w: list[tuple[float, float]], fs: float = FS) -> tuple[np.ndarray, ...]:
-    """Current, voltage and GPIO for (power [W], seconds) steps at a constant 1.8 V."""
-    current = np.concatenate([np.full(round(s * fs), p / V) for p, s in levels_w])
-    voltage = np.full(len(current), V)
-    gpio = np.ones(len(current), dtype=np.uint8)
-    return current, voltage, gpio
-
-
-def write_jls(path: Path, current, voltage, gpio, fs: float = FS) -> Path:
-    with TraceWriter(path, fs) as w:
-        w.append(0, current, voltage, gpio)
-    return path
+from rig.traces import write_csv_trace
+from tests.trace_samples import FS, V, step_trace, write_jls
 
 
 # -- span statistics -------------------------------------------------------------------------
