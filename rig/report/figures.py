@@ -202,8 +202,8 @@ def asc_figures(runs: list[AscRunInput], out_dir: Path, prefix: str, *,
         if excerpt is not None:
             files.append(_trace_figure(run, excerpt, out_dir / f"{prefix}-asc-trace.png", label))
             break
-    for make in (_throughput_figure, _energy_figure):
-        made = make(runs, out_dir, prefix, label)
+    for spec in (_THROUGHPUT, _ENERGY):
+        made = _dot_figure(spec, runs, out_dir, prefix, label)
         if made is not None:
             files.append(made)
     made = _replicability_figure(runs, out_dir, prefix, label, tolerance)
@@ -550,45 +550,48 @@ def _dot_plot(ax: Axes, series: list[tuple[str, np.ndarray, float]], unit: str,
     return scale
 
 
-def _throughput_figure(runs: list[AscRunInput], out_dir: Path, prefix: str,
-                       label: str | None) -> FigureFile | None:
-    series = _per_run_series(runs, "latency_runs", "inferences_per_s", "inferences_per_s")
+@dataclass(frozen=True)
+class _DotFigure:
+    """One value per timed run or window, with each run's median: what differs per figure."""
+
+    key: str
+    group: str  # "latency_runs" or "energy_windows"
+    field: str  # the per-run value, also the summary's median key
+    unit: str
+    xlabel: str
+    ylabel: str
+    legend: str
+    title: str
+    what: str  # the caption's first words
+
+
+_THROUGHPUT = _DotFigure("asc-throughput", "latency_runs", "inferences_per_s", RATE_UNIT,
+                         "timed run", "throughput", "each timed run", "Throughput per timed run",
+                         "Inferences per second in each timed run, with the median over the runs")
+_ENERGY = _DotFigure("asc-energy", "energy_windows", "energy_per_inference_j", "J",
+                     "energy window", "energy per inference", "each window",
+                     "Energy per inference per window",
+                     "Energy per inference in each measurement window (window energy over its "
+                     "iterations), with the median over the windows")
+
+
+def _dot_figure(spec: _DotFigure, runs: list[AscRunInput], out_dir: Path, prefix: str,
+                label: str | None) -> FigureFile | None:
+    series = _per_run_series(runs, spec.group, spec.field, spec.field)
     if not series:
         return None
     fig = _figure()
     ax = fig.subplots()
     _style(ax)
-    scale = _dot_plot(ax, series, RATE_UNIT, "each timed run")
-    ax.set_xlabel("timed run")
-    ax.set_ylabel("throughput")
-    path = out_dir / f"{prefix}-asc-throughput.png"
-    meds = ", ".join(f"{_eng(m, RATE_UNIT)}" + (f" ({n})" if len(series) > 1 else "")
+    scale = _dot_plot(ax, series, spec.unit, spec.legend)
+    ax.set_xlabel(spec.xlabel)
+    ax.set_ylabel(spec.ylabel)
+    path = out_dir / f"{prefix}-{spec.key}.png"
+    meds = ", ".join(f"{_eng(m, spec.unit)}" + (f" ({n})" if len(series) > 1 else "")
                      for n, _, m in series)
-    caption = (f"Inferences per second in each timed run, with the median over the runs "
-               f"(dashed; {meds}). {scale}")
-    _save(fig, path, "Throughput per timed run", label)
-    return FigureFile("asc-throughput", path, caption)
-
-
-def _energy_figure(runs: list[AscRunInput], out_dir: Path, prefix: str,
-                   label: str | None) -> FigureFile | None:
-    series = _per_run_series(runs, "energy_windows", "energy_per_inference_j",
-                             "energy_per_inference_j")
-    if not series:
-        return None
-    fig = _figure()
-    ax = fig.subplots()
-    _style(ax)
-    scale = _dot_plot(ax, series, "J", "each window")
-    ax.set_xlabel("energy window")
-    ax.set_ylabel("energy per inference")
-    path = out_dir / f"{prefix}-asc-energy.png"
-    meds = ", ".join(f"{_eng(m, 'J')}" + (f" ({n})" if len(series) > 1 else "")
-                     for n, _, m in series)
-    caption = (f"Energy per inference in each measurement window (window energy over its "
-               f"iterations), with the median over the windows (dashed; {meds}). {scale}")
-    _save(fig, path, "Energy per inference per window", label)
-    return FigureFile("asc-energy", path, caption)
+    caption = f"{spec.what} (dashed; {meds}). {scale}"
+    _save(fig, path, spec.title, label)
+    return FigureFile(spec.key, path, caption)
 
 
 def _deviations(vals: np.ndarray) -> np.ndarray:
