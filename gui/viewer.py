@@ -22,6 +22,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from rig.analysis import SpanStats
 from rig.errors import RigError
 from rig.trace_view import CHANNELS, UNITS, Envelope, Mark, TraceView
+from rig.units import si
 
 #: Range changes closer together than this are drawn once (mouse drags fire per event).
 REFRESH_MS = 15
@@ -45,23 +46,11 @@ GRID_MAJOR = "#d4d4d4"
 GRID_MINOR = "#ededed"
 BACKGROUND = "w"
 
-_PREFIXES = {-15: "f", -12: "p", -9: "n", -6: "µ", -3: "m", 0: "", 3: "k", 6: "M", 9: "G"}
 
 
 def si_format(value: float | None, unit: str, digits: int = 4) -> str:
-    """`value` with an SI prefix and `digits` significant digits, e.g. 3.600 mW."""
-    if value is None:
-        return "—"
-    if not math.isfinite(value):
-        return "n/a"
-    if value == 0:
-        return f"0 {unit}"
-    rounded = float(f"{value:.{digits - 1}e}")  # first round, so 999.96 becomes 1.000 k
-    exp = max(-15, min(9, math.floor(math.log10(abs(rounded)) / 3) * 3))
-    scaled = rounded / 10.0**exp
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(scaled)) + 1e-9))
-    text = f"{scaled:.{decimals}f}"
-    return f"{text} {_PREFIXES[exp]}{unit}"
+    """`value` with an SI prefix, as the report writes it (`rig.units.si`)."""
+    return si(value, unit, digits)
 
 
 def _seconds(value: float, sample_rate: float) -> str:

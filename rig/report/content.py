@@ -9,7 +9,6 @@ required field becomes a visible "to be completed by the submitter" box.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,29 +17,13 @@ from rig import __version__
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
+from rig.units import si
 
 #: The NeuroBench time-to-solution gap thresholds (QUBO.md).
 TTS_THRESHOLDS = ("0.1", "0.05", "0.01")
 #: The section headings report.md requires, in order (tests look for each).
 REQUIRED_SECTIONS = ("System architecture", "Algorithm", "Workflow", "Latency measurement",
                      "Power measurement", "Results")
-
-_PREFIXES = [(1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"),
-             (1e-9, "n"), (1e-12, "p")]
-
-
-def si(value: float | None, unit: str, digits: int = 4) -> str:
-    """`value` with an SI prefix and `digits` significant digits: 4.5e-05, "J" -> "45.00 µJ"."""
-    if value is None:
-        return "—"
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {unit}"
-    for scale, prefix in _PREFIXES:
-        if abs(value) >= scale * 0.9995:
-            return f"{value / scale:#.{digits}g} {prefix}{unit}".replace(". ", " ")
-    scale, prefix = _PREFIXES[-1]
-    return f"{value / scale:#.{digits}g} {prefix}{unit}"
-
 
 def pct(value: float | None, digits: int = 2) -> str:
     """A fraction as a percentage: 0.875 -> "87.50%"."""

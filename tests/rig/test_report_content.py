@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from rig.errors import ConfigError
-from rig.report.content import gap_text, pct, si
+from rig.report.content import gap_text, pct
 from rig.report.document import Box, Document, Heading, Para, Table, to_html, to_markdown
 from rig.report.system import SystemInfo, load_system, template
 from rig.sweep import SweepPointDone, SweepSpec, summarize
+from rig.units import si
 
 
 @pytest.mark.parametrize("value, unit, text", [
@@ -25,6 +26,8 @@ from rig.sweep import SweepPointDone, SweepSpec, summarize
     (0.0, "J", "0 J"),
     (None, "J", "—"),
     (-2.4e-3, "W", "-2.400 mW"),
+    (999.96, "W", "1.000 kW"),
+    (float("nan"), "J", "n/a"),
 ])
 def test_si_prefixes(value, unit, text) -> None:
     assert si(value, unit) == text
