@@ -20,6 +20,8 @@ class Event:
     """Base class: `kind` names the event in events.jsonl."""
 
     kind: ClassVar[str] = "event"
+    #: True for display-only streams (live power) that the run store does not keep.
+    transient: ClassVar[bool] = False
     #: Host wall-clock time the event was published (metadata, never a measurement).
     at: float = field(default_factory=time.time, kw_only=True)
 

@@ -30,6 +30,7 @@ import numpy as np
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError
+from rig.live_power import PowerDecimator, PowerPreview
 from rig.traces import TraceWriter
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
@@ -51,11 +52,17 @@ class EmonRecorder:
         simulated: bool = False,
         stop_after: int | None = None,
         fault: Callable[[], BaseException | None] | None = None,
+        checkpoint: Callable[[], None] | None = None,
+        preview: Callable[[PowerPreview], None] | None = None,
     ) -> None:
         self.sample_rate = float(sample_rate)
         #: Asks the monitor for a fault it raised on its own thread (e.g. a Joulescope that cut
         #: the DUT off over voltage), so a wait ends with that fault at once, not a timeout.
         self._fault = fault
+        #: Called while the procedure waits; may raise to abandon the wait (a Stop button).
+        self._checkpoint = checkpoint
+        #: Decimated power for a live display, made on the driver's thread (never blocks).
+        self._preview = PowerDecimator(sample_rate, preview) if preview is not None else None
         self.trace_path = trace_path
         self.stop_after = stop_after
         self._writer = (
@@ -124,6 +131,8 @@ class EmonRecorder:
             self._n = first + n
             self._received += n
             self._cond.notify_all()
+        if self._preview is not None:  # outside the lock: only this thread uses `_scratch`
+            self._preview.add(first, self._scratch[:n])
         if self._writer is not None:
             with self._writer_lock:
                 if self._writer is not None:
@@ -255,6 +264,8 @@ class EmonRecorder:
             while not ready():
                 if self.error is not None:
                     raise self.error
+                if self._checkpoint is not None:
+                    self._checkpoint()
                 fault = self._fault() if self._fault is not None else None
                 if fault is not None:
                     raise fault

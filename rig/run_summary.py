@@ -31,7 +31,8 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
     if record.finished is not None and record.finished.summary:
         summary = record.finished.summary
     else:  # killed before it finished: recompute from what it had measured
-        summary = asc.summarize(record.events, bench=manifest.get("bench"))
+        summary = asc.summarize(record.events, bench=manifest.get("bench"),
+                                scope=manifest.get("scope", "all"))
     counts: dict[str, int] = {}
     for row in record.rows:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1

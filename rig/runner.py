@@ -25,8 +25,10 @@ from rig.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
+from rig.live_power import PowerPreview
 from rig.procedures import asc
 from rig.recording import EmonRecorder
+from rig.stopping import StopRequest
 from rig.store import RunStore
 from rig.trace_space import check_trace_space
 
@@ -80,8 +82,15 @@ def measure_asc(
     device: str,
     runs_root: Path,
     subscribers: list[Callable[[Event], None]] = (),
+    scope: str = "all",
+    stop: StopRequest | None = None,
+    live: list[Callable[[PowerPreview], None]] = (),
 ) -> Outcome:
     """Run the ASC procedure on `bench`; the run folder is complete whatever happens.
+
+    `scope` picks the parts of the method (see `asc.SCOPES`). `stop`, set from another
+    thread, ends the run like Ctrl-C at its next safe point. `live` callbacks get decimated
+    power while the monitor records, on the monitor's thread (they must not block).
 
     A trace that cannot fit on the runs disk raises ConfigError before anything is opened or
     created.
@@ -96,16 +105,30 @@ def measure_asc(
         bus.subscribe(sub)
     bus.publish(RunStarted(
         run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
-        manifest={"bench": bench.snapshot(), "run_folder": store.path.name},
+        manifest={"bench": bench.snapshot(), "run_folder": store.path.name, "scope": scope},
     ))
     if space_warning:
         bus.publish(Note(level="warning", text=space_warning))
     status, error, interrupted = "failed", None, False
-    parts = _Parts()
+    parts = BenchParts()
+    checkpoint = stop.check if stop is not None else None
+
+    def publish(event: Event) -> None:
+        bus.publish(event)
+        if checkpoint is not None:  # between two steps: a safe point to stop at
+            checkpoint()
+
+    def preview(p: PowerPreview) -> None:
+        for tap in live:
+            tap(p)
+
     try:
         with sigterm_as_interrupt():
-            _connect(bench, parts, store, bus)
-            asc.AscProcedure(bench, parts.dut, parts.recorder, bus.publish).run()
+            connect_bench(bench, parts, bus, trace_path=store.traces_dir / EMON_TRACE,
+                          checkpoint=checkpoint, preview=preview if live else None)
+            if checkpoint is not None:
+                checkpoint()
+            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope).run()
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
@@ -122,7 +145,7 @@ def measure_asc(
                 dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
                 + (parts.emon.stats.dropped if parts.emon else 0),
             ))
-        summary = asc.summarize(events, bench=bench.snapshot())
+        summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
         summary["simulated"] = bench.simulated
         if status == "complete" and not asc.checks_passed(summary):
             status = "failed-checks"
@@ -179,8 +202,8 @@ def _check_trace_space(bench: Bench, runs_root: Path) -> str | None:
     )
 
 
-class _Parts:
-    """What `_connect` opened, so that shutdown closes exactly that, in a safe order."""
+class BenchParts:
+    """What `connect_bench` opened, so that shutdown closes exactly that, in a safe order."""
 
     def __init__(self) -> None:
         self.vbench: Any = None
@@ -212,8 +235,21 @@ class _Parts:
         return notes
 
 
-def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> None:
-    """Open ports, configure and start the monitor, power the DUT and read its boot banner."""
+def connect_bench(
+    bench: Bench,
+    parts: BenchParts,
+    bus: EventBus,
+    *,
+    trace_path: Path | None = None,
+    checkpoint: Callable[[], None] | None = None,
+    preview: Callable[[PowerPreview], None] | None = None,
+) -> None:
+    """Open ports, configure and start the monitor, power the DUT and read its boot banner.
+
+    What was opened is in `parts` even when this raises: `parts.shutdown()` undoes it. The
+    monitor's stream goes to `trace_path` (JLS) when given; `checkpoint` is called while
+    waiting on the DUT or the monitor and may raise to stop.
+    """
     dut_port, emon_port = bench.dut.port, bench.emon.address
     io_port = bench.io_manager.port if bench.io_manager else None
     uses_emon = bench.emon.driver != "none"
@@ -235,6 +271,7 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
 
     if bench.dut.kind == "xylo":
         _connect_xylo(bench, parts, bus)
+        parts.dut.checkpoint = checkpoint
         return
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
@@ -244,12 +281,14 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
             "name": io.handshake(), "version": io.version(), "port": io_port}))
     else:
         parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
+    parts.dut.checkpoint = checkpoint
     if not uses_emon:
         bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
                          "the DUT, so its boot banner is not checked"))
         _mode_without_banner(bench, parts.dut, bus)
         return
-    parts.emon = _open_monitor(bench, emon_port, virtual=bench.emon.address == VIRTUAL_PORT)
+    parts.emon = open_bench_monitor(bench, emon_port,
+                                    virtual=bench.emon.address == VIRTUAL_PORT)
     if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
         raise ConfigError(
             f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
@@ -262,8 +301,8 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
                                                   **parts.emon.settings()}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, store.traces_dir / EMON_TRACE, simulated=bench.simulated,
-        fault=lambda: getattr(emon, "fault", None),
+        emon.sample_rate, trace_path, simulated=bench.simulated,
+        fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
@@ -275,7 +314,7 @@ def _connect(bench: Bench, parts: _Parts, store: RunStore, bus: EventBus) -> Non
     parts.dut.require_mode(bench.dut.timestamp_mode)
 
 
-def _connect_xylo(bench: Bench, parts: _Parts, bus: EventBus) -> None:
+def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus) -> None:
     """Start the Xylo shim (firmware/xylo) as the DUT: XyloSim, or a Xylo Audio 2 HDK."""
     shim = Path(__file__).resolve().parents[1] / "firmware" / "xylo" / "shim.py"
     argv = [sys.executable, str(shim), "--spec", bench.dut.spec]
@@ -287,7 +326,7 @@ def _connect_xylo(bench: Bench, parts: _Parts, bus: EventBus) -> None:
     parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
 
 
-def _open_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
+def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
     """The bench's energy monitor, opened at `address`."""
     if bench.emon.driver == "joulescope" and virtual:
         # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the

@@ -123,6 +123,8 @@ class RunStore:
         return self.path / TRACES
 
     def __call__(self, event: Event) -> None:
+        if event.transient:  # a display stream (live power): the trace file has the samples
+            return
         record = event.to_record()
         self._events.write(json.dumps(record, default=_json_default) + "\n")
         self._events.flush()

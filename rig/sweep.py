@@ -35,6 +35,7 @@ from protocols.errors import RigError
 from rig.config import read_toml
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, RunFinished, RunStarted
+from rig.stopping import StopRequest
 from rig.store import EVENTS, INCOMPLETE, RunStore, load_run
 
 #: `procedure` of a sweep's run folder (manifest.json and run_started).
@@ -571,8 +572,10 @@ def start_sweep(
     point_function: PointFunction | None = None,
     stand_in: bool = False,
     subscribers: list[Callable[[Event], None]] = (),
+    stop: StopRequest | None = None,
 ) -> SweepOutcome:
-    """Create a run folder for `spec` and run every point."""
+    """Create a run folder for `spec` and run every point; `stop` (set from another thread)
+    ends it like Ctrl-C after the point being measured."""
     if point_function is not None:
         kind = CUSTOM
     elif stand_in:
@@ -589,7 +592,7 @@ def start_sweep(
             manifest={"sweep": spec.snapshot(), "points_total": total,
                       "point_function": kind, "run_folder": store.path.name},
         ))
-        return _run(store, bus, spec, spec.points(), point_function)
+        return _run(store, bus, spec, spec.points(), point_function, stop=stop)
 
 
 def resume_sweep(
@@ -598,6 +601,7 @@ def resume_sweep(
     point_function: PointFunction | None = None,
     retry_failed: bool = False,
     subscribers: list[Callable[[Event], None]] = (),
+    stop: StopRequest | None = None,
 ) -> SweepOutcome:
     """Run the points of a sweep folder that are not on disk yet, appending to its events."""
     run_path = Path(run_path)
@@ -621,7 +625,8 @@ def resume_sweep(
         bus = _bus(store, subscribers)
         bus.publish(SweepResumed(done=len(done), total=record.total,
                                  bad_lines=record.bad_lines, host=socket.gethostname()))
-        return _run(store, bus, record.spec, todo, point_function, already=record.done)
+        return _run(store, bus, record.spec, todo, point_function, already=record.done,
+                    stop=stop)
 
 
 def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:
@@ -639,6 +644,7 @@ def _run(
     todo: list[SweepPoint],
     point_function: PointFunction,
     already: dict[str, SweepPointDone] | None = None,
+    stop: StopRequest | None = None,
 ) -> SweepOutcome:
     """Measure `todo` in order, one checkpoint per point; finish the session however it ends."""
     from rig.runner import sigterm_as_interrupt  # the ASC runner's SIGTERM-as-Ctrl-C
@@ -648,6 +654,8 @@ def _run(
     try:
         with sigterm_as_interrupt():
             for point in todo:
+                if stop is not None:
+                    stop.check()
                 started = time.monotonic()
                 result, state, why = {}, "ok", None
                 try:

@@ -232,6 +232,9 @@ class DutClient:
         self._out_of_sync = False
         #: The QUBO last loaded (n_vars, terms), to check what `qubo_result` reports.
         self._qubo: tuple[int, np.ndarray] | None = None
+        #: Called while waiting for a reply; may raise to abandon the wait (a Stop button's
+        #: check: the run then ends as after Ctrl-C).
+        self.checkpoint: Callable[[], None] | None = None
 
     # -- boot ---------------------------------------------------------------------------------
     def wait_for_boot(self, timeout_s: float = 5.0) -> str:
@@ -713,6 +716,8 @@ class DutClient:
     def _next_event(self, deadline: float) -> DutEvent | None:
         """The next event, or None once the monotonic `deadline` has passed."""
         while not self._pending:
+            if self.checkpoint is not None:
+                self.checkpoint()
             if time.monotonic() > deadline:
                 return None
             data = self._transport.read()

@@ -14,6 +14,7 @@ from rig.commands.common import (
     print_json,
 )
 from rig.console import ConsoleView, summary_table
+from rig.procedures import asc
 from rig.runner import measure_asc
 
 EXIT_FOR_STATUS = {"complete": 0, "failed-checks": 1}
@@ -24,6 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("benchmark", choices=["asc"], help="which benchmark (asc)")
     add_bench_arguments(p)
     add_override_arguments(p)
+    p.add_argument("--scope", choices=asc.SCOPES, default="all",
+                   help="what to measure: performance (latency), energy (idle power and energy "
+                   "windows; energy-mode firmware), accuracy (the test set), or all (default)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"),
                    help="where run folders go (default: ./runs)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -36,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         outcome = measure_asc(
             bench, device=device, runs_root=args.runs_dir,
-            subscribers=[view] if view else [],
+            subscribers=[view] if view else [], scope=args.scope,
         )
     finally:
         if view:

@@ -28,8 +28,8 @@ from protocols.dut.codec import Message
 from rig.analysis import mean_stderr, replicability
 from rig.config import Bench
 from rig.datasets.synthetic import CLASSES
-from rig.datasets.testsets import load_test_set
-from rig.errors import MeasurementFailed
+from rig.datasets.testsets import TestSet, load_test_set
+from rig.errors import ConfigError, MeasurementFailed
 from rig.events import (
     Event,
     IdleMeasured,
@@ -55,6 +55,11 @@ AFE_POWER_NOTE = (
 #: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
 RUN_MARGIN = 1.02
 
+#: Which parts of the method a run measures: "performance" the timed runs (latency), "energy"
+#: idle power and the timed runs as energy windows (needs energy-mode firmware and a monitor),
+#: "accuracy" the test set through the DUT, "all" everything.
+SCOPES = ("all", "performance", "energy", "accuracy")
+
 
 @dataclass(frozen=True)
 class Timed:
@@ -78,7 +83,13 @@ class AscProcedure:
         dut: DutClient,
         recorder: EmonRecorder | None,
         publish: Callable[[Event], None],
+        *,
+        scope: str = "all",
     ) -> None:
+        if scope not in SCOPES:
+            raise ConfigError(f"unknown ASC scope {scope!r}",
+                              hint=f"choose one of {', '.join(SCOPES)}")
+        self.scope = scope
         self.bench = bench
         self.opts = bench.asc
         self.dut = dut
@@ -89,6 +100,12 @@ class AscProcedure:
             raise MeasurementFailed(
                 "the DUT firmware is in energy timestamp mode but the bench has no energy monitor",
                 hint="add an [emon] to the bench, or use performance-mode firmware",
+            )
+        if scope == "energy" and not self.energy_mode:
+            raise ConfigError(
+                "an energy-only run needs energy timestamp mode, but the DUT firmware is in "
+                f"{dut.timestamp_mode or 'an unknown'} mode",
+                hint="flash energy-mode firmware, or measure performance or accuracy",
             )
         self._edges_used = recorder.edge_count if recorder else 0
 
@@ -109,7 +126,13 @@ class AscProcedure:
                              if test.preprocess_method else "")))
         if test.preprocess_method:
             self.publish(Note(text=AFE_POWER_NOTE))
+        if self.scope != "accuracy":
+            self._latency_and_energy(test)
+        if self.scope in ("all", "accuracy"):
+            self._accuracy(test)
 
+    def _latency_and_energy(self, test: TestSet) -> None:
+        """Calibrate, measure idle (energy), then the timed runs."""
         self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
         loaded = self.dut.load(test.inputs[0])
         how = ("binary with CRC-32" if loaded.method == "binary"
@@ -124,7 +147,9 @@ class AscProcedure:
         self.publish(Note(text=f"calibration: {per_inference * 1e3:.4g} ms per inference "
                                f"({cal.timer} timer); {iterations} iterations per run"))
 
-        if self.energy_mode:
+        if self.scope == "performance":
+            self.publish(Note(text="performance only: idle power and energy are not measured"))
+        elif self.energy_mode:
             self._measure_idle()
         elif self.bench.dut.kind == "xylo" and self.bench.dut.hdk:
             self._measure_rail_idle()
@@ -144,12 +169,16 @@ class AscProcedure:
                 time_per_inference_s=t.elapsed_s / t.iterations,
                 inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
             ))
-            if t.window is not None:
+            if self.scope == "performance":
+                pass  # the same runs, timed only: no energy asked for
+            elif t.window is not None:
                 self._publish_window(index, t)
             elif t.rail_power_w is not None:
                 self._publish_rail_window(index, t)
             self.publish(PhaseProgress(phase="runs", done=index + 1, total=self.opts.runs))
 
+    def _accuracy(self, test: TestSet) -> None:
+        """Every test sample through the DUT, one inference each."""
         self.publish(PhaseStarted(phase="accuracy", total=len(test),
                                   description=f"{len(test)} test samples through the DUT"))
         for index, (x, label) in enumerate(zip(test.inputs, test.labels, strict=True)):
@@ -275,7 +304,9 @@ class AscProcedure:
 
 
 # -- the summary: a pure function of the events, so `rig show` gets the same from a stored run ---
-def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    events: list[Event], *, bench: dict[str, Any] | None = None, scope: str = "all"
+) -> dict[str, Any]:
     """The ASC figures and checks from a run's events (complete or not)."""
     asc = (bench or {}).get("asc", {})
     tolerance = float(asc.get("replicability_tolerance", 0.05))
@@ -337,10 +368,13 @@ def summarize(events: list[Event], *, bench: dict[str, Any] | None = None) -> di
             dynamic = active - out["idle_power_w"]
             out["dynamic_power_w"] = dynamic
             out["dynamic_energy_per_inference_j"] = dynamic * out["execution_time_mean_s"]
+    if scope != "all":
+        out["scope"] = scope
     if not windows:
         dut = (bench or {}).get("dut", {})
         out["power"] = (
-            "unavailable (simulator): XyloSim has no power rails"
+            f"not measured (a {scope}-only run)" if scope in ("performance", "accuracy")
+            else "unavailable (simulator): XyloSim has no power rails"
             if dut.get("kind") == "xylo" and not dut.get("hdk")
             else "unavailable: needs energy-mode firmware and an energy monitor"
         )

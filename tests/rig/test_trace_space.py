@@ -183,7 +183,7 @@ def test_measure_asc_refuses_before_the_run_folder_exists(
     runs = tmp_path / "runs"
     runs.mkdir()
     fake_disk(monkeypatch, free=1 * MiB, total=10 * GiB)
-    monkeypatch.setattr(runner, "_connect", no_instrument)
+    monkeypatch.setattr(runner, "connect_bench", no_instrument)
     with pytest.raises(ConfigError) as info:
         runner.measure_asc(bench, device="sim", runs_root=runs)
     assert list(runs.iterdir()) == []
@@ -200,7 +200,7 @@ def test_measure_asc_publishes_the_warning_as_a_note(
     bench = replace(sim, emon=replace(sim.emon, sample_rate_hz=1e6))  # a Joulescope's rate
     need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz)
     fake_disk(monkeypatch, free=GiB + need)  # fits with the reserve kept, but tight
-    monkeypatch.setattr(runner, "_connect", refuse_to_open)
+    monkeypatch.setattr(runner, "connect_bench", refuse_to_open)
     events: list[Event] = []
     outcome = runner.measure_asc(
         bench, device="sim", runs_root=tmp_path, subscribers=[events.append]
