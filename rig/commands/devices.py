@@ -3,32 +3,23 @@
 With `--probe`, also knock on each port: open it at 115200 baud, send the DUT protocol's
 ``name%`` and report what answered (a DUT's name and vendor, some other line, or nothing).
 Every port gets its own short deadline, so a silent or busy port never holds the listing up.
+
+With `--check`, handshake the devices of one bench instead (`--device NAME` or `--bench FILE`)
+without measuring: one line per device with its state; exit 0 only if every used device
+answered.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from serial.tools import list_ports
 
-from drivers.errors import DeviceError
-from drivers.transport import SerialTransport
-from protocols.dut.codec import DutDecoder, Name, Ready, cmd_name, encode_command
-from rig.commands.common import print_json
-
-#: USB ids of instruments and boards the rig knows.
-KNOWN_USB = {
-    (0x0483, 0x5740): "ST X-NUCLEO-LPM01A (PowerShield)",
-    (0x2341, 0x805A): "Arduino Nano 33 BLE",
-    (0x2341, 0x0043): "Arduino UNO (IO manager)",
-    (0x2341, 0x0001): "Arduino UNO (IO manager)",
-}
-#: Instruments that are not sent a DUT handshake (they speak another protocol).
-NOT_PROBED = {(0x0483, 0x5740)}
-PROBE_BAUD = 115200
-PROBE_TIMEOUT_S = 1.0
+from rig.bench_check import BenchCheck, check_bench
+from rig.commands.common import add_bench_arguments, bench_from_args, print_json
+from rig.errors import ConfigError
+from rig.ports import PROBE_TIMEOUT_S, scan_ports
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,41 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="send each port the DUT handshake (name%%) and show what answered")
     p.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT_S, metavar="S",
                    help=f"seconds to wait for an answer per port (default {PROBE_TIMEOUT_S:g})")
+    p.add_argument("--check", action="store_true",
+                   help="handshake one bench's devices (--device NAME or --bench FILE, "
+                   "default sim) without measuring; exit 1 unless every used one answers")
+    add_bench_arguments(p)
     p.set_defaults(run=run)
-
-
-def probe(port: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
-    """Send ``name%`` on `port`; what answered within `timeout_s`.
-
-    {"answer": "dut", "name", "vendor"} for a DUT, {"answer": "other", "reply": first line} for
-    anything else that spoke, {"answer": "none"} for silence, {"answer": "error", "reply":
-    why} for a port that could not be used.
-    """
-    try:
-        transport = SerialTransport(port, PROBE_BAUD, name=port)
-    except DeviceError as exc:
-        return {"answer": "error", "reply": exc.message}
-    raw = bytearray()
-    events: list[Any] = []
-    decoder = DutDecoder()
-    try:
-        transport.write(encode_command(cmd_name()))
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and not any(isinstance(e, Ready) for e in events):
-            data = transport.read()
-            raw += data
-            events += decoder.feed(data)
-    except DeviceError as exc:
-        return {"answer": "error", "reply": exc.message}
-    finally:
-        transport.close()
-    for event in events:
-        if isinstance(event, Name):
-            return {"answer": "dut", "name": event.name, "vendor": event.vendor}
-    line = bytes(raw).replace(b"\x00", b"").strip().split(b"\n")[0].strip()
-    if line:
-        return {"answer": "other", "reply": line[:80].decode("ascii", errors="replace")}
-    return {"answer": "none"}
 
 
 def _describe(handshake: dict[str, Any] | None) -> str:
@@ -91,23 +52,18 @@ def _describe(handshake: dict[str, Any] | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    ports = []
-    for info in sorted(list_ports.comports(), key=lambda p: p.device):
-        ids = (info.vid, info.pid) if info.vid is not None else None
-        entry: dict[str, Any] = {
-            "port": info.device,
-            "vid": f"{info.vid:04x}" if info.vid is not None else None,
-            "pid": f"{info.pid:04x}" if info.pid is not None else None,
-            "description": info.description,
-            "serial_number": info.serial_number,
-            "looks_like": KNOWN_USB.get(ids) if ids else None,
-        }
+    if args.check:
         if args.probe:
-            entry["handshake"] = (
-                {"answer": "skipped"} if ids in NOT_PROBED
-                else probe(info.device, args.probe_timeout)
-            )
-        ports.append(entry)
+            raise ConfigError("--check and --probe do not go together",
+                              hint="--probe knocks on every port; --check on one bench's")
+        return _run_check(args)
+    if args.device is not None or args.bench is not None:
+        raise ConfigError("--device and --bench go with --check",
+                          hint="rig devices --check --device NAME")
+    ports = scan_ports(probe=args.probe, timeout_s=args.probe_timeout,
+                       lister=list_ports.comports)
+    for p in ports:
+        del p["state"]  # the listing's output is as it always was
     if args.json:
         print_json({"ports": ports})
         return 0
@@ -119,3 +75,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"{p['port']:<20} {ids}  {p['looks_like'] or p['description']}"
               f"{_describe(p.get('handshake'))}")
     return 0
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    bench, _ = bench_from_args(args)
+    result: BenchCheck = check_bench(bench)
+    if args.json:
+        print_json(result.as_dict())
+    else:
+        print(f"bench: {bench.name} ({bench.path})")
+        for device in result.devices:
+            print(f"{device.role:<14} {device.state:<12} {device.detail}")
+        for note in result.notes:
+            print(f"note: {note}")
+    return 0 if result.ok else 1
