@@ -1,7 +1,8 @@
-"""`rig view PATH`: the energy-trace viewer from the command line (a window, or a PNG).
+"""`rig view PATH` (the energy-trace viewer: a window, or a PNG) and `rig gui` (the runner).
 
-Registered through the entry point `view = "gui.commands:add_view_parser"` (group
-`neurobench_rig.commands`), so `rig` never imports this layer. Qt is imported only once the
+Registered through the entry points `view = "gui.commands:add_view_parser"` and
+`gui = "gui.commands:add_gui_parser"` (group `neurobench_rig.commands`), so `rig` never imports
+this layer. Qt is imported only once the
 trace has opened: a bad path says so in one line even where Qt is not installed.
 """
 
@@ -98,6 +99,54 @@ def run(args: argparse.Namespace) -> int:
         return _show(_load_qt(), view, range_s, size)
     finally:
         view.close()
+
+
+def add_gui_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `rig gui`."""
+    p = subparsers.add_parser(
+        "gui",
+        help="the runner window: bench, devices, Start/Stop, live power, results",
+        description=(
+            "Open the runner window: pick or build a bench, check its devices, run ASC or a "
+            "QUBO point or sweep with Start and Stop (Stop is the same clean stop as Ctrl-C), "
+            "watch progress and live power, and read the results, open the trace in the viewer "
+            "or make the report."
+        ),
+    )
+    p.add_argument("--runs-dir", type=Path, default=Path("runs"),
+                   help="where run folders go and earlier runs are listed (default: ./runs)")
+    p.add_argument("--device", metavar="NAME", help="start with this bench from benches/")
+    p.add_argument("--size", metavar="WxH", help="window size in pixels (default 1500x980)")
+    p.set_defaults(run=run_gui)
+    return p
+
+
+def run_gui(args: argparse.Namespace) -> int:
+    """The runner window until the user closes it."""
+    size = parse_size(args.size) if args.size is not None else (1500, 980)
+    if (sys.platform.startswith("linux") and not _has_display()
+            and not os.environ.get("QT_QPA_PLATFORM")):
+        raise ConfigError("no display to open the runner window on",
+                          hint="run it on a desktop or over ssh -X; the CLI (rig measure, "
+                               "rig sweep, rig show) needs no display")
+    if args.device is not None:
+        from rig.config import resolve_device
+
+        resolve_device(args.device)  # an unknown name is one line before any window opens
+    try:
+        from PySide6 import QtWidgets
+
+        from gui.runner import RunnerWindow
+    except ImportError as exc:
+        raise ConfigError(f"the runner needs Qt (PySide6) and pyqtgraph: cannot import "
+                          f"{exc.name or exc}",
+                          hint="install the gui extra: pip install -e '.[gui]'") from None
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(["rig gui"])
+    window = RunnerWindow(runs_root=args.runs_dir, bench=args.device)
+    window.resize(*size)
+    window.show()
+    app.exec()
+    return 0
 
 
 def _load_qt() -> ModuleType:

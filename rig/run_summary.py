@@ -8,6 +8,7 @@ listed as the events recorded them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,44 @@ from rig.events import IdleMeasured, LatencyRun, WindowMeasured
 from rig.procedures import asc
 from rig.store import RunRecord, load_run
 from rig.sweep import is_sweep, read_sweep, summarize
+from rig.units import pct, si
+
+#: The headline figures of an ASC summary as people read them: (key, label, text of summary).
+#: The report's results table and the runner GUI's show exactly these.
+ASC_FIGURES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
+    ("accuracy", "Accuracy (top-1)", lambda s: f"{pct(s['accuracy'])} ({s['correct']}/"
+                                               f"{s['samples']})"),
+    ("inferences_per_s", "Inferences per second (median of runs)",
+     lambda s: f"{s['inferences_per_s']:#.4g} /s"),
+    ("execution_time_mean_s", "Execution time per inference",
+     lambda s: f"{si(s['execution_time_mean_s'], 's')} ± "
+               f"{si(s['execution_time_stderr_s'], 's', 2)}"),
+    ("idle_power_w", "Idle power", lambda s: si(s["idle_power_w"], "W")),
+    ("active_power_w", "Active power", lambda s: si(s["active_power_w"], "W")),
+    ("dynamic_power_w", "Dynamic power", lambda s: si(s["dynamic_power_w"], "W")),
+    ("energy_per_inference_j", "Energy per inference (median of windows)",
+     lambda s: si(s["energy_per_inference_j"], "J")),
+    ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
+     lambda s: si(s["dynamic_energy_per_inference_j"], "J")),
+    ("power", "Power", lambda s: str(s["power"])),
+]
+
+
+def asc_figure_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) for each headline figure the summary has."""
+    return [(label, fmt(summary)) for key, label, fmt in ASC_FIGURES if key in summary]
+
+
+def replicability_verdict(summary: dict[str, Any]) -> tuple[bool | None, str]:
+    """Whether the runs (and windows) were replicable, and one line saying why; None when the
+    run measured no timed runs."""
+    checks = [c for c in summary.get("checks", []) if c["name"].endswith("replicable")]
+    if not checks:
+        return None, "no timed runs: replicability not assessed"
+    bad = [c for c in checks if not c["ok"]]
+    if bad:
+        return False, "not replicable: " + "; ".join(f"{c['name']}: {c['detail']}" for c in bad)
+    return True, "replicable: " + "; ".join(c["detail"] for c in checks)
 
 
 def run_summary(path: str | Path) -> dict[str, Any]:

@@ -176,6 +176,25 @@ def asc_trace_seconds(bench: Bench) -> float:
     return setup_s + o.idle_s + runs_s + _asc_test_samples(bench) * (load_s + inference_s)
 
 
+def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
+    """Rough host seconds each ASC phase takes, for a remaining-time display before a phase
+    has progress of its own (on the virtual bench, divided by its speed)."""
+    o = bench.asc
+    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
+    speed = bench.sim.speed if bench.sim else 1.0
+    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
+    phases = {}
+    if scope != "accuracy":
+        phases["calibrate"] = (load_s + o.calibration_iterations * inference_s) / speed
+        if scope != "performance":
+            phases["idle"] = o.idle_s / speed
+        phases["runs"] = o.runs * (run_s + o.warmup * inference_s) / speed
+    if scope in ("all", "accuracy"):
+        phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s) / speed
+    return phases
+
+
 def _asc_test_samples(bench: Bench) -> int:
     """Test samples the accuracy pass sends (an upper bound), without loading any audio."""
     per_class = bench.dataset.samples_per_class

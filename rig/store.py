@@ -249,6 +249,29 @@ def load_run(path: str | Path) -> RunRecord:
     return RunRecord(path, manifest, events, status, rows, finished, bad)
 
 
+def list_runs(root: str | Path) -> list[dict[str, Any]]:
+    """The run folders directly under `root`, newest first, from their manifests only (cheap:
+    no events are read). Status "running" is what the manifest says: the run may be going on
+    in another process, or was killed (`load_run` then calls it incomplete)."""
+    root = Path(root)
+    out = []
+    for manifest_path in root.glob(f"*/{MANIFEST}"):
+        try:
+            m = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            m = {}
+        out.append({
+            "path": manifest_path.parent,
+            "started_at": m.get("started_at") or "",
+            "procedure": m.get("procedure") or "?",
+            "device": m.get("device") or "?",
+            "status": m.get("status") or INCOMPLETE,
+            "simulated": bool(m.get("simulated")),
+        })
+    out.sort(key=lambda r: (r["started_at"], r["path"].name), reverse=True)
+    return out
+
+
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
 

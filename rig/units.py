@@ -27,3 +27,8 @@ def si(value: float | None, unit: str, digits: int = 4) -> str:
     scale, prefix = next(((s, p) for s, p in _PREFIXES if abs(value) >= s * 0.9995),
                          _PREFIXES[-1])
     return f"{value / scale:#.{digits}g}".rstrip(".") + f" {prefix}{unit}"
+
+
+def pct(value: float | None, digits: int = 2) -> str:
+    """A fraction as a percentage: 0.875 -> "87.50%"."""
+    return "—" if value is None else f"{value * 100:.{digits}f}%"

@@ -17,18 +17,14 @@ from rig import __version__
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
-from rig.units import si
+from rig.run_summary import ASC_FIGURES
+from rig.units import pct, si
 
 #: The NeuroBench time-to-solution gap thresholds (QUBO.md).
 TTS_THRESHOLDS = ("0.1", "0.05", "0.01")
 #: The section headings report.md requires, in order (tests look for each).
 REQUIRED_SECTIONS = ("System architecture", "Algorithm", "Workflow", "Latency measurement",
                      "Power measurement", "Results")
-
-def pct(value: float | None, digits: int = 2) -> str:
-    """A fraction as a percentage: 0.875 -> "87.50%"."""
-    return "—" if value is None else f"{value * 100:.{digits}f}%"
-
 
 def gap_text(value: float | None) -> str:
     """A BKS-gap as a signed percentage (negative: better than the target)."""
@@ -615,31 +611,12 @@ def _asc_power_lines(run: ReportRun) -> list[str]:
 
 
 # -- results -------------------------------------------------------------------------------------
-_ASC_ROWS: list[tuple[str, str, Callable[[dict[str, Any]], str | None]]] = [
-    ("accuracy", "Accuracy (top-1)", lambda s: f"{pct(s['accuracy'])} ({s['correct']}/"
-                                               f"{s['samples']})"),
-    ("inferences_per_s", "Inferences per second (median of runs)",
-     lambda s: f"{s['inferences_per_s']:#.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference",
-     lambda s: f"{si(s['execution_time_mean_s'], 's')} ± "
-               f"{si(s['execution_time_stderr_s'], 's', 2)}"),
-    ("idle_power_w", "Idle power", lambda s: si(s["idle_power_w"], "W")),
-    ("active_power_w", "Active power", lambda s: si(s["active_power_w"], "W")),
-    ("dynamic_power_w", "Dynamic power", lambda s: si(s["dynamic_power_w"], "W")),
-    ("energy_per_inference_j", "Energy per inference (median of windows)",
-     lambda s: si(s["energy_per_inference_j"], "J")),
-    ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
-     lambda s: si(s["dynamic_energy_per_inference_j"], "J")),
-    ("power", "Power", lambda s: str(s["power"])),
-]
-
-
 def _asc_results(system: System) -> list[Any]:
     runs = system.runs
     label = f" — {system.label}" if system.label else ""
     header = ("Metric", *[f"`{r.name}`" for r in runs])
     rows = []
-    for key, name, fmt in _ASC_ROWS:
+    for key, name, fmt in ASC_FIGURES:
         if any(key in r.show["summary"] for r in runs):
             rows.append((name, *[fmt(r.show["summary"]) if key in r.show["summary"] else "—"
                                  for r in runs]))

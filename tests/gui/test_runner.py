@@ -1,0 +1,292 @@
+"""The runner window offscreen, over the real virtual bench: a whole ASC run clicked through and
+compared with the CLI's, Stop, the error cases as messages in the window, the live trace, the
+results, earlier runs, the report and the bench form."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from PySide6 import QtCore
+
+from gui.runner import RunnerWindow, report_folder
+from rig.config import load_bench
+from rig.run_summary import asc_figure_rows, run_summary
+from rig.sim.bench import VirtualBench
+from rig.store import load_run
+from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
+
+pytestmark = pytest.mark.slow
+
+#: Deadline for a whole virtual-bench run [ms] (they take a few seconds).
+RUN_MS = 90_000
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path):
+    """A runner window on tmp runs; a run still going at the end is stopped (DUT off)."""
+    made = []
+
+    def make(**kwargs) -> RunnerWindow:
+        w = RunnerWindow(runs_root=tmp_path / "runs", hotplug=False, **kwargs)
+        qtbot.addWidget(w)
+        w.show()
+        made.append(w)
+        return w
+
+    yield make
+    for w in made:
+        if w.running:
+            w.stop()
+            qtbot.waitUntil(lambda w=w: not w.running, timeout=RUN_MS)
+
+
+def click_start(qtbot, w: RunnerWindow) -> None:
+    qtbot.mouseClick(w.start_button, QtCore.Qt.MouseButton.LeftButton)
+
+
+def wait_end(qtbot, w: RunnerWindow) -> None:
+    qtbot.waitUntil(lambda: w.last_end is not None and not w.running, timeout=RUN_MS)
+
+
+def attached_bench(tmp_path: Path, vb: VirtualBench, **asc: str) -> Path:
+    """A bench file on the explicit ptys of a virtual bench this test started (so the test can
+    see its supply), labelled simulated."""
+    extra = "".join(f"{k} = {v}\n" for k, v in asc.items())
+    text = (f'[bench]\nname = "attached"\nvoltage_limit_v = 3.3\nsimulated = true\n\n'
+            f'[dut]\nport = "{vb.ports["dut"]}"\ntimestamp_mode = "energy"\n\n'
+            f'[emon]\ndriver = "lpm01a"\nport = "{vb.ports["emon"]}"\nsample_rate_hz = 1000\n'
+            f"supply_voltage_v = 1.8\n\n[procedure.asc]\nmin_run_s = 10.0\n{extra}")
+    path = tmp_path / "attached.toml"
+    path.write_text(text)
+    return path
+
+
+# -- a whole run ------------------------------------------------------------------------------
+def test_clicking_through_an_asc_run_gives_the_cli_numbers(window, qtbot, tmp_path: Path) -> None:
+    w = window()
+    assert w.bench_panel.device_label() == "sim"  # the virtual bench is the default
+    click_start(qtbot, w)
+    assert w.running and not w.start_button.isEnabled() and w.stop_button.isEnabled()
+    wait_end(qtbot, w)
+    end = w.last_end
+    assert end.status == "complete", (end.message, w.log.toPlainText())
+    assert end.run_path.parent == tmp_path / "runs"
+    assert w.banner_level == "info" and "run complete" in w.banner_text()
+
+    # The same bench from the command line.
+    cli_runs = tmp_path / "cli"
+    proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(cli_runs), "--json")
+    assert proc.returncode == 0, proc.stderr
+    gui, cli = run_summary(end.run_path), run_summary(only_run(cli_runs))
+    assert gui["status"] == cli["status"] == "complete"
+    g, c = gui["summary"], cli["summary"]
+    assert set(g) == set(c)
+    for key in ("latency_runs", "energy_windows", "samples", "correct", "dropped_samples"):
+        assert g[key] == c[key], key
+    for key in ("accuracy", "inferences_per_s", "execution_time_mean_s", "idle_power_w"):
+        assert g[key] == pytest.approx(c[key], rel=1e-9), key  # the same but for rounding
+    for key, truth in TRUTH.items():  # the power model's closed form (simulator jitter)
+        assert g[key] == pytest.approx(truth, rel=1e-3), key
+        assert g[key] == pytest.approx(c[key], rel=1e-3), key
+    assert [x["ok"] for x in g["checks"]] == [x["ok"] for x in c["checks"]]
+    assert gui["measured"] == cli["measured"]
+
+    # The results tab shows exactly what `rig show` says, formatted once.
+    assert w.tabs.currentWidget() is w.results
+    cells = w.results.cell_texts()
+    for label, text in asc_figure_rows(g):
+        assert cells[label] == text
+    assert cells["Active power"] == "3.600 mW"
+    assert cells["Energy per inference (median of windows)"] == "45.00 µJ"
+    assert w.results.verdict.text().startswith("replicable")
+    assert w.results.viewer_button.isEnabled()
+
+    # Progress: every phase ran to its end, in order.
+    assert w.phase_values() == {"calibrate": (1, 1), "idle": (1, 1), "runs": (5, 5),
+                                "accuracy": (40, 40)}
+    log = w.log.toPlainText()
+    assert "run 5:" in log and "finished: complete" in log and "Traceback" not in log
+
+    # The live trace saw the monitor: idle most of the time, active during inference.
+    means = w.live.visible_bins()
+    assert w.live.bins_seen > 1000
+    assert max(means) == pytest.approx(TRUTH["active_power_w"], rel=0.02)
+    assert sorted(means)[len(means) // 2] == pytest.approx(1.2e-3, rel=0.02)
+
+    # The earlier-runs list has the run; reopening it shows the same table.
+    assert w.earlier.paths() == [end.run_path]
+    w.results.table.setRowCount(0)
+    w._reopen(end.run_path)
+    assert w.results.cell_texts() == cells
+
+
+def test_scope_performance_from_the_window(window, qtbot) -> None:
+    w = window()
+    w.scope.setCurrentText("performance")
+    click_start(qtbot, w)
+    wait_end(qtbot, w)
+    assert w.last_end.status == "complete"
+    s = run_summary(w.last_end.run_path)["summary"]
+    assert s["scope"] == "performance" and "energy_windows" not in s and "samples" not in s
+    assert set(w.phase_values()) == {"calibrate", "runs"}
+    assert w.results.cell_texts()["Power"].startswith("not measured")
+
+
+# -- Stop -------------------------------------------------------------------------------------
+def test_stop_mid_run_powers_off_and_keeps_the_data(window, qtbot, tmp_path: Path) -> None:
+    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+        w = window()
+        assert w.bench_panel.load(attached_bench(tmp_path, vb, runs="30"))
+        click_start(qtbot, w)
+        qtbot.waitUntil(lambda: w.phase_values().get("runs", (0, 0))[0] >= 2, timeout=RUN_MS)
+        assert vb.world.powered
+        qtbot.mouseClick(w.stop_button, QtCore.Qt.MouseButton.LeftButton)
+        assert not w.stop_button.isEnabled()  # pressed once: no double stop
+        wait_end(qtbot, w)
+        assert vb.world.powered is False  # the rig switched the DUT's supply off
+    end = w.last_end
+    assert end.status == "interrupted"
+    record = load_run(end.run_path)
+    assert record.status == "interrupted"
+    assert json.loads((end.run_path / "manifest.json").read_text())["status"] == "interrupted"
+    runs = [r for r in record.rows if r["kind"] == "latency_run"]
+    assert 2 <= len(runs) < 30
+    assert (end.run_path / "traces" / "emon.jls").stat().st_size > 0
+    assert w.banner_level == "warning"
+    text = w.banner_text()
+    assert "powered off" in text and str(end.run_path) in text
+    assert w.start_button.isEnabled() and w.bench_panel.isEnabled()
+
+
+# -- errors: a message in the window, the run folder kept, no traceback -----------------------
+def test_a_supply_above_the_bench_limit_is_refused(window, qtbot, tmp_path: Path) -> None:
+    path = bench_variant(tmp_path, "hot", v=("supply_voltage_v = 1.8", "supply_voltage_v = 5.0"))
+    w = window()
+    assert not w.bench_panel.load(path)
+    assert w.banner_level == "error"
+    assert "5" in w.banner_text() and "3.3" in w.banner_text() and "limit" in w.banner_text()
+    # The form cannot hold it either: the field stops at the limit, and Start refuses.
+    assert w.bench_panel.voltage.maximum() == 3.3
+    w.bench_panel.voltage.setValue(5.0)
+    assert w.bench_panel.voltage.value() <= 3.3
+    w.say("clear")
+    w.bench_panel.voltage_refused = 5.0  # the file's ask stands until a voltage is chosen
+    click_start(qtbot, w)
+    assert not w.running and w.banner_level == "error" and "limit" in w.banner_text()
+    assert not (tmp_path / "runs").exists()  # nothing started, nothing to clean up
+    # Lowering the limit takes the supply down with it: never above the limit.
+    w.bench_panel.voltage.setValue(2.5)
+    w.bench_panel.limit.setValue(2.0)
+    assert w.bench_panel.voltage.value() == 2.0
+    assert w.bench_panel.bench().emon.supply_voltage_v == 2.0
+
+
+def test_a_bench_file_with_an_error_is_a_message(window, tmp_path: Path) -> None:
+    w = window()
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[bench\nname = 'x'\n")
+    assert not w.bench_panel.load(broken)
+    assert w.banner_level == "error" and "not valid TOML" in w.banner_text()
+    unknown = bench_variant(tmp_path, "unknown", k=("[sim]", "[sim]\nwarp = 9"))
+    assert not w.bench_panel.load(unknown)
+    assert "unknown key 'warp'" in w.banner_text()
+    w.start()
+    assert not w.running and "warp" in w.banner_text()
+    missing = tmp_path / "nope.toml"
+    assert not w.bench_panel.load(missing)
+    assert "does not exist" in w.banner_text()
+    assert "Traceback" not in w.log.toPlainText()
+
+
+def test_a_dut_that_answers_e_is_a_message_and_the_folder_is_kept(window, qtbot, tmp_path: Path
+                                                                  ) -> None:
+    # Spike rasters for a DUT whose model takes audio: the DUT itself refuses (`e-[...]`).
+    path = bench_variant(tmp_path, "rasters",
+                         d=('name = "synthetic-asc"', 'name = "synthetic-dcase"'))
+    w = window()
+    assert w.bench_panel.load(path)
+    click_start(qtbot, w)
+    wait_end(qtbot, w)
+    end = w.last_end
+    assert end.status == "failed"
+    text = w.banner_text()
+    assert "DUT refused" in text and "the model needs 16000" in text
+    assert str(end.run_path) in text
+    assert load_run(end.run_path).status == "failed"
+    assert "Traceback" not in text and "Traceback" not in w.log.toPlainText()
+
+
+def test_a_port_that_vanishes_mid_run_is_a_message(window, qtbot, tmp_path: Path) -> None:
+    path = bench_variant(tmp_path, "vanish", r=("runs = 5", "runs = 30"))
+    w = window()
+    assert w.bench_panel.load(path)
+    click_start(qtbot, w)
+    qtbot.waitUntil(lambda: w.phase_values().get("runs", (0, 0))[0] >= 1, timeout=RUN_MS)
+    pids = sim_children(path)
+    assert pids
+    for pid in pids:  # the USB cable is pulled: the virtual bench and its ptys are gone
+        os.kill(pid, signal.SIGKILL)
+    wait_end(qtbot, w)
+    end = w.last_end
+    assert end.status == "failed", end
+    assert w.banner_level == "error"
+    text = w.banner_text()
+    assert end.message and end.message in text and str(end.run_path) in text
+    assert "Traceback" not in text and "Traceback" not in w.log.toPlainText()
+    rows = load_run(end.run_path).rows
+    assert any(r["kind"] == "latency_run" for r in rows)  # measured before the fault: kept
+
+
+# -- QUBO, report -----------------------------------------------------------------------------
+def test_a_qubo_point_from_the_window(window, qtbot) -> None:
+    w = window()
+    w.procedure.setCurrentText("QUBO point")
+    assert w._point_row.isVisibleTo(w) and not w._asc_row.isVisibleTo(w)
+    w.sut.setCurrentText("cpu-tabu")
+    w.nodes.setValue(10)
+    w.density.setValue(0.25)
+    w.timeout.setValue(0.05)
+    click_start(qtbot, w)
+    wait_end(qtbot, w)
+    assert w.last_end.status == "complete", w.last_end
+    shown = run_summary(w.last_end.run_path)
+    assert shown["points_done"] == shown["points_total"] == 1
+    row = shown["summary"][0]
+    assert (row["sut"], row["nodes"], row["density"]) == ("cpu-tabu", 10, 0.25)
+    table = w.results.table
+    assert table.item(0, 0).text() == "cpu-tabu" and table.item(0, 1).text() == "10"
+    assert table.item(0, 4).text() == f"{row['gap_mean']:+.4f}"
+    assert w.phase_values()["points"] == (1, 1)
+
+
+def test_make_report_writes_it_and_links_it(window, qtbot, sim_run) -> None:
+    run, _ = sim_run
+    w = window()
+    assert w.results.show_run(run)
+    w.make_report(run, formats=("md", "html"))
+    qtbot.waitUntil(lambda: w.last_report is not None or w.banner_level == "error",
+                    timeout=RUN_MS)
+    assert w.banner_level == "info", w.banner_text()
+    out = report_folder(run)
+    assert out == run.parent.parent / "reports" / run.name
+    md = (out / "report.md").read_text()
+    assert "45.00 µJ" in md and (out / "report.html").is_file()
+    assert "report written" in w.banner_text() and str(out) in w.banner_text()
+
+
+def test_open_in_viewer_shows_the_run(window, sim_run) -> None:
+    run, _ = sim_run
+    w = window()
+    w.results.show_run(run)
+    viewer = w.open_viewer(run)
+    assert viewer is not None and viewer.isVisible()
+    assert len(viewer.mark_rows()) >= 6  # the idle span and five energy windows
+    viewer.close()
