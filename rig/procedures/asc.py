@@ -373,7 +373,8 @@ def summarize(
     if not windows:
         dut = (bench or {}).get("dut", {})
         out["power"] = (
-            f"not measured (a {scope}-only run)" if scope in ("performance", "accuracy")
+            f"not measured ({'an' if scope == 'accuracy' else 'a'} {scope}-only run)"
+            if scope in ("performance", "accuracy")
             else "unavailable (simulator): XyloSim has no power rails"
             if dut.get("kind") == "xylo" and not dut.get("hdk")
             else "unavailable: needs energy-mode firmware and an energy monitor"
