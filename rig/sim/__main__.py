@@ -9,5 +9,7 @@ from rig.sim.bench import serve
 parser = argparse.ArgumentParser(prog="python -m rig.sim")
 parser.add_argument("--bench", type=Path, required=True)
 parser.add_argument("--speed", type=float, default=None)
+parser.add_argument("--for", dest="label", default="",
+                    help="the bench file the parent loaded (shown in ps; not read)")
 args = parser.parse_args()
 sys.exit(serve(args.bench, speed=args.speed))

@@ -181,7 +181,17 @@ class VirtualBenchProcess:
     """Runs `serve` in a child process; the rig talks to its ptys like to real hardware."""
 
     def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "rig.sim", "--bench", str(bench.path)]
+        from rig.bench_file import bench_to_toml
+
+        # The child serves the bench as the rig holds it (command-line overrides, a bench edited
+        # in the runner window, an unsaved one), not as the file on disk says; `--for` names the
+        # file so that `ps` shows which bench a child serves.
+        self._bench_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
+            "w", suffix=".toml", prefix="rig-vbench-", encoding="utf-8")
+        self._bench_file.write(bench_to_toml(bench))
+        self._bench_file.flush()
+        cmd = [sys.executable, "-m", "rig.sim", "--bench", self._bench_file.name,
+               "--for", str(bench.path)]
         # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
         # would freeze the bench.
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
@@ -243,6 +253,6 @@ class VirtualBenchProcess:
                 except subprocess.TimeoutExpired:
                     self._proc.kill()
                     self._proc.wait()
-        for stream in (self._proc.stdout, self._proc.stdin, self._stderr):
+        for stream in (self._proc.stdout, self._proc.stdin, self._stderr, self._bench_file):
             if stream and not stream.closed:
                 stream.close()

@@ -15,11 +15,13 @@ import signal
 from pathlib import Path
 
 from PySide6 import QtCore
+from serial.tools.list_ports_common import ListPortInfo
 
 from gui.runner import RunnerWindow, report_folder
 from rig.config import load_bench
 from rig.run_summary import asc_figure_rows, run_summary
 from rig.sim.bench import VirtualBench
+from rig.sim.pty import Pty
 from rig.store import load_run
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
 
@@ -131,9 +133,14 @@ def test_clicking_through_an_asc_run_gives_the_cli_numbers(window, qtbot, tmp_pa
 def test_scope_performance_from_the_window(window, qtbot) -> None:
     w = window()
     w.scope.setCurrentText("performance")
+    w.bench_panel.voltage.setValue(2.5)  # edited in the form, not in the file
     click_start(qtbot, w)
     wait_end(qtbot, w)
-    assert w.last_end.status == "complete"
+    assert w.last_end.status == "complete", w.last_end
+    record = load_run(w.last_end.run_path)
+    assert record.manifest["bench"]["emon"]["supply_voltage_v"] == 2.5
+    emon = [e.info for e in record.events if getattr(e, "role", "") == "emon"]
+    assert emon and (emon[0]["voltage_v"], emon[0]["volt"]) == (2.5, "2500m")  # its read-back
     s = run_summary(w.last_end.run_path)["summary"]
     assert s["scope"] == "performance" and "energy_windows" not in s and "samples" not in s
     assert set(w.phase_values()) == {"calibrate", "runs"}
@@ -290,3 +297,91 @@ def test_open_in_viewer_shows_the_run(window, sim_run) -> None:
     assert viewer is not None and viewer.isVisible()
     assert len(viewer.mark_rows()) >= 6  # the idle span and five energy windows
     viewer.close()
+
+
+# -- detect and handshake ---------------------------------------------------------------------
+def test_ports_are_listed_with_what_answers_and_hotplug_rescans(window, qtbot, tmp_path: Path
+                                                                 ) -> None:
+    # A bench supply powers the DUT (no monitor switching it), so it answers a probe.
+    powered = bench_variant(tmp_path, "bench-supply", e=('driver = "lpm01a"', 'driver = "none"'))
+    silent = Pty()
+    try:
+        with VirtualBench(load_bench(powered)) as vb:
+            plugged = [ListPortInfo(vb.ports["dut"])]
+            w = window(port_lister=lambda: list(plugged))
+            w.devices.scan(force=True)
+            qtbot.waitUntil(lambda: w.devices.port_table.rowCount() == 1, timeout=RUN_MS)
+            row = {w.devices.port_table.horizontalHeaderItem(c).text():
+                   w.devices.port_table.item(0, c).text() for c in range(5)}
+            assert row["Port"] == vb.ports["dut"] and row["State"] == "answering"
+            assert "DUT 'dut'" in row["Answer"]
+            # The bench form offers the detected port.
+            ports = [w.bench_panel.dut_port.itemText(i)
+                     for i in range(w.bench_panel.dut_port.count())]
+            assert vb.ports["dut"] in ports
+            # Nothing plugged or unplugged: no new probe. A new port: listed and probed.
+            before = w.devices.ports
+            w.devices.scan(force=False)
+            qtbot.waitUntil(lambda: not w.devices.busy, timeout=RUN_MS)
+            assert w.devices.ports is before
+            plugged.append(ListPortInfo(silent.path))
+            w.devices.scan(force=False)
+            qtbot.waitUntil(lambda: w.devices.port_table.rowCount() == 2, timeout=RUN_MS)
+            states = {p["port"]: p["state"] for p in w.devices.ports}
+            assert states == {vb.ports["dut"]: "answering", silent.path: "found"}
+    finally:
+        silent.close()
+
+
+def test_check_bench_shows_each_device_and_powers_the_dut_off(window, qtbot, tmp_path: Path
+                                                              ) -> None:
+    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+        w = window()
+        assert w.bench_panel.load(attached_bench(tmp_path, vb))
+        qtbot.mouseClick(w.devices.check_button, QtCore.Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: w.devices.state_of("emon") is not None, timeout=RUN_MS)
+        assert w.devices.state_of("dut") == "answering"
+        assert w.devices.state_of("emon") == "answering"
+        detail = {w.devices.device_table.item(r, 0).text(): w.devices.device_table.item(r, 2)
+                  .text() for r in range(w.devices.device_table.rowCount())}
+        assert "energy mode" in detail["dut"] and "lpm01a" in detail["emon"]
+        assert w.banner_level == "info" and "powered off" in w.banner_text()
+        assert vb.world.powered is False
+
+
+def test_check_bench_names_a_dut_in_the_wrong_mode(window, qtbot, tmp_path: Path) -> None:
+    perf = bench_variant(tmp_path, "perf", m=('timestamp_mode = "energy"',
+                                              'timestamp_mode = "performance"'))
+    with VirtualBench(load_bench(perf)) as vb:  # firmware in performance mode
+        w = window()
+        assert w.bench_panel.load(attached_bench(tmp_path, vb))  # the bench expects energy
+        w._check_bench()
+        qtbot.waitUntil(lambda: w.devices.state_of("dut") is not None, timeout=RUN_MS)
+        assert w.devices.state_of("dut") == "wrong mode"
+        assert w.banner_level == "error" and "performance" in w.banner_text()
+        assert vb.world.powered is False
+
+
+# -- the bench form ---------------------------------------------------------------------------
+def test_a_bench_built_in_the_form_is_saved_as_toml(window, tmp_path: Path) -> None:
+    w = window()
+    panel = w.bench_panel
+    panel.new()
+    panel.name.setText("bench 7")
+    panel.limit.setValue(2.5)
+    panel.dut_port.setCurrentText("/dev/ttyACM0")
+    panel.emon_port.setCurrentText("/dev/ttyACM1")
+    panel.voltage.setValue(1.5)
+    panel.rate.setCurrentText("10000")
+    out = tmp_path / "bench7.toml"
+    assert panel.save(out)
+    loaded = load_bench(out)
+    assert (loaded.name, loaded.voltage_limit_v) == ("bench 7", 2.5)
+    assert (loaded.dut.port, loaded.emon.port) == ("/dev/ttyACM0", "/dev/ttyACM1")
+    assert (loaded.emon.supply_voltage_v, loaded.emon.sample_rate_hz) == (1.5, 10000.0)
+    assert panel.path == out and panel.bench() == loaded
+    # An edit of the virtual bench reaches the run: the manifest has the form's values.
+    panel.select("sim")
+    panel.voltage.setValue(1.2)
+    assert panel.bench().emon.supply_voltage_v == 1.2
+    assert panel.raw()["emon"]["driver"] == "lpm01a" and "sim" in panel.raw()
