@@ -321,7 +321,9 @@ class EmonRecorder:
                 self._writer.annotate(sample_id, text)
 
     def close(self) -> None:
-        """Finish the trace file; safe to call twice."""
+        """Hand over the last whole preview bins and finish the trace file; safe twice."""
+        if self._preview is not None:
+            self._preview.flush()
         with self._writer_lock:
             if self._writer is not None:
                 writer, self._writer = self._writer, None

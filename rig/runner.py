@@ -95,6 +95,9 @@ def measure_asc(
     A trace that cannot fit on the runs disk raises ConfigError before anything is opened or
     created.
     """
+    if scope not in asc.SCOPES:  # before anything is opened or created
+        raise ConfigError(f"unknown ASC scope {scope!r}",
+                          hint=f"choose one of {', '.join(asc.SCOPES)}")
     space_warning = _check_trace_space(bench, runs_root)
     store = RunStore.create(runs_root, "asc", device)
     events: list[Event] = []
@@ -289,8 +292,7 @@ def connect_bench(
             "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
 
     if bench.dut.kind == "xylo":
-        _connect_xylo(bench, parts, bus)
-        parts.dut.checkpoint = checkpoint
+        _connect_xylo(bench, parts, bus, checkpoint)
         return
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
@@ -333,13 +335,15 @@ def connect_bench(
     parts.dut.require_mode(bench.dut.timestamp_mode)
 
 
-def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus) -> None:
+def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus,
+                  checkpoint: Callable[[], None] | None) -> None:
     """Start the Xylo shim (firmware/xylo) as the DUT: XyloSim, or a Xylo Audio 2 HDK."""
     shim = Path(__file__).resolve().parents[1] / "firmware" / "xylo" / "shim.py"
     argv = [sys.executable, str(shim), "--spec", bench.dut.spec]
     if bench.dut.hdk:
         argv += ["--hdk", "--power-frequency", f"{bench.dut.power_frequency_hz:g}"]
     parts.dut = DutClient(ProcessTransport(argv, name="Xylo shim"))
+    parts.dut.checkpoint = checkpoint
     where = "a Xylo Audio 2 HDK" if bench.dut.hdk else "XyloSim (simulated Xylo Audio 2)"
     bus.publish(Note(text=f"Xylo shim on {where}, network {bench.dut.spec}"))
     parts.dut.wait_for_boot(bench.dut.boot_timeout_s)

@@ -211,6 +211,15 @@ def test_procedure_refuses_an_unknown_scope() -> None:
     assert asc.SCOPES == ("all", "performance", "energy", "accuracy")
 
 
+def test_measure_asc_refuses_an_unknown_scope_before_anything_opens(tmp_path: Path) -> None:
+    from rig.runner import measure_asc
+
+    bench = load_bench(REPO / "benches" / "sim.toml")
+    with pytest.raises(ConfigError, match="unknown ASC scope 'latency'"):
+        measure_asc(bench, device="sim", runs_root=tmp_path / "runs", scope="latency")
+    assert not (tmp_path / "runs").exists()  # no folder, no virtual bench, no DUT powered
+
+
 LATENCY = [LatencyRun(index=i, iterations=800, elapsed_s=10.0, time_per_inference_s=0.0125,
                       inferences_per_s=80.0, timer="dut") for i in range(3)]
 SAMPLES = [SampleClassified(index=i, label=i % 4, predicted=0, correct=i % 4 == 0,
