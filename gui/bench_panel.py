@@ -168,6 +168,7 @@ class BenchPanel(QtWidgets.QGroupBox):
             self.message.emit("error", exc.message, exc.hint)
             return False
         self._set_raw(raw, path, label or path.stem)
+        self._show_choice(path)
         try:
             self.bench()
         except ConfigError as exc:  # readable TOML, wrong content: show it, let it be fixed
@@ -175,6 +176,17 @@ class BenchPanel(QtWidgets.QGroupBox):
             return False
         self.message.emit("clear", "", "")
         return True
+
+    def _show_choice(self, path: Path) -> None:
+        """The list shows the file that is loaded (a file opened from elsewhere is added)."""
+        for i in range(self.choice.count()):
+            data = self.choice.itemData(i)
+            if data is not None and Path(data).resolve() == path.resolve():
+                self.choice.setCurrentIndex(i)
+                return
+        self.choice.insertItem(0, path.name, path)
+        self.choice.setItemData(0, str(path), QtCore.Qt.ItemDataRole.ToolTipRole)
+        self.choice.setCurrentIndex(0)
 
     def new(self) -> None:
         """An empty bench to fill from the detected devices."""

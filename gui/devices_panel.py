@@ -43,7 +43,7 @@ class DevicesPanel(QtWidgets.QGroupBox):
         self.ports: list[dict[str, Any]] = []
         self.states: list[Any] = []
 
-        self.port_table = _table(("Port", "USB id", "Looks like", "State", "Answer"))
+        self.port_table = _table(("Port", "State", "Looks like", "Answer", "USB id"))
         self.port_table.setObjectName("portTable")
         self.device_table = _table(("Device", "State", "Detail"))
         self.device_table.setObjectName("deviceTable")
@@ -124,9 +124,9 @@ class DevicesPanel(QtWidgets.QGroupBox):
             hs = p.get("handshake") or {}
             answer = (f"DUT '{hs.get('name')}' ({hs.get('vendor')})" if hs.get("answer") == "dut"
                       else hs.get("reply") or hs.get("answer") or "")
-            _fill(self.port_table, row, (p["port"], ids, p.get("looks_like") or
-                                         p.get("description") or "", p.get("state", ""), answer))
-            _colour(self.port_table, row, 3, p.get("state", ""))
+            _fill(self.port_table, row, (p["port"], p.get("state", ""), p.get("looks_like") or
+                                         p.get("description") or "", answer, ids))
+            _colour(self.port_table, row, 1, p.get("state", ""))
         self.port_table.resizeColumnsToContents()
         if not self.ports:
             self.status.setText("no serial ports found (plug in a board, or use a virtual bench)")
@@ -156,7 +156,13 @@ class DevicesPanel(QtWidgets.QGroupBox):
         for row, s in enumerate(self.states):
             _fill(self.device_table, row, (s.role, s.state, s.detail))
             _colour(self.device_table, row, 1, s.state)
-        self.device_table.resizeColumnsToContents()
+            # Everything the device said about itself (capabilities, serial, settings).
+            info = "\n".join(f"{k}: {v}" for k, v in s.info.items())
+            self.device_table.item(row, 2).setToolTip(f"{s.detail}\n\n{info}" if info
+                                                      else s.detail)
+        self.device_table.resizeColumnToContents(0)
+        self.device_table.resizeColumnToContents(1)
+        self.device_table.resizeRowsToContents()
         bad = [s for s in self.states if s.state not in ("answering", "not used")]
         if bad:
             self.message.emit("error", "; ".join(f"{s.role}: {s.state} ({s.detail})"
@@ -188,6 +194,7 @@ def _table(headers: tuple[str, ...]) -> QtWidgets.QTableWidget:
     table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
     table.setSelectionBehavior(QtWidgets.QAbstractItemView.SelectionBehavior.SelectRows)
     table.horizontalHeader().setStretchLastSection(True)
+    table.setWordWrap(True)
     table.setMinimumHeight(90)
     return table
 

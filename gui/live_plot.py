@@ -41,6 +41,8 @@ class LivePowerPlot(QtWidgets.QWidget):
         item.showGrid(x=True, y=True, alpha=0.25)
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
+        item.setXRange(0.0, WINDOW_S, padding=0)
+        item.setYRange(0.0, 5e-3, padding=0)
         colour = QtGui.QColor(POWER_COLOUR)
         band = QtGui.QColor(colour)
         band.setAlpha(70)
@@ -67,6 +69,8 @@ class LivePowerPlot(QtWidgets.QWidget):
         self.last_time_s = None
         for curve in (self._lo_curve, self._hi_curve, self._mean_curve):
             curve.setData([], [])
+        self.plot.getPlotItem().setXRange(0.0, WINDOW_S, padding=0)
+        self.plot.getPlotItem().enableAutoRange(y=True)
         self.readout.setText("no monitor stream yet")
 
     def add(self, previews: list[PowerPreview]) -> None:
