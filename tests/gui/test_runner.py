@@ -173,6 +173,18 @@ def test_stop_mid_run_powers_off_and_keeps_the_data(window, qtbot, tmp_path: Pat
     assert w.start_button.isEnabled() and w.bench_panel.isEnabled()
 
 
+def test_closing_the_window_mid_run_stops_it_cleanly(window, qtbot, tmp_path: Path) -> None:
+    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+        w = window()
+        assert w.bench_panel.load(attached_bench(tmp_path, vb, runs="30"))
+        click_start(qtbot, w)
+        qtbot.waitUntil(lambda: w.phase_values().get("runs", (0, 0))[0] >= 1, timeout=RUN_MS)
+        run_path = w.session.run_path
+        w.close()  # returns once the run has ended
+        assert not w.running and vb.world.powered is False
+    assert load_run(run_path).status == "interrupted"
+
+
 # -- errors: a message in the window, the run folder kept, no traceback -----------------------
 def test_a_supply_above_the_bench_limit_is_refused(window, qtbot, tmp_path: Path) -> None:
     path = bench_variant(tmp_path, "hot", v=("supply_voltage_v = 1.8", "supply_voltage_v = 5.0"))
@@ -385,3 +397,38 @@ def test_a_bench_built_in_the_form_is_saved_as_toml(window, tmp_path: Path) -> N
     panel.voltage.setValue(1.2)
     assert panel.bench().emon.supply_voltage_v == 1.2
     assert panel.raw()["emon"]["driver"] == "lpm01a" and "sim" in panel.raw()
+
+
+# -- rig gui at the terminal ------------------------------------------------------------------
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    return {**env, **extra}
+
+
+def test_rig_gui_without_a_display_says_so_in_one_line() -> None:
+    import subprocess
+
+    from tests.e2e.runs import RIG
+
+    proc = subprocess.run([*RIG, "gui"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        line for line in proc.stderr.strip().splitlines() if line.startswith("rig: error:")]
+    assert "no display to open the runner window" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rig_gui_with_an_unknown_bench_names_the_known_ones() -> None:
+    import subprocess
+
+    from tests.e2e.runs import RIG
+
+    proc = subprocess.run([*RIG, "gui", "--device", "nope"], cwd=REPO,
+                          env=_env(QT_QPA_PLATFORM="offscreen"), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "unknown device 'nope'" in proc.stderr
+    assert "sim" in proc.stderr and "Traceback" not in proc.stderr
+    shown = run_rig("gui", "--help")
+    assert shown.returncode == 0 and "Stop" in shown.stdout
