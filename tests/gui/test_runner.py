@@ -286,6 +286,26 @@ def test_a_qubo_point_from_the_window(window, qtbot) -> None:
     assert w.phase_values()["points"] == (1, 1)
 
 
+def test_a_sweep_file_from_the_window_stops_between_points(window, qtbot, tmp_path: Path
+                                                          ) -> None:
+    sweep = tmp_path / "night.toml"
+    sweep.write_text('[sweep]\nsuts = ["cpu-tabu"]\nnodes = [10]\ndensities = [0.25]\n'
+                     "seeds = [0, 1, 2, 3, 4, 5, 6, 7]\ntimeouts = [0.05]\n")
+    w = window()
+    w.procedure.setCurrentText("QUBO sweep file")
+    w.sweep_file.setText(str(sweep))
+    click_start(qtbot, w)
+    qtbot.waitUntil(lambda: w.phase_values().get("points", (0, 0))[0] >= 1, timeout=RUN_MS)
+    w.stop()
+    wait_end(qtbot, w)
+    end = w.last_end
+    assert end.status == "interrupted"
+    shown = run_summary(end.run_path)
+    assert shown["status"] == "interrupted" and 1 <= shown["points_done"] < 8
+    assert "rig sweep resume" in w.banner_text()  # how to go on
+    assert w.results.verdict.text().startswith(f"{shown['points_done']}/8 points")
+
+
 def test_make_report_writes_it_and_links_it(window, qtbot, sim_run) -> None:
     run, _ = sim_run
     w = window()
