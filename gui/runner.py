@@ -327,8 +327,13 @@ class RunnerWindow(QtWidgets.QMainWindow):
         except ConfigError as exc:
             self.say("error", exc.message, exc.hint)
             return False
-        self.say("clear")
         self.devices.stop_hotplug()  # a probe must not knock on the ports the run uses
+        if self.devices.busy:  # one is knocking now: start once it is done
+            self.say("info", "waiting for the port scan to finish before starting…")
+            self.start_button.setEnabled(False)
+            QtCore.QTimer.singleShot(100, self._start_when_free)
+            return True
+        self.say("clear")
         self._reset_progress()
         self._estimates = (asc_phase_seconds(job.bench, job.scope)
                            if isinstance(job, AscJob) else {})
@@ -345,6 +350,12 @@ class RunnerWindow(QtWidgets.QMainWindow):
         self._live_timer.start()
         self._clock.start()
         return True
+
+    def _start_when_free(self) -> None:
+        if self.devices.busy:
+            QtCore.QTimer.singleShot(100, self._start_when_free)
+        else:
+            self.start()
 
     def stop(self) -> None:
         """Stop the run at its next safe point (the same clean stop as Ctrl-C)."""

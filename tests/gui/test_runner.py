@@ -365,6 +365,21 @@ def test_ports_are_listed_with_what_answers_and_hotplug_rescans(window, qtbot, t
         silent.close()
 
 
+def test_start_during_a_port_scan_waits_for_it(window, qtbot) -> None:
+    silent = Pty()  # a probe waits its whole timeout on it
+    try:
+        w = window(port_lister=lambda: [ListPortInfo(silent.path)])
+        w.devices.scan(force=True)
+        assert w.devices.busy
+        click_start(qtbot, w)
+        assert "waiting for the port scan" in w.banner_text() and w.session is None
+        wait_end(qtbot, w)
+        assert w.last_end.status == "complete"
+        assert w.devices.ports[0]["state"] == "found"  # the scan finished first
+    finally:
+        silent.close()
+
+
 def test_check_bench_shows_each_device_and_powers_the_dut_off(window, qtbot, tmp_path: Path
                                                               ) -> None:
     with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
