@@ -43,6 +43,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 import numpy as np  # noqa: E402
 from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
 
+from gui.commands import settle_heap  # noqa: E402
 from gui.runner import RunnerWindow  # noqa: E402
 from rig.events import Event, PhaseStarted, RunFinished, TraceSaved  # noqa: E402
 
@@ -213,6 +214,7 @@ def measure(app: QtWidgets.QApplication, root: Path, rate: int) -> dict[str, Any
     bench_path.write_text(BENCH_TOML.format(rate=rate), encoding="utf-8")
     window = TimedWindow(runs_root=root / "runs", hotplug=False)
     window.show()
+    settle_heap()  # what `rig gui` does once its window is up
     if not window.bench_panel.load(bench_path):
         raise SystemExit(f"the bench form refused {bench_path}: {window.banner_text()}")
     app.processEvents()

@@ -45,12 +45,12 @@ class LivePowerPlot(QtWidgets.QWidget):
         item.setYRange(0.0, 5e-3, padding=0)
         colour = QtGui.QColor(POWER_COLOUR)
         band = QtGui.QColor(colour)
-        band.setAlpha(70)
-        self._lo_curve = pg.PlotDataItem(pen=pg.mkPen(band, width=1))
-        self._hi_curve = pg.PlotDataItem(pen=pg.mkPen(band, width=1))
-        self._band = pg.FillBetweenItem(self._lo_curve, self._hi_curve, brush=band)
+        band.setAlpha(90)
+        # The min/max envelope is one path of vertical segments, one per bin: a filled band
+        # between two curves costs pyqtgraph a shape rebuild per curve per update.
+        self._envelope = pg.PlotDataItem(pen=pg.mkPen(band, width=1), connect="pairs")
         self._mean_curve = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5), connect="finite")
-        for curve in (self._lo_curve, self._hi_curve, self._band, self._mean_curve):
+        for curve in (self._envelope, self._mean_curve):
             item.addItem(curve)
         self.readout = QtWidgets.QLabel("no monitor stream yet")
         self.readout.setObjectName("liveReadout")
@@ -67,7 +67,7 @@ class LivePowerPlot(QtWidgets.QWidget):
         self._count = 0
         self.bins_seen = 0
         self.last_time_s = None
-        for curve in (self._lo_curve, self._hi_curve, self._mean_curve):
+        for curve in (self._envelope, self._mean_curve):
             curve.setData([], [])
         self.plot.getPlotItem().setXRange(0.0, WINDOW_S, padding=0)
         self.plot.getPlotItem().enableAutoRange(y=True)
@@ -108,8 +108,8 @@ class LivePowerPlot(QtWidgets.QWidget):
         t, lo, hi, mean = self._ordered()
         if t.size == 0:
             return
-        self._lo_curve.setData(t, lo, connect="finite")
-        self._hi_curve.setData(t, hi, connect="finite")
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        self._envelope.setData(np.repeat(t[ok], 2), np.column_stack((lo[ok], hi[ok])).ravel())
         self._mean_curve.setData(t, mean)
         end = float(t[-1])
         self.plot.getPlotItem().setXRange(max(0.0, end - WINDOW_S), max(end, WINDOW_S),
