@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import __version__
-from rig.config import Bench, parse_bench
+from rig.config import Bench, normalize_current_range, parse_bench
 from rig.errors import ConfigError
 
 #: Mode of a newly created bench file (an overwritten one keeps its own).
@@ -37,6 +37,10 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
     `VoltageLimitError`) if the text would not load back as `bench`.
     """
     target = Path(path) if path is not None else bench.path
+    with contextlib.suppress(ConfigError):  # a range the driver refuses is reported below
+        # "18mA" typed into a form is the Joulescope's "18 mA": written as the rig reads it.
+        bench = replace(bench, emon=replace(bench.emon, current_range=normalize_current_range(
+            bench.emon.driver, bench.emon.current_range)))
     dut = bench.dut
     if dut.spec and path is not None:
         dut = replace(dut, spec=_relative(dut.spec, target.parent))

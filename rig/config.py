@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
 from rig.errors import ConfigError
@@ -57,6 +58,9 @@ class EmonConfig:
     resource: str = ""
     sample_rate_hz: float = 1000.0
     supply_voltage_v: float = 1.8
+    #: "auto", or a fixed current range as the driver names it (see `current_range_choices`):
+    #: a Joulescope range ("18 mA"), amps for the Keysight instruments ("0.1").
+    current_range: str = "auto"
 
     @property
     def address(self) -> str:
@@ -214,6 +218,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             sections[key] = None if key in ("sim", "io_manager") else cls()
             continue
         _is_table(table, path, key)
+        if key == "emon":
+            table = _range_as_text(table)
         sections[key] = _dataclass_from(cls, table, path, key)
 
     proc = raw.get("procedure", {})
@@ -240,6 +246,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             )
         emon = replace(emon, driver=emon.driver[: -len(SIM_SUFFIX)], port=VIRTUAL_PORT)
     _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
+    emon = replace(emon, current_range=_current_range(emon, path))
     _choice(dataset.name, DATASETS, path, "dataset.name")
     _positive(dut.baud, path, "dut.baud")
     _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
@@ -315,6 +322,43 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         io_manager=io_manager,
         simulated=simulated,
     )
+
+
+def current_range_choices(driver: str) -> tuple[str, ...] | None:
+    """Every `[emon] current_range` value `driver` takes, or None when it takes amps in a span
+    (the Keysight instruments: see `current_range_help`)."""
+    return ranges.choices(driver[: -len(SIM_SUFFIX)] if driver.endswith(SIM_SUFFIX) else driver)
+
+
+def current_range_help(driver: str) -> str:
+    """What `[emon] current_range` takes for `driver`, in words."""
+    return ranges.accepted(driver[: -len(SIM_SUFFIX)] if driver.endswith(SIM_SUFFIX) else driver)
+
+
+def normalize_current_range(driver: str, value: str | float) -> str:
+    """`value` spelled the way `driver` takes it ("18mA" -> "18 mA" for a Joulescope, "1e-3" ->
+    "0.001" for a Keysight); `ConfigError` listing what the driver takes otherwise."""
+    name = driver[: -len(SIM_SUFFIX)] if driver.endswith(SIM_SUFFIX) else driver
+    try:
+        return ranges.normalize(name, value)
+    except ranges.RangeError as exc:
+        raise ConfigError(f"[emon] current_range: {exc.message}", hint=exc.hint) from None
+
+
+def _current_range(emon: EmonConfig, path: Path) -> str:
+    try:
+        return ranges.normalize(emon.driver, emon.current_range)
+    except ranges.RangeError as exc:
+        raise ConfigError(f"{path}: [emon] current_range: {exc.message}",
+                          hint=exc.hint) from None
+
+
+def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:
+    """`current_range = 0.1` (a TOML number) means the same as "0.1"."""
+    value = table.get("current_range")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {**table, "current_range": repr(value)}
+    return table
 
 
 # -- validation helpers ---------------------------------------------------------------------------

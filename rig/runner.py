@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
-from drivers.emon import open_monitor
+from drivers.emon import check_current_range, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
 from drivers.io_manager import IoManager, IoManagerTransport
@@ -350,7 +350,7 @@ def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus,
 
 
 def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
-    """The bench's energy monitor, opened at `address`."""
+    """The bench's energy monitor, opened at `address`, in the bench's current range."""
     if bench.emon.driver == "joulescope" and virtual:
         # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the
         # bench's samples over loopback; the driver code above it is the real one.
@@ -360,12 +360,14 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         return Joulescope.open(
             "", voltage_limit_v=bench.voltage_limit_v, simulated=True,
             driver_factory=lambda: FakeJoulescopeDriver(SocketSource(address)),
+            current_range=bench.emon.current_range,
         )
     if bench.emon.driver == "lpm01a":
+        check_current_range("lpm01a", bench.emon.current_range)  # it auto-ranges: only "auto"
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)
     return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
-                        simulated=bench.simulated)
+                        simulated=bench.simulated, current_range=bench.emon.current_range)
 
 
 def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:

@@ -4,12 +4,15 @@ Drivers are looked up by name and imported lazily, so a bench that uses the LPM0
 the Joulescope or VISA packages installed. Every driver class has
 `open(address, *, voltage_limit_v, simulated=False) -> EnergyMonitor`, where `address` is a
 serial port, a VISA resource string or a device path, whatever the instrument is reached by.
+Drivers with a choosable current range (Joulescope, Keysight) also take `current_range=`
+(see `drivers.emon.ranges`); `open_monitor` passes it only when it is not "auto".
 """
 
 from __future__ import annotations
 
 import importlib
 
+from drivers.emon import ranges
 from drivers.emon.base import Chunk, EnergyMonitor, check_voltage
 from drivers.errors import DeviceError
 
@@ -38,11 +41,23 @@ def monitor_class(name: str) -> type[EnergyMonitor]:
                           "'neurobench-rig[joulescope]' or '[visa]'") from exc
 
 
+def check_current_range(name: str, current_range: str | float) -> str:
+    """`current_range` as driver `name` takes it; `DeviceError` (before anything is opened)
+    saying what it takes otherwise."""
+    try:
+        return ranges.normalize(name, current_range)
+    except ranges.RangeError as exc:
+        raise DeviceError(f"{name}: current range: {exc.message}", hint=exc.hint) from None
+
+
 def open_monitor(name: str, address: str, *, voltage_limit_v: float,
-                 simulated: bool = False) -> EnergyMonitor:
-    """Open the energy monitor `name` at `address`."""
-    return monitor_class(name).open(address, voltage_limit_v=voltage_limit_v,
-                                    simulated=simulated)
+                 simulated: bool = False, current_range: str = ranges.AUTO) -> EnergyMonitor:
+    """Open the energy monitor `name` at `address`, measuring in `current_range`."""
+    cls = monitor_class(name)
+    current_range = check_current_range(name, current_range)
+    options = {} if current_range == ranges.AUTO else {"current_range": current_range}
+    return cls.open(address, voltage_limit_v=voltage_limit_v, simulated=simulated, **options)
 
 
-__all__ = ["DRIVERS", "Chunk", "EnergyMonitor", "check_voltage", "monitor_class", "open_monitor"]
+__all__ = ["DRIVERS", "Chunk", "EnergyMonitor", "check_current_range", "check_voltage",
+           "monitor_class", "open_monitor"]

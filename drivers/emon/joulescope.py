@@ -12,10 +12,17 @@ A gap in any stream is skipped in the output ids (visible to the recorder) and c
 A Joulescope does not source the DUT's supply, it sits in series with it. "Power" here means
 connecting the DUT through the current shunt: the JS220 uses ``s/i/range/mode`` = ``auto`` /
 ``off`` and the JS110 ``s/i/range/select`` = ``auto`` / ``off`` (its range selection has an
-``off`` entry that opens the shunt switch). Because it cannot limit the supply, the driver checks
-the MEASURED voltage: above the bench limit the DUT is disconnected and `VoltageLimitError` is
-raised (by `stop()` and any later call; `fault` holds it at once). Trigger inputs are not used:
-windows are cut on GPI edges in software (the recorder does it).
+``off`` entry that opens the shunt switch). With a fixed `current_range` (``"18 mA"``, names in
+`drivers.emon.ranges`) `power_on` connects the DUT in that range instead: the JS220 gets
+``s/i/range/select`` = the range, then ``s/i/range/mode`` = ``manual``; the JS110
+``s/i/range/select`` = the range. `power_off` is ``off`` either way. A fixed range clips a
+current above its full scale (and its larger shunt drops more of the DUT's supply): samples at
+full scale are counted (`over_range_samples`) and noted.
+
+Because it cannot limit the supply, the driver checks the MEASURED voltage: above the bench
+limit the DUT is disconnected and `VoltageLimitError` is raised (by `stop()` and any later call;
+`fault` holds it at once). Trigger inputs are not used: windows are cut on GPI edges in software
+(the recorder does it).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drivers.emon import ranges
 from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
 
@@ -208,11 +216,16 @@ class Joulescope(EnergyMonitor):
     driver = "joulescope"
 
     def __init__(self, jsdrv: JoulescopeDriverLike, device_path: str, *, voltage_limit_v: float,
-                 simulated: bool = False, own_driver: bool = True) -> None:
+                 simulated: bool = False, own_driver: bool = True,
+                 current_range: str = ranges.AUTO) -> None:
         super().__init__(voltage_limit_v=voltage_limit_v)
         self.jsdrv = jsdrv
         self.device_path = device_path
         self.model = _model_of(device_path)
+        #: "auto" or the fixed range (a name of `ranges.JOULESCOPE_RANGES`) `power_on` selects.
+        self.current_range = _check_range(current_range, self.model)
+        #: Samples at or above a fixed range's full scale (clipped by the instrument).
+        self.over_range_samples = 0
         self.simulated = simulated
         self._own_driver = own_driver
         self._opened = False
@@ -242,11 +255,13 @@ class Joulescope(EnergyMonitor):
         voltage_limit_v: float,
         simulated: bool = False,
         driver_factory: Callable[[], JoulescopeDriverLike] | None = None,
+        current_range: str = ranges.AUTO,
     ) -> Joulescope:
         """Open the Joulescope at device path `address` ("" for the only one attached).
 
         `driver_factory` makes the Driver-like object (default `pyjoulescope_driver.Driver`);
-        the monitor owns it and finalizes it on `close()`.
+        the monitor owns it and finalizes it on `close()`. `current_range` is "auto" or a fixed
+        range ("18 mA"); one the model lacks is refused before anything is published.
         """
         if driver_factory is None:
             if simulated:
@@ -266,7 +281,7 @@ class Joulescope(EnergyMonitor):
             device_path = _pick_device(_call(lambda: jsdrv.device_paths(COMMAND_TIMEOUT_S),
                                              "device_paths"), address)
             monitor = cls(jsdrv, device_path, voltage_limit_v=voltage_limit_v,
-                          simulated=simulated)
+                          simulated=simulated, current_range=current_range)
         except BaseException:
             _finalize(jsdrv)
             raise
@@ -314,8 +329,16 @@ class Joulescope(EnergyMonitor):
 
     @property
     def _range_topic(self) -> str:
+        """The topic that connects (a range, ``auto``) and disconnects (``off``) the DUT."""
         suffix = "s/i/range/mode" if self.model == "js220" else "s/i/range/select"
         return f"{self.device_path}/{suffix}"
+
+    @property
+    def _full_scale_a(self) -> float | None:
+        """Full scale [A] of the fixed range, None when auto-ranging."""
+        if self.current_range == ranges.AUTO:
+            return None
+        return ranges.full_scale_a(self.current_range)
 
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Check `voltage` against the bench limit (nothing is sent before), set ``h/fs``.
@@ -349,10 +372,17 @@ class Joulescope(EnergyMonitor):
         return set(JS220_RATES if self.model == "js220" else JS110_RATES)
 
     def power_on(self) -> None:
-        """Connect the DUT through the shunt (current range auto)."""
+        """Connect the DUT through the shunt: current range auto, or the fixed range."""
         self._raise_fault()
-        self._publish(self._range_topic, "auto")
-        self._range_value = "auto"
+        if self.current_range == ranges.AUTO:
+            value = ranges.AUTO
+        elif self.model == "js220":  # the range first, then manual ranging connects the DUT
+            self._publish(f"{self.device_path}/s/i/range/select", self.current_range)
+            value = "manual"
+        else:  # the JS110's one topic: its range selection connects the DUT
+            value = self.current_range
+        self._publish(self._range_topic, value)
+        self._range_value = value
 
     def power_off(self) -> None:
         """Disconnect the DUT (current range off); only logs if the device is gone."""
@@ -451,6 +481,9 @@ class Joulescope(EnergyMonitor):
             "sample_rate_hz": self._sample_rate_hz,
             "range_topic": self._range_topic[len(self.device_path) + 1 :],
             "range": self._range_value,
+            "current_range": self.current_range,
+            "current_range_full_scale_a": self._full_scale_a,
+            "over_range_samples": self.over_range_samples,
             "streams": [data for _, data, _, _ in _STREAMS],
             "open_mode": "defaults",
         }
@@ -590,6 +623,7 @@ class Joulescope(EnergyMonitor):
         gpio = (g0.astype(np.uint8) & 1) | ((g1.astype(np.uint8) & 1) << 1)
         chunk = Chunk(first, cur.astype(np.float64), volt.astype(np.float64), gpio)
         self.stats.samples += len(chunk)
+        self._count_over_range(chunk)
         if self._check_measured_voltage(chunk):
             return
         on_chunk = self._on_chunk
@@ -601,6 +635,23 @@ class Joulescope(EnergyMonitor):
             log.exception("Joulescope: on_chunk callback failed")
             if self._callback_error is None:
                 self._callback_error = exc
+
+    def _count_over_range(self, chunk: Chunk) -> None:
+        """Count samples a fixed range clipped (at its full scale); note the first."""
+        full_scale = self._full_scale_a
+        if full_scale is None or not len(chunk):
+            return
+        over = np.abs(chunk.current) >= full_scale * (1 - 1e-6)  # float32 full scale
+        count = int(over.sum())
+        if not count:
+            return
+        if not self.over_range_samples:
+            at = chunk.first_sample_id + int(np.argmax(over))
+            self.stats.note(f"current at the {self.current_range} range's full scale from "
+                            f"sample {at} on: clipped; use a larger range or auto")
+            log.warning("Joulescope: current clipped by the fixed %s range (sample %d)",
+                        self.current_range, at)
+        self.over_range_samples += count
 
     def _check_measured_voltage(self, chunk: Chunk) -> bool:
         """True (and the DUT disconnected) if any voltage in the chunk is over the limit."""
@@ -654,6 +705,18 @@ def _call(fn: Callable[[], Any], what: str, *, who: str = "Joulescope") -> Any:
         raise InstrumentError(f"{who} refused {what}: {exc}", command=what,
                               hint="check the topic and value against the Joulescope's "
                               "metadata (python -m pyjoulescope_driver info)") from exc
+
+
+def _check_range(current_range: str, model: str) -> str:
+    """`current_range` as this model takes it, or `DeviceError` before anything is sent."""
+    try:
+        name = ranges.normalize("joulescope", current_range)
+    except ranges.RangeError as exc:
+        raise DeviceError(f"Joulescope: {exc.message}", hint=exc.hint) from None
+    if model == "js220" and name not in (ranges.AUTO, *ranges.JS220_RANGES):
+        raise DeviceError(f"Joulescope js220: there is no {name} range",
+                          hint="a JS220 takes auto or " + ", ".join(ranges.JS220_RANGES))
+    return name
 
 
 def _model_of(device_path: str) -> str:

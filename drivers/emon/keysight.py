@@ -22,6 +22,17 @@ DUT's timestamp line reaches them only as a trigger input. What the rig can do w
   Neither is implemented here: the rig's ASC energy procedure needs every edge of a run in one
   stream, so with these instruments it can measure the window that starts at the trigger.
 
+Current range. ``current_range_a`` (amps, from the bench's ``[emon] current_range``) is sent
+as ``SENS:CURR:RANG <a>,(@ch)`` (N6705) or ``CONF:CURR:DC <a>`` (34465A); the instrument takes
+its smallest range that holds the value, and the range it reports back (``SENS:CURR:RANG?
+(@ch)``, ``CURR:DC:RANG?``) is the one in `settings()`. "auto" (``current_range_a=None``) keeps
+the fixed `ranges.KEYSIGHT_DEFAULT_RANGE_A` (0.1 A) rather than autoranging: on the 34465A a
+range change inside a timed sample train delays that sample and, when it takes longer than the
+interval, offsets every later one (the Truevolt guide asks for a fixed range in triggered and
+timed measurements), and the rig's times are sample counts; on the N6705 measurement
+autoranging (``SENS:CURR:RANG:AUTO``, "seamless ranging") exists only on the N678xA SMU
+modules, so sending it would be refused by the other modules.
+
 The 34465A does not source the DUT: `power_on`/`power_off` only record the request (the bench's
 supply switches the DUT) and ``voltage`` is the configured supply as a constant array.
 After every configuration command the error queue is read (``SYST:ERR?``), so an error names the
@@ -38,6 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drivers.emon import ranges
 from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, PortError
 from protocols.errors import ProtocolError
@@ -100,6 +112,8 @@ class _ScpiMonitor(EnergyMonitor):
 
     #: Substring the ``*IDN?`` model field must contain.
     model_hint = ""
+    #: The current range asked for [A]; None = "auto" (the fixed `KEYSIGHT_DEFAULT_RANGE_A`).
+    current_range_a: float | None = None
 
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None) -> None:
@@ -122,8 +136,24 @@ class _ScpiMonitor(EnergyMonitor):
 
     @classmethod
     def open(cls, address: str, *, voltage_limit_v: float, simulated: bool = False,
-             backend: str = "@py", **options: Any) -> _ScpiMonitor:
-        """Open the instrument at VISA `address`, clear its status and identify it."""
+             backend: str = "@py", current_range: str = ranges.AUTO,
+             **options: Any) -> _ScpiMonitor:
+        """Open the instrument at VISA `address`, clear its status and identify it.
+
+        `current_range` is the bench's text ("auto", "0.1", "1e-3"); it becomes
+        ``current_range_a`` (None for auto). A range the driver does not take is refused before
+        the instrument is opened.
+        """
+        try:
+            current_range = ranges.normalize(cls.driver, current_range)
+        except ranges.RangeError as exc:
+            raise DeviceError(f"{cls.driver}: current range: {exc.message}",
+                              hint=exc.hint) from None
+        if current_range != ranges.AUTO:
+            if options.get("current_range_a") is not None:
+                raise DeviceError(f"{cls.driver}: current_range and current_range_a both given",
+                                  hint="give the range once")
+            options["current_range_a"] = float(current_range)
         resource = open_visa_resource(address, backend=backend)
         monitor = cls(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
                       address=address, **options)
@@ -279,6 +309,27 @@ class _ScpiMonitor(EnergyMonitor):
         return {"driver": self.driver, "identity": identity, "errors": self._errors(),
                 "address": self.address, "simulated": self.simulated}
 
+    def _range_settings(self, requested_a: float | None, in_effect_a: float) -> dict[str, Any]:
+        """The range entries of `settings()`: what was asked, what the instrument reports."""
+        out: dict[str, Any] = {
+            "current_range": f"{format_number(in_effect_a)} A",
+            "current_range_a": in_effect_a,
+            "current_range_requested": (ranges.AUTO if requested_a is None
+                                        else format_number(requested_a)),
+            "autorange": False,
+        }
+        if requested_a is None:
+            out["autorange_note"] = (
+                f"auto keeps the driver's fixed {format_number(ranges.KEYSIGHT_DEFAULT_RANGE_A)} "
+                "A range: instrument autoranging is not used during a timed capture")
+        return out
+
+    def _range_to_send(self) -> float:
+        """The range [A] the configuration sends: the one asked for, or the fixed default."""
+        if self.current_range_a is None:
+            return ranges.KEYSIGHT_DEFAULT_RANGE_A
+        return self.current_range_a
+
     def _base_settings(self) -> dict[str, Any]:
         return {
             "driver": self.driver,
@@ -342,7 +393,7 @@ class N6705(_ScpiMonitor):
 
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None, channel: int = 1,
-                 current_limit_a: float = 0.1, current_range_a: float = 0.1,
+                 current_limit_a: float = 0.1, current_range_a: float | None = None,
                  points: int = 262144, pretrigger: int = 1024, trigger: str = "PIN1",
                  measure_voltage: bool = True) -> None:
         super().__init__(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
@@ -359,6 +410,7 @@ class N6705(_ScpiMonitor):
         self.channel = channel
         self.chan = channel_list(channel)
         self.current_limit_a = current_limit_a
+        #: The measurement range asked for [A]; None = "auto" (the driver's fixed default).
         self.current_range_a = current_range_a
         self.points = points
         self.pretrigger = pretrigger
@@ -376,7 +428,7 @@ class N6705(_ScpiMonitor):
             f"CURR {format_number(self.current_limit_a)},{ch}",
             f"SENS:FUNC:CURR ON,{ch}",
             f"SENS:FUNC:VOLT {'ON' if self.measure_voltage else 'OFF'},{ch}",
-            f"SENS:CURR:RANG {format_number(self.current_range_a)},{ch}",
+            f"SENS:CURR:RANG {format_number(self._range_to_send())},{ch}",
             f"SENS:SWE:TINT {format_number(1 / sample_rate)},{ch}",
             f"SENS:SWE:POIN {self.points},{ch}",
             f"SENS:SWE:OFFS:POIN {-self.pretrigger},{ch}",
@@ -388,11 +440,12 @@ class N6705(_ScpiMonitor):
         for cmd in commands:
             self._checked(cmd)
         interval = float(self._query(f"SENS:SWE:TINT? {ch}"))
+        in_range = float(self._query(f"SENS:CURR:RANG? {ch}"))
         self._voltage_v = float(voltage)
         self._sample_rate_hz = 1.0 / interval
         self._settings.update({
             "channel": self.channel, "current_limit_a": self.current_limit_a,
-            "current_range_a": self.current_range_a, "interval_s": interval,
+            **self._range_settings(self.current_range_a, in_range), "interval_s": interval,
             "points": self.points, "pretrigger_points": self.pretrigger,
             "trigger": self.trigger, "trigger_slope": "negative",
             "mode": "digitizer: one triggered capture",
@@ -472,10 +525,11 @@ class Keysight34465A(_ScpiMonitor):
 
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None,
-                 current_range_a: float = 0.1, max_samples: int = 1_000_000_000,
+                 current_range_a: float | None = None, max_samples: int = 1_000_000_000,
                  real_bits: int = 64) -> None:
         super().__init__(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
                          address=address)
+        #: The DC current range asked for [A]; None = "auto" (the driver's fixed default).
         self.current_range_a = current_range_a
         self.max_samples = max_samples
         self.real_bits = real_bits
@@ -491,7 +545,7 @@ class Keysight34465A(_ScpiMonitor):
         self._check_configurable(voltage, sample_rate, self.MAX_RATE_HZ)
         period = format_number(1 / sample_rate)
         commands = [
-            f"CONF:CURR:DC {format_number(self.current_range_a)}",
+            f"CONF:CURR:DC {format_number(self._range_to_send())}",
             f"CURR:DC:APER {period}",
             "TRIG:SOUR EXT",
             "TRIG:SLOP NEG",
@@ -506,10 +560,11 @@ class Keysight34465A(_ScpiMonitor):
         for cmd in commands:
             self._checked(cmd)
         interval = float(self._query("SAMP:TIM?"))
+        in_range = float(self._query("CURR:DC:RANG?"))
         self._voltage_v = float(voltage)
         self._sample_rate_hz = 1.0 / interval
         self._settings.update({
-            "current_range_a": self.current_range_a, "interval_s": interval,
+            **self._range_settings(self.current_range_a, in_range), "interval_s": interval,
             "aperture_s": interval, "max_samples": self.max_samples,
             "trigger": "EXT", "trigger_slope": "negative", "format": f"REAL,{self.real_bits}",
             "mode": "timed samples from one external trigger, read while acquiring",

@@ -309,6 +309,8 @@ class Lpm01a(EnergyMonitor):
             "voltage_v": self._voltage_v,
             "sample_rate_hz": self._sample_rate_hz,
             "voltage_limit_v": self.voltage_limit_v,
+            # The dynamic acquisition mode (acqmode dyn) ranges by itself: no range to choose.
+            "current_range": "auto",
             **dict(self._settings),
         }
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from drivers.emon import DRIVERS, EnergyMonitor, check_voltage, open_monitor
+from drivers.emon import DRIVERS, EnergyMonitor, check_current_range, check_voltage, open_monitor
 from protocols.errors import RigError
 from rig.commands.common import print_json
 from rig.recording import EmonRecorder
@@ -46,6 +46,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rec.add_argument("--voltage", type=float, required=True, metavar="V", help="DUT supply [V]")
     rec.add_argument("--rate", type=float, required=True, metavar="HZ", help="samples per second")
     rec.add_argument("--out", type=Path, required=True, metavar="FILE.jls", help="trace file")
+    rec.add_argument("--range", default="auto", metavar="R", dest="current_range",
+                     help='current range: "auto" (default), a Joulescope range such as "18 mA", '
+                     'or amps for a Keysight, e.g. 0.1')
     rec.add_argument(
         "--bench-limit", type=float, default=DEFAULT_BENCH_LIMIT_V, metavar="V",
         help=f"refuse supply voltages above this (default {DEFAULT_BENCH_LIMIT_V:g} V)",
@@ -77,6 +80,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise RigError(f"--out: folder {args.out.parent} does not exist",
                        hint="create it first or pick another path")
     check_voltage(args.voltage, args.bench_limit, who=args.driver)
+    args.current_range = check_current_range(args.driver, args.current_range)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"rig: warning: {warning}", file=sys.stderr)
     address = args.port if args.port is not None else args.resource
     monitor = open_monitor(
-        args.driver, address, voltage_limit_v=args.bench_limit, simulated=args.simulated
+        args.driver, address, voltage_limit_v=args.bench_limit, simulated=args.simulated,
+        current_range=args.current_range,
     )
     recorder: EmonRecorder | None = None
     try:
@@ -148,6 +153,7 @@ def _report(
         "energy_j": recorder.energy_j,
         "dropped": recorder.dropped + monitor.stats.dropped,
         "voltage_v": args.voltage,
+        "current_range": monitor.settings().get("current_range", args.current_range),
     }
 
 

@@ -24,7 +24,10 @@ pad, payload length, then the payload (at most `MAX_PAYLOAD` bytes).
   | ``{"op": "start"}`` | ``{"op": "stop"}``.
 
 Range topics: the JS220's ``s/i/range/mode`` and the JS110's ``s/i/range/select``: anything
-but ``off`` connects the DUT (`SampleSource.set_power`).
+but ``off`` connects the DUT (`SampleSource.set_power`). A fixed range (JS220: ``s/i/range/mode``
+= ``manual`` with the range on ``s/i/range/select``; JS110: a range name on
+``s/i/range/select``) clips the current at its full scale, as a saturated range does on the
+instrument; the larger shunt's drop of the DUT's supply (burden voltage) is not modelled.
 """
 
 from __future__ import annotations
@@ -206,10 +209,22 @@ def _rates(model: str) -> list[int]:
     return [r for r in steps if r <= top]
 
 
-_RANGE_VALUES = {
-    "js220": ("s/i/range/mode", {"off", "auto", "manual"}),
-    "js110": ("s/i/range/select", {"auto", "off", "10 A", "2 A", "180 mA", "18 mA", "1.8 mA",
-                                   "180 µA", "18 µA"}),
+#: The instrument's current ranges: name -> full scale [A] (the JS220 has no 2 A range).
+_FULL_SCALE_A = {"10 A": 10.0, "2 A": 2.0, "180 mA": 0.18, "18 mA": 0.018, "1.8 mA": 1.8e-3,
+                 "180 µA": 180e-6, "18 µA": 18e-6}
+_JS220_RANGES = {name for name in _FULL_SCALE_A if name != "2 A"}
+#: model -> (the topic that connects/disconnects the DUT, {range topic: values it takes}, the
+#: values those topics hold when the device is opened with "defaults")
+_RANGE_TOPICS = {
+    "js220": ("s/i/range/mode",
+              {"s/i/range/mode": {"off", "auto", "manual"},
+               "s/i/range/select": _JS220_RANGES},
+              # The fake opens with the DUT disconnected (no power blip before the rig's own
+              # "off"); the real default is "auto".
+              {"s/i/range/mode": "off", "s/i/range/select": "10 A"}),
+    "js110": ("s/i/range/select",
+              {"s/i/range/select": {"auto", "off", *_FULL_SCALE_A}},
+              {"s/i/range/select": "off"}),
 }
 #: data topic suffix -> (ctrl topic suffix, field id, index, packed bits)
 _DATA_TOPICS = {
@@ -279,12 +294,10 @@ class FakeJoulescopeDriver:
         with self._state:
             if mode in (None, "defaults") or not self._retained:
                 fs = self.base_rate
-                range_topic, _ = _RANGE_VALUES[self.model]
+                _, _, range_defaults = _RANGE_TOPICS[self.model]
                 self._retained = {
                     "h/fs": fs,
-                    # The fake opens with the DUT disconnected (no power blip before the
-                    # rig's own "off"); the real default is "auto".
-                    range_topic: "off",
+                    **range_defaults,
                     **{ctrl: 0 for ctrl, *_ in _DATA_TOPICS.values()},
                 }
             self._open = True
@@ -302,7 +315,7 @@ class FakeJoulescopeDriver:
         """Set a device topic (validated like the instrument validates it)."""
         self.published.append((topic, value))
         sub = self._device_topic(topic)
-        range_topic, range_values = _RANGE_VALUES[self.model]
+        power_topic, range_topics, _ = _RANGE_TOPICS[self.model]
         with self._state:
             if not self._open:
                 raise RuntimeError(f"publish {topic}: device not open")
@@ -312,8 +325,8 @@ class FakeJoulescopeDriver:
                 if int(value) not in _rates(self.model):
                     raise RuntimeError(f"publish {topic}: invalid value {value!r}")
                 value = int(value)
-            elif sub == range_topic:
-                if value not in range_values:
+            elif sub in range_topics:
+                if value not in range_topics[sub]:
                     raise RuntimeError(f"publish {topic}: invalid value {value!r}")
             elif sub in {ctrl for ctrl, *_ in _DATA_TOPICS.values()}:
                 if value not in (0, 1, True, False):
@@ -322,7 +335,7 @@ class FakeJoulescopeDriver:
             elif sub not in self._retained:
                 raise RuntimeError(f"publish {topic}: topic not found")
             self._retained[sub] = value
-        if sub == range_topic:
+        if sub == power_topic:
             with self._source_lock:
                 self.source.set_power(value != "off")
         self._update_stream()
@@ -409,7 +422,17 @@ class FakeJoulescopeDriver:
             if block is not None and len(block):
                 self._publish_block(block)
 
+    def full_scale_a(self) -> float | None:
+        """Full scale [A] of the fixed current range selected, None when auto-ranging or off."""
+        with self._state:
+            if self.model == "js220":
+                if self._retained.get("s/i/range/mode") != "manual":
+                    return None
+                return _FULL_SCALE_A[self._retained["s/i/range/select"]]
+            return _FULL_SCALE_A.get(self._retained.get("s/i/range/select", "off"))
+
     def _publish_block(self, block: SampleBlock) -> None:
+        full_scale = self.full_scale_a()
         with self._state:
             fs = int(self._retained["h/fs"])
             enabled = {d: bool(self._retained.get(c)) for d, (c, *_) in _DATA_TOPICS.items()}
@@ -417,8 +440,11 @@ class FakeJoulescopeDriver:
             self._next_id = first + len(block)
         decimate = self.base_rate // fs
         utc = int((time.time() - _EPOCH_2018) * _TIME64_PER_S)
+        current = block.current.astype(np.float32)
+        if full_scale is not None:  # a fixed range saturates at its full scale
+            current = np.clip(current, -full_scale, full_scale).astype(np.float32)
         signals = {
-            "s/i/!data": block.current.astype(np.float32),
+            "s/i/!data": current,
             "s/v/!data": block.voltage.astype(np.float32),
             "s/gpi/0/!data": np.packbits(block.gpi0.astype(np.uint8), bitorder="little"),
             "s/gpi/1/!data": np.packbits(block.gpi1.astype(np.uint8), bitorder="little"),

@@ -6,14 +6,21 @@ Both parse exactly the commands the drivers send, plus ``*IDN?``, ``*RST``, ``*C
 parameter value, -222 data out of range, -221 settings conflict). Binary data goes out as
 definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP``).
 
-- N6705: ``VOLT``/``OUTP`` drive `World.set_supply`/`World.power`. ``INIT:ACQ`` starts a sample
+- N6705: ``VOLT``/``OUTP`` drive `World.set_supply`/`World.power`. ``SENS:CURR:RANG <a>``
+  selects the smallest measurement range of an N6781A-like SMU channel (1 mA, 100 mA, 3.06 A)
+  that holds the value; ``SENS:CURR:RANG?`` reports it. Readings above the range are not
+  modelled (they come back unclipped); seamless autoranging (``SENS:CURR:RANG:AUTO``) is not
+  simulated (-113). ``INIT:ACQ`` starts a sample
   grid at the arm time t0 with period P = ``SENS:SWE:TINT`` rounded to 5.12 µs; the first falling
   edge of the timestamp line once the pre-trigger points are filled triggers; the capture is the
   grid sample holding the edge, ``pretrigger`` samples before it and the rest after. Each sample is
   the exact mean current (energy / (V * P)) of the world's power model.
-- 34465A: the first falling edge after ``INIT`` (``TRIG:SOUR EXT``, ``TRIG:SLOP NEG``) starts
-  timed samples: sample k covers [edge + k*P, edge + k*P + aperture). Readings appear in memory as
-  simulated time passes (never past `World.observable_ns`); ``R? n`` removes them.
+- 34465A: ``CONF:CURR:DC <a>`` picks the smallest DC current range (1 µA ... 10 A) that holds
+  the value, ``CURR:DC:RANG?`` reports it, and a reading above 120 % of it is the overload
+  marker +9.9E+37, as on the instrument. The first falling edge after ``INIT``
+  (``TRIG:SOUR EXT``, ``TRIG:SLOP NEG``) starts timed samples: sample k covers
+  [edge + k*P, edge + k*P + aperture). Readings appear in memory as simulated time passes
+  (never past `World.observable_ns`); ``R? n`` removes them.
 """
 
 from __future__ import annotations
@@ -270,6 +277,8 @@ class SimN6705(_ScpiServer):
     #: The digitizer's interval grid (N678x SMU modules).
     GRID_NS = 5120
     MAX_POINTS = 524288
+    #: Current measurement ranges of the simulated channel [A] (an N6781A-like SMU).
+    RANGES = (1e-3, 0.1, 3.06)
 
     def __init__(self, world: World, *, channel: int = 1) -> None:
         super().__init__(world)
@@ -283,7 +292,7 @@ class SimN6705(_ScpiServer):
         self.output = False
         self.func_curr = True
         self.func_volt = False
-        self.curr_range = 3.0
+        self.curr_range = self.RANGES[-1]
         self.interval_ns = 20480
         self.points = 1024
         self.offset = 0
@@ -318,6 +327,7 @@ class SimN6705(_ScpiServer):
             ("[SENSe]:FUNCtion:CURRent", False, self._func_curr),
             ("[SENSe]:FUNCtion:VOLTage", False, self._func_volt),
             ("[SENSe]:CURRent[:DC]:RANGe[:UPPer]", False, self._range),
+            ("[SENSe]:CURRent[:DC]:RANGe[:UPPer]", True, self._range_q),
             ("[SENSe]:SWEep:TINTerval", False, self._tint),
             ("[SENSe]:SWEep:TINTerval", True, self._tint_q),
             ("[SENSe]:SWEep:POINts", False, self._points),
@@ -354,7 +364,13 @@ class SimN6705(_ScpiServer):
         self.func_volt = _switch(self._value_chan(cmd))
 
     def _range(self, cmd: Command) -> None:
-        self.curr_range = _number(self._value_chan(cmd), 0.0, 3.06)
+        value = _number(self._value_chan(cmd), 0.0, self.RANGES[-1])
+        self.curr_range = next(r for r in self.RANGES if r >= value * (1 - 1e-9))
+
+    def _range_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return repr(self.curr_range).encode("ascii")
 
     def _tint(self, cmd: Command) -> None:
         seconds = _number(self._value_chan(cmd), self.GRID_NS / NS, 40e-3)
@@ -544,6 +560,7 @@ class Sim34465A(_ScpiServer):
     def command(self, cmd: Command) -> bytes | None:
         table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
             ("CONFigure:CURRent[:DC]", False, self._conf),
+            ("[SENSe]:CURRent[:DC]:RANGe[:UPPer]", True, self._range_q),
             ("[SENSe]:CURRent[:DC]:APERture", False, self._aper),
             ("TRIGger:SOURce", False, self._trig_source),
             ("TRIGger:SLOPe", False, self._trig_slope),
@@ -569,6 +586,10 @@ class Sim34465A(_ScpiServer):
         self.curr_range = fits[0]
         self.trigger_source, self.trigger_count, self.sample_count = "IMM", 1, 1
         self.armed_ns = None
+
+    def _range_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 0)
+        return f"{self.curr_range:+.8E}".encode("ascii")
 
     def _aper(self, cmd: Command) -> None:
         self._need_args(cmd, 1)

@@ -96,6 +96,7 @@ N6705_CONFIG = [
         "FORM:BORD NORM",
     ),
     ("SENS:SWE:TINT? (@1)", b"0.0001024"),
+    ("SENS:CURR:RANG? (@1)", b"0.1"),
 ]
 
 DMM_CONFIG = [
@@ -113,6 +114,7 @@ DMM_CONFIG = [
         "FORM:BORD NORM",
     ),
     ("SAMP:TIM?", b"0.0001"),
+    ("CURR:DC:RANG?", b"+1.00000000E-02"),
 ]
 
 
@@ -273,6 +275,7 @@ def test_34465a_stop_aborts_and_drains_memory() -> None:
         *DMM_CONFIG[:16],
         *checked("SAMP:COUN 1000000000", "FORM:DATA REAL,32", "FORM:BORD NORM"),
         ("SAMP:TIM?", b"0.0001"),
+        ("CURR:DC:RANG?", b"+1.00000000E-02"),
     ]
     res = ScriptedResource(script, idle={"DATA:POIN?": b"0"})
     monitor = Keysight34465A(res, voltage_limit_v=3.6, current_range_a=0.01, real_bits=32)
