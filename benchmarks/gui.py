@@ -13,10 +13,10 @@ A probe thread posts a custom event every 10 ms to a receiver on the GUI thread,
 each with its post time (`time.perf_counter`); the handled time minus the post time is one
 latency. Only events posted between the run's first phase and its RunFinished count.
 
-The rig's stand-in Joulescope always says it is a JS220 (1 MS/s at most); this script presents
-it as a JS110 (2 MS/s), in this process only, so that the stream runs at 2 MS/s. If the virtual
-bench does not sustain 2 MS/s (lost samples, or fewer than 95 % of the samples in host time),
-the script says so and measures again at 1 MS/s; the rate printed is the one delivered.
+At 2 MS/s the virtual bench's Joulescope is a JS110 (a JS220 samples at 1 MS/s at most). If
+the virtual bench does not sustain 2 MS/s (lost samples, or fewer than 95 % of the samples in
+host time), the script says so and measures again at 1 MS/s; the rate printed is the one
+delivered.
 
 Prints the monitor's delivered rate, dropped samples, preview bins drawn, probe counts, latency
 p50 / p99 / max, the GUI thread's own costs (preview drain + live plot, event handling, a live
@@ -170,20 +170,6 @@ class TimedWindow(RunnerWindow):
             self.finished_at, self.finished = started, event
 
 
-def fake_js110() -> None:
-    """The virtual bench's Joulescope as a JS110 (2 MS/s), for this process."""
-    import rig.sim.joulescope as sim_js
-
-    base = sim_js.FakeJoulescopeDriver
-
-    class FakeJs110(base):  # type: ignore[misc, valid-type]
-        def __init__(self, source: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("device_path", "u/js110/000415")
-            super().__init__(source, **kwargs)
-
-    sim_js.FakeJoulescopeDriver = FakeJs110
-
-
 def stream_probes(probe: Probe, mouse_target: QtWidgets.QWidget, key_target: QtWidgets.QWidget,
                   stop: threading.Event) -> None:
     """Probe thread: a probe event every PROBE_S, simulated input every INPUT_EVERY-th."""
@@ -316,8 +302,7 @@ def sustained(r: dict[str, Any]) -> bool:
 
 def report(r: dict[str, Any]) -> None:
     trace = r["trace"]
-    print("monitor: virtual-bench Joulescope, presented as a JS110 by this script (the rig's "
-          "stand-in says JS220: 1 MS/s at most)")
+    print("monitor: virtual-bench Joulescope (a JS110 above 1 MS/s)")
     print(f"monitor nominal rate: {r['rate'] / 1e6:g} MS/s")
     print(f"monitor delivered rate: {r['delivered'] / 1e6:.3f} MS/s (stream samples reaching the "
           "live plot per host second)")
@@ -366,7 +351,6 @@ def quiet_offscreen(kind: QtCore.QtMsgType, context: QtCore.QMessageLogContext,
 def main() -> None:
     QtCore.qInstallMessageHandler(quiet_offscreen)
     app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    fake_js110()
     root = Path(tempfile.mkdtemp(prefix="rig-bench-gui-", dir=os.environ.get("RIG_BENCH_TMP")))
     try:
         for rate in RATES:

@@ -22,6 +22,8 @@ from rig.config import (
     VIRTUAL_PORT,
     Bench,
     benches_dir,
+    current_range_choices,
+    current_range_help,
     known_devices,
     parse_bench,
     read_toml,
@@ -81,6 +83,8 @@ class BenchPanel(QtWidgets.QGroupBox):
         self.emon_port = _combo((VIRTUAL_PORT,), editable=True)
         self.voltage = _spin(0.0, 3.3, 3, " V")
         self.voltage.setObjectName("supplyVoltage")
+        self.current_range = _combo(("auto",), editable=True)
+        self.current_range.setObjectName("currentRange")
         self.rate = _combo(SAMPLE_RATES, editable=True)
         self.rate.setToolTip("samples per second (the monitor may round it to what it can do)")
         self.dataset = _combo(DATASETS)
@@ -102,6 +106,7 @@ class BenchPanel(QtWidgets.QGroupBox):
         form.addRow("Port / resource", self.emon_port)
         form.addRow("Supply voltage", self.voltage)
         form.addRow("Sample rate [Hz]", self.rate)
+        form.addRow("Current range", self.current_range)
         form.addRow(_rule("Test set"))
         form.addRow("Dataset", self.dataset)
         form.addRow("Samples per class", self.per_class)
@@ -115,10 +120,11 @@ class BenchPanel(QtWidgets.QGroupBox):
         box.addWidget(self.save_button, 0, QtCore.Qt.AlignmentFlag.AlignRight)
 
         for w in (self.name, self.dut_port.lineEdit(), self.emon_port.lineEdit(),
-                  self.rate.lineEdit()):
+                  self.rate.lineEdit(), self.current_range.lineEdit()):
             w.textEdited.connect(self._edited)
-        for w in (self.dut_kind, self.mode, self.driver, self.dataset):
+        for w in (self.dut_kind, self.mode, self.driver, self.dataset, self.current_range):
             w.activated.connect(self._edited)
+        self.driver.currentTextChanged.connect(self._driver_changed)
         for w in (self.baud, self.per_class):
             w.valueChanged.connect(self._edited)
         self.limit.valueChanged.connect(self._limit_changed)
@@ -216,6 +222,8 @@ class BenchPanel(QtWidgets.QGroupBox):
             self.voltage_refused = asked if asked > limit else None
             self.voltage.setValue(min(asked, limit))
             _set_combo(self.rate, f"{_float(emon.get('sample_rate_hz'), 1000.0):g}")
+            self._driver_changed(self.driver.currentText())
+            _set_combo(self.current_range, str(emon.get("current_range", "auto")))
             _set_combo(self.dataset, dataset.get("name", "synthetic-asc"))
             self.per_class.setValue(int(dataset.get("samples_per_class", 10)))
         except (TypeError, ValueError):
@@ -230,6 +238,18 @@ class BenchPanel(QtWidgets.QGroupBox):
     def _edited(self, *_args: object) -> None:
         if not self._loading:
             self.changed.emit()
+
+    def _driver_changed(self, driver: str) -> None:
+        """Offer the ranges this monitor takes (any amps in a span for the Keysights)."""
+        text = self.current_range.currentText()
+        choices = current_range_choices(driver) or ("auto",)
+        self.current_range.blockSignals(True)
+        self.current_range.clear()
+        self.current_range.addItems(list(choices))
+        self.current_range.setCurrentText(text if text and (
+            text in choices or current_range_choices(driver) is None) else "auto")
+        self.current_range.blockSignals(False)
+        self.current_range.setToolTip(current_range_help(driver))
 
     def _limit_changed(self, value: float) -> None:
         self.voltage.setMaximum(value)  # Qt clamps the supply down with it
@@ -283,6 +303,7 @@ class BenchPanel(QtWidgets.QGroupBox):
             emon["port"] = address
         emon["supply_voltage_v"] = self.voltage.value()
         emon["sample_rate_hz"] = _float(self.rate.currentText(), float("nan"))
+        emon["current_range"] = self.current_range.currentText().strip() or "auto"
         dataset = raw.setdefault("dataset", {})
         dataset["name"] = self.dataset.currentText()
         dataset["samples_per_class"] = self.per_class.value()

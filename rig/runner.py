@@ -355,11 +355,14 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the
         # bench's samples over loopback; the driver code above it is the real one.
         from drivers.emon.joulescope import Joulescope
-        from rig.sim.joulescope import FakeJoulescopeDriver, SocketSource
+        from rig.sim.joulescope import BASE_RATES, FakeJoulescopeDriver, SocketSource
 
+        # A JS220 samples at 1 MS/s at most; above that the stand-in is the 2 MS/s JS110.
+        model = "js110" if bench.emon.sample_rate_hz > BASE_RATES["js220"] else "js220"
         return Joulescope.open(
             "", voltage_limit_v=bench.voltage_limit_v, simulated=True,
-            driver_factory=lambda: FakeJoulescopeDriver(SocketSource(address)),
+            driver_factory=lambda: FakeJoulescopeDriver(SocketSource(address),
+                                                        device_path=f"u/{model}/000415"),
             current_range=bench.emon.current_range,
         )
     if bench.emon.driver == "lpm01a":

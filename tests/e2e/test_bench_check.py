@@ -4,6 +4,7 @@ a silent port, a missing one and a busy one; and `rig devices --check`."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from serial.tools.list_ports_common import ListPortInfo
 from drivers.emon.lpm01a import Lpm01a
 from rig.bench_check import STATES, check_bench
 from rig.cli import main
-from rig.config import load_bench
+from rig.config import load_bench, parse_bench
 from rig.errors import ConfigError, RunInterrupted
 from rig.ports import scan_ports
 from rig.sim import bench as sim_bench
@@ -210,3 +211,13 @@ def test_a_stopping_checkpoint_propagates_after_power_off(tmp_path: Path, sim_vb
     with pytest.raises(RunInterrupted):
         check_bench(bench, checkpoint=stop)
     assert sim_vb.world.powered is False
+
+
+def test_the_virtual_joulescope_is_a_js110_above_one_megasample() -> None:
+    raw = tomllib.loads((REPO / "benches" / "sim-joulescope.toml").read_text())
+    for rate, model in ((1_000_000, "js220"), (2_000_000, "js110")):
+        raw["emon"]["sample_rate_hz"] = rate
+        emon = check_bench(parse_bench(raw, REPO / "benches" / "sim-joulescope.toml")
+                           ).device("emon")
+        assert emon.state == "answering", emon
+        assert (emon.info["model"], emon.info["sample_rate_hz"]) == (model, rate)

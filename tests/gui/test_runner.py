@@ -19,6 +19,7 @@ from serial.tools.list_ports_common import ListPortInfo
 
 from gui.runner import RunnerWindow, report_folder
 from rig.config import load_bench
+from rig.errors import ConfigError
 from rig.run_summary import asc_figure_rows, run_summary
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
@@ -467,3 +468,21 @@ def test_rig_gui_with_an_unknown_bench_names_the_known_ones() -> None:
     assert "sim" in proc.stderr and "Traceback" not in proc.stderr
     shown = run_rig("gui", "--help")
     assert shown.returncode == 0 and "Stop" in shown.stdout
+
+
+def test_the_current_range_field_offers_what_the_monitor_takes(window) -> None:
+    panel = window().bench_panel
+    panel.select("sim-joulescope")
+    items = [panel.current_range.itemText(i) for i in range(panel.current_range.count())]
+    assert items[0] == "auto" and "18 mA" in items and "180 µA" in items
+    panel.current_range.setCurrentText("18 mA")
+    assert panel.bench().emon.current_range == "18 mA"
+    panel.driver.setCurrentText("lpm01a-sim")  # auto-ranging only: back to auto
+    assert panel.current_range.currentText() == "auto" and panel.current_range.count() == 1
+    assert "auto" in panel.current_range.toolTip()
+    panel.driver.setCurrentText("n6705-sim")  # any amps in its span
+    panel.current_range.setCurrentText("1e-3")
+    assert panel.bench().emon.current_range == "0.001"
+    panel.current_range.setCurrentText("40")
+    with pytest.raises(ConfigError, match="current_range"):
+        panel.bench()
