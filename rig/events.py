@@ -171,6 +171,8 @@ class TraceSaved(Event):
     samples: int = 0
     sample_rate_hz: float = 0.0
     dropped: int = 0
+    #: Samples a fixed current range clipped at its full scale (their energy reads low).
+    clipped: int = 0
 
 
 @dataclass(frozen=True)

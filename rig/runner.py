@@ -147,6 +147,7 @@ def measure_asc(
                 sample_rate_hz=parts.recorder.sample_rate,
                 dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
                 + (parts.emon.stats.dropped if parts.emon else 0),
+                clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
             ))
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
         summary["simulated"] = bench.simulated

@@ -383,6 +383,12 @@ def summarize(
         dropped = sum(t.dropped for t in traces)
         out["dropped_samples"] = dropped
         checks.append(_check("no lost samples", dropped == 0, f"{dropped} samples dropped"))
+        clipped = sum(t.clipped for t in traces)
+        if clipped:  # only a fixed current range clips: no check where none was set
+            out["clipped_samples"] = clipped
+            checks.append(_check("no clipped samples", False,
+                                 f"{clipped} samples at the fixed current range's full scale "
+                                 "(their energy reads low): use a larger range or auto"))
     out["checks"] = checks
     return out
 

@@ -53,10 +53,17 @@ def test_a_range_below_the_duts_current_clips_it(tmp_path: Path, capsys) -> None
     """1.8 mA is below the active 2 mA: the stand-in saturates there, as the instrument does,
     so the run measures 1.8 mA x 1.8 V while the DUT computes (proof the range reached it)."""
     bench = joulescope_bench(tmp_path, '"1.8 mA"')
-    main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"), "--json"])
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
+                 "--json"])
     out = json.loads(capsys.readouterr().out)
     s = out["summary"]
     assert s["active_power_w"] == pytest.approx(1.8e-3 * 1.8, rel=1e-3)
+    # The clipping is a failed check, not a quiet low number: exit 1, status failed-checks.
+    assert code == 1 and out["status"] == "failed-checks"
+    assert s["clipped_samples"] > 0
+    failed = [c for c in s["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["no clipped samples"]
+    assert "larger range or auto" in failed[0]["detail"]
     assert s["idle_power_w"] == pytest.approx(TRUTH["idle_power_w"], rel=1e-3)  # 0.67 mA fits
     manifest = json.loads((Path(out["run"]) / "manifest.json").read_text())
     assert manifest["instruments"]["emon"]["current_range"] == "1.8 mA"
