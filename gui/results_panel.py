@@ -68,7 +68,9 @@ class ResultsPanel(QtWidgets.QWidget):
         self.path, self.data = Path(path), data
         sim = "  ·  SIMULATED" if data.get("simulated") else ""
         what = data.get("procedure") or "run"
-        self.title.setText(f"<b>{what.upper()} · {data['status']}</b>{sim}<br>{path}")
+        damaged = data.get("manifest_error")
+        mark = " · DAMAGED" if damaged else ""
+        self.title.setText(f"<b>{what.upper()} · {data['status']}{mark}</b>{sim}<br>{path}")
         if "points_total" in data:
             self._show_sweep(data)
         else:
@@ -76,8 +78,13 @@ class ResultsPanel(QtWidgets.QWidget):
         self.viewer_button.setEnabled((self.path / "traces" / "emon.jls").is_file())
         self.viewer_button.setToolTip("" if self.viewer_button.isEnabled()
                                       else "this run has no energy trace")
-        self.report_button.setEnabled(True)
+        self.report_button.setEnabled(not damaged)
+        self.report_button.setToolTip("a report needs the run's manifest.json" if damaged else "")
         self.folder_button.setEnabled(True)
+        if damaged:
+            self.message.emit("warning", f"{path}: {damaged}; shown is what events.jsonl still "
+                              "holds", "the measurements are safe in events.jsonl; restore "
+                              "manifest.json from a copy of the folder to make a report")
         return True
 
     def _show_asc(self, data: dict[str, Any]) -> None:
@@ -92,8 +99,9 @@ class ResultsPanel(QtWidgets.QWidget):
         if s.get("dropped_samples") is not None:
             rows.append(("Samples lost by the monitor", str(s["dropped_samples"])))
         for c in s.get("checks", []):
-            rows.append((f"check: {c['name']}", f"{'pass' if c['ok'] else 'FAIL'} — "
-                                                f"{c['detail']}"))
+            # ok None: the check does not apply to this run (neither passed nor failed).
+            mark = {True: "pass", False: "FAIL"}.get(c["ok"], "n/a")
+            rows.append((f"check: {c['name']}", f"{mark} — {c['detail']}"))
         if data.get("error"):
             rows.append(("error", data["error"]))
         self._fill(("Metric", "Value"), rows)
@@ -186,6 +194,10 @@ class EarlierRuns(QtWidgets.QWidget):
                                               r["procedure"], r["device"] + sim, r["status"],
                                               r["path"].name])
             item.setData(0, QtCore.Qt.ItemDataRole.UserRole, str(r["path"]))
+            if r.get("damaged"):
+                for col in range(5):
+                    item.setToolTip(col, f"{r['damaged']}: reopen to see what events.jsonl "
+                                         "still holds")
             self.tree.addTopLevelItem(item)
         for col in range(4):
             self.tree.resizeColumnToContents(col)

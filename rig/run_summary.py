@@ -14,7 +14,7 @@ from typing import Any
 
 from rig.events import IdleMeasured, LatencyRun, WindowMeasured
 from rig.procedures import asc
-from rig.store import RunRecord, load_run
+from rig.store import MANIFEST, RunRecord, load_run, read_manifest
 from rig.sweep import is_sweep, read_sweep, summarize
 from rig.units import pct, si
 
@@ -57,7 +57,10 @@ def replicability_verdict(summary: dict[str, Any]) -> tuple[bool | None, str]:
 
 
 def run_summary(path: str | Path) -> dict[str, Any]:
-    """The summary of an ASC run folder or a QUBO sweep folder, as `rig show --json` prints it."""
+    """The summary of an ASC run folder or a QUBO sweep folder, as `rig show --json` prints it.
+
+    A folder whose manifest.json is damaged is summarised from its events alone, and the
+    summary's `manifest_error` says what is wrong with the manifest."""
     record = load_run(path)
     if is_sweep(record.manifest):
         return sweep_summary(path)
@@ -89,6 +92,8 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
     }
     if record.finished is not None and record.finished.error:
         data["error"] = record.finished.error
+    if record.manifest_error is not None:
+        data["manifest_error"] = record.manifest_error
     return data
 
 
@@ -131,4 +136,7 @@ def sweep_summary(path: str | Path) -> dict[str, Any]:
     }
     if manifest.get("error"):
         data["error"] = manifest["error"]
+    _, damaged = read_manifest(record.path / MANIFEST)
+    if damaged is not None:
+        data["manifest_error"] = damaged
     return data

@@ -51,6 +51,8 @@ TRACES = "traces"
 
 #: Status of a run whose process ended without writing `run_finished` (killed, crashed, power cut).
 INCOMPLETE = "incomplete"
+#: How `list_runs` lists a folder whose manifest.json cannot be read.
+DAMAGED = "damaged"
 
 _ROW_EVENTS = {
     LatencyRun: "latency_run",
@@ -213,6 +215,14 @@ class RunRecord:
     finished: RunFinished | None = None
     #: Lines of events.jsonl that could not be read (a torn last line after a crash).
     bad_lines: int = 0
+    #: Why manifest.json could not be read (truncated, not JSON, not an object), or None. The
+    #: manifest is then rebuilt from the run_started event (what events.jsonl still holds).
+    manifest_error: str | None = None
+
+    @property
+    def damaged(self) -> bool:
+        """Whether manifest.json is there but unreadable."""
+        return self.manifest_error is not None
 
 
 def load_run(path: str | Path) -> RunRecord:
@@ -223,12 +233,7 @@ def load_run(path: str | Path) -> RunRecord:
             f"{path} is not a run folder (no {MANIFEST} or {EVENTS})",
             hint="pass a folder under runs/ (the measure command prints it)",
         )
-    manifest: dict[str, Any] = {}
-    if (path / MANIFEST).is_file():
-        try:
-            manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            manifest = {}
+    manifest, manifest_error = read_manifest(path / MANIFEST)
     events: list[Event] = []
     bad = 0
     if (path / EVENTS).is_file():
@@ -240,33 +245,68 @@ def load_run(path: str | Path) -> RunRecord:
             except (json.JSONDecodeError, TypeError):
                 bad += 1
     started = next((e for e in events if isinstance(e, RunStarted)), None)
-    if started is not None and not manifest:
-        manifest = {"procedure": started.procedure, "device": started.device,
-                    "simulated": started.simulated, **started.manifest}
     finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
     status = finished.status if finished else INCOMPLETE
+    if started is not None and not manifest:
+        manifest = {"procedure": started.procedure, "device": started.device,
+                    "simulated": started.simulated, "started_at": _when(started.at),
+                    "finished_at": _when(finished.at) if finished else None,
+                    **started.manifest}
     rows = [r for r in (result_row(e) for e in events) if r is not None]
-    return RunRecord(path, manifest, events, status, rows, finished, bad)
+    return RunRecord(path, manifest, events, status, rows, finished, bad, manifest_error)
+
+
+def read_manifest(path: Path) -> tuple[dict[str, Any], str | None]:
+    """manifest.json as a dict, and why it could not be read (None when it could, or when there
+    is no such file: `({}, None)`)."""
+    if not path.is_file():
+        return {}, None
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        return {}, f"{path.name} cannot be read ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        return {}, f"{path.name} is not UTF-8 text (overwritten or corrupted)"
+    except json.JSONDecodeError as exc:
+        return {}, f"{path.name} is truncated or not JSON ({exc})"
+    if not isinstance(manifest, dict):
+        return {}, f"{path.name} holds a JSON {type(manifest).__name__}, not an object"
+    return manifest, None
+
+
+def _first_event(path: Path) -> dict[str, Any]:
+    """The first record of events.jsonl (run_started), or {} when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            record = json.loads(f.readline())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) and record.get("event") == "run_started" else {}
 
 
 def list_runs(root: str | Path) -> list[dict[str, Any]]:
     """The run folders directly under `root`, newest first, from their manifests only (cheap:
     no events are read). Status "running" is what the manifest says: the run may be going on
-    in another process, or was killed (`load_run` then calls it incomplete)."""
+    in another process, or was killed (`load_run` then calls it incomplete). A folder whose
+    manifest cannot be read is listed as "damaged" (`damaged` says why), with what the first
+    line of its events.jsonl says."""
     root = Path(root)
     out = []
     for manifest_path in root.glob(f"*/{MANIFEST}"):
-        try:
-            m = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            m = {}
+        m, why = read_manifest(manifest_path)
+        if why is not None:
+            first = _first_event(manifest_path.parent / EVENTS)
+            m = {"procedure": first.get("procedure"), "device": first.get("device"),
+                 "simulated": first.get("simulated"), "status": DAMAGED,
+                 "started_at": _when(first.get("at"))}
         out.append({
             "path": manifest_path.parent,
-            "started_at": m.get("started_at") or "",
-            "procedure": m.get("procedure") or "?",
-            "device": m.get("device") or "?",
-            "status": m.get("status") or INCOMPLETE,
+            "started_at": str(m.get("started_at") or ""),
+            "procedure": str(m.get("procedure") or "?"),
+            "device": str(m.get("device") or "?"),
+            "status": str(m.get("status") or INCOMPLETE),
             "simulated": bool(m.get("simulated")),
+            "damaged": why,
         })
     out.sort(key=lambda r: (r["started_at"], r["path"].name), reverse=True)
     return out
@@ -274,6 +314,14 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
 
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def _when(at: Any) -> str | None:
+    """An event's time stamp as ISO text; None when it is not a usable time."""
+    try:
+        return _iso(float(at))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def _json_default(value: Any) -> Any:

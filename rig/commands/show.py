@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
 from rig.console import summary_table
+from rig.errors import ConfigError
 from rig.run_summary import asc_summary, sweep_summary
 from rig.store import INCOMPLETE, load_run
 from rig.sweep import RUNNING, is_sweep
@@ -30,12 +32,14 @@ def run(args: argparse.Namespace) -> int:
     data = asc_summary(record)
     if args.json:
         print_json(data)
-        return 0
+        return _damaged(data)
     summary, counts = data["summary"], data["measured"]
     out = Console()
     sim = " (SIMULATED)" if data["simulated"] else ""
     out.print(f"[bold]{record.path}[/]", soft_wrap=True)
-    out.print(f"{data['procedure']} on {data['device']}{sim}, started {data['started_at']}")
+    _say_damaged(out, data, bool(record.events))
+    out.print(f"{data['procedure'] or '?'} on {data['device'] or '?'}{sim}, "
+              f"started {data['started_at'] or 'unknown'}")
     style = "green" if record.status == "complete" else "yellow"
     out.print(f"status: [{style}]{record.status}[/]")
     if record.status == INCOMPLETE:
@@ -46,7 +50,28 @@ def run(args: argparse.Namespace) -> int:
     measured = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"
     out.print(f"measured: {measured}")
     out.print(summary_table(summary, title="Summary"))
-    return 0
+    return _damaged(data)
+
+
+def _say_damaged(out: Console, data: dict[str, Any], has_events: bool) -> None:
+    """Above everything else: the manifest could not be read, so what follows is from events."""
+    if "manifest_error" not in data:
+        return
+    held = ("below is what events.jsonl still holds" if has_events
+            else "and events.jsonl holds no readable events")
+    out.print(f"[red]damaged run folder: {data['manifest_error']}[/]; {held}", soft_wrap=True)
+
+
+def _damaged(data: dict[str, Any]) -> int:
+    """Exit 0, or the one-line error (exit 2) of a folder whose manifest is damaged, after its
+    events were shown."""
+    if "manifest_error" not in data:
+        return 0
+    raise ConfigError(
+        f"{data['run']}: {data['manifest_error']}; shown is what events.jsonl still holds",
+        hint="the measurements are safe in events.jsonl; restore manifest.json from a copy of "
+             "the folder before `rig report`, which needs it",
+    )
 
 
 def show_sweep(args: argparse.Namespace) -> int:
@@ -54,10 +79,11 @@ def show_sweep(args: argparse.Namespace) -> int:
     data = sweep_summary(args.run_folder)
     if args.json:
         print_json(data)
-        return 0
+        return _damaged(data)
     out = Console()
     sim = " (SIMULATED: stand-in points)" if data["simulated"] else ""
     out.print(f"[bold]{data['run']}[/]", soft_wrap=True)
+    _say_damaged(out, data, True)
     resumed = f", resumed {data['resumes']} time(s)" if data["resumes"] else ""
     out.print(f"QUBO sweep {data['sweep']['name']}{sim}, started {data['started_at']}{resumed}")
     style = "green" if data["status"] == "complete" else "yellow"
@@ -74,4 +100,4 @@ def show_sweep(args: argparse.Namespace) -> int:
     if "error" in data:
         out.print(f"error: {data['error']}")
     out.print(sweep_table(data["summary"], title="Fixed timeout: mean over seeds"))
-    return 0
+    return _damaged(data)

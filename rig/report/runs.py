@@ -7,7 +7,6 @@ whether it was simulated) and decides which runs belong to which system.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 from rig.errors import ConfigError
 from rig.events import Note
 from rig.run_summary import run_summary
-from rig.store import EVENTS, MANIFEST, load_run
+from rig.store import EVENTS, MANIFEST, load_run, read_manifest
 from rig.sweep import PROCEDURE as SWEEP_PROCEDURE
 
 ASC, QUBO = "ASC", "QUBO"
@@ -94,17 +93,13 @@ def read_run(path: Path) -> ReportRun:
             f"has no {MANIFEST} or {EVENTS}"
         raise ConfigError(f"{path} is not a run folder a report can use: it {what}",
                           hint="pass folders under runs/ that rig measure or rig sweep printed")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    manifest, damaged = read_manifest(manifest_path)
+    if damaged is not None:  # truncated, not JSON, not an object, unreadable
         raise ConfigError(
-            f"{manifest_path} is truncated or not JSON ({exc})",
+            f"{path}/{damaged}",
             hint="the report needs the run's manifest (instruments, bench, software); "
                  f"`rig show {path}` still reads what the run measured from its events",
-        ) from None
-    if not isinstance(manifest, dict):
-        raise ConfigError(f"{manifest_path}: expected a JSON object, found "
-                          f"{type(manifest).__name__}")
+        )
     procedure = manifest.get("procedure")
     if procedure not in ("asc", SWEEP_PROCEDURE):
         raise ConfigError(f"{path}: a report covers ASC runs and QUBO sweeps; this folder's "
@@ -127,7 +122,7 @@ def check_complete(runs: list[ReportRun], allow_incomplete: bool) -> None:
             continue
         summary = run.show.get("summary")
         checks = summary.get("checks", []) if isinstance(summary, dict) else []
-        failed = [c["name"] for c in checks if not c.get("ok")]
+        failed = [c["name"] for c in checks if c.get("ok") is False]  # None: not applicable
         why = {
             "failed-checks": f"failed its checks ({', '.join(failed) or 'see rig show'})",
             "interrupted": "was interrupted before it finished",

@@ -1,0 +1,44 @@
+"""The runner's results and earlier-runs lists on a run folder whose manifest.json is damaged
+(issue 13.8): no crash, the message shown, the folder listed as "damaged"."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("PySide6")
+pytest.importorskip("pytestqt")
+
+from pathlib import Path
+
+from gui.results_panel import EarlierRuns, ResultsPanel
+from tests.rig.test_damaged_manifest import asc_run, damage
+
+
+def test_results_show_a_damaged_folder_from_its_events_with_a_message(qtbot, tmp_path: Path
+                                                                      ) -> None:
+    run = asc_run(tmp_path, finished=True)
+    reason = damage(run, "truncated")
+    panel = ResultsPanel()
+    qtbot.addWidget(panel)
+    said: list[tuple[str, str, str]] = []
+    panel.message.connect(lambda *m: said.append(m))
+    assert panel.show_run(run)
+    assert "DAMAGED" in panel.title.text()
+    assert panel.cell_texts()["Energy per inference (median of windows)"] == "45.00 µJ"
+    assert len(said) == 1 and said[0][0] == "warning"
+    assert reason in said[0][1] and "events.jsonl" in said[0][1]
+    assert not panel.report_button.isEnabled()
+
+
+def test_earlier_runs_list_a_damaged_folder(qtbot, tmp_path: Path) -> None:
+    good = asc_run(tmp_path, finished=True)
+    bad = asc_run(tmp_path, finished=True)
+    reason = damage(bad, "list")
+    runs = EarlierRuns()
+    qtbot.addWidget(runs)
+    runs.set_root(tmp_path)
+    rows = {runs.tree.topLevelItem(i).text(4): runs.tree.topLevelItem(i)
+            for i in range(runs.tree.topLevelItemCount())}
+    assert rows[good.name].text(3) == "complete"
+    assert rows[bad.name].text(3) == "damaged" and rows[bad.name].text(1) == "asc"
+    assert reason in rows[bad.name].toolTip(3)
