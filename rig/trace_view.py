@@ -27,6 +27,7 @@ from rig.traces import (
     JLS_POWER,
     JLS_VOLTAGE,
     check_jls_length,
+    open_jls_reader,
     read_trace,
 )
 
@@ -176,12 +177,9 @@ class JlsSource(TraceSource):
 
         self.path = path
         unclosed = check_jls_length(path)
-        try:
-            self._reader = pyjls.Reader(str(path))
-        except Exception as exc:  # pyjls raises RuntimeError with its own code text
-            raise AnalysisError(f"cannot open JLS file {path}: {exc}",
-                                hint="is it a complete JLS v2 file? (a recording cut off "
-                                     "before it was closed has no index)") from None
+        # What pyjls's C library prints (repairing a file cut off, refusing a damaged one) is
+        # caught: never on the terminal, quoted in the error when it refuses the file.
+        self._reader, _ = open_jls_reader(path)
         try:
             self._signals = {s.name: s for s in self._reader.signals.values()
                              if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0}

@@ -11,9 +11,16 @@ readers ignore it or use it when present, so those files still load.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import logging
 import math
-import re
+import os
+import sys
+import tempfile
+import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -24,8 +31,12 @@ import numpy as np
 from rig import __version__
 from rig.errors import AnalysisError
 
+log = logging.getLogger(__name__)
+
 #: CSV columns, by header name.
 CSV_COLUMNS = ("current_a", "voltage_v", "gpio")
+_CSV_HINT = ("every data line needs a finite number in each of the columns "
+             f"{', '.join(CSV_COLUMNS)}: fix or delete that line")
 #: JLS signal names: current and voltage, and the GPIO bit field. `JLS_POWER` is no longer
 #: written (power = current x voltage); older files may still hold it, as an optional signal.
 JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "gpi0"
@@ -35,6 +46,9 @@ _JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
 _BLOCK = 1 << 20
 #: user_data chunk tag for the rig's JSON description of the recording.
 _USER_DATA_META = 1
+#: A JLS v2 file starts with this signature, in a file header of `_JLS_HEADER` bytes.
+_JLS_SIGNATURE = b"jlsfmt"
+_JLS_HEADER = 32
 
 _SOURCE_ID = 1
 # Signal 3 was power in files written before power was dropped; new files leave it unused so
@@ -116,19 +130,21 @@ def _read_csv(path: Path, sample_rate: float | None) -> Trace:
                 dtype=np.float64,
             )
     except ValueError as exc:
-        # numpy counts data rows from 0 after the skipped lines; say it in a person's terms.
-        msg = re.sub(r"at row (\d+)", lambda m: f"at data row {int(m.group(1)) + 1}", str(exc))
-        raise AnalysisError(
-            f"{path}: {msg}", hint="every data row needs a number in each column"
-        ) from None
+        # Find the line again to name it (the file's line number) and its column by name.
+        _raise_bad_csv_field(path, header_index, cols)
+        raise AnalysisError(f"{path}: {exc}", hint=_CSV_HINT) from None
     if len(data) == 0:
         raise AnalysisError(f"{path}: no samples after the header")
+    finite = np.isfinite(data)
+    if not finite.all():  # NaN or inf: numpy reads them as numbers, energy cannot use them
+        _raise_bad_csv_field(path, header_index, cols)
     gpio_f = data[:, 2]
     bad = np.flatnonzero((gpio_f != np.round(gpio_f)) | (gpio_f < 0) | (gpio_f > 255))
     if bad.size:
+        line = _csv_line_of_row(path, header_index, int(bad[0]))
         raise AnalysisError(
-            f"{path}: gpio must be an integer bit field 0..255, got {float(gpio_f[bad[0]]):g} "
-            f"at data row {bad[0] + 1}"
+            f"{path} line {line}, column gpio: {float(gpio_f[bad[0]]):g} is not an integer bit "
+            "field 0..255", hint="gpio holds the GPIO levels as an integer (bit 0: timestamp)"
         )
     return Trace(
         sample_rate=rate,
@@ -137,6 +153,49 @@ def _read_csv(path: Path, sample_rate: float | None) -> Trace:
         gpio=gpio_f.astype(np.uint8),
         meta={"format": "csv", "path": str(path), "simulated": False},
     )
+
+
+def _csv_data_lines(path: Path, header_index: int) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text without comment) of each data line, as np.loadtxt sees
+    them: after the header, skipping blank and '#' comment lines."""
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for index, line in enumerate(f):
+            if index <= header_index:
+                continue
+            text = line.split("#", 1)[0].strip()
+            if text:
+                yield index + 1, text
+
+
+def _csv_line_of_row(path: Path, header_index: int, row: int) -> int:
+    """The file's line number of data row `row` (0-based)."""
+    for k, (number, _) in enumerate(_csv_data_lines(path, header_index)):
+        if k == row:
+            return number
+    return header_index + 2 + row  # not reached: numpy read that many rows
+
+
+def _raise_bad_csv_field(path: Path, header_index: int, cols: list[int]) -> None:
+    """Raise AnalysisError naming the first line and column that is not a finite number
+    (empty, text, NaN or inf, or a missing field); return if every field is fine."""
+    for number, text in _csv_data_lines(path, header_index):
+        fields = text.split(",")
+        for name, col in zip(CSV_COLUMNS, cols, strict=True):
+            where = f"{path} line {number}, column {name}"
+            if col >= len(fields):
+                raise AnalysisError(f"{where}: missing (the line has {len(fields)} field(s))",
+                                    hint=_CSV_HINT)
+            value = fields[col].strip()
+            if not value:
+                raise AnalysisError(f"{where}: empty field", hint=_CSV_HINT)
+            try:
+                number_value = float(value)
+            except ValueError:
+                raise AnalysisError(f"{where}: {value!r} is not a number",
+                                    hint=_CSV_HINT) from None
+            if not math.isfinite(number_value):
+                raise AnalysisError(f"{where}: {value} is not a finite number",
+                                    hint=_CSV_HINT + " (a CSV cannot mark dropped samples)")
 
 
 def _csv_header(path: Path) -> tuple[int, list[str]]:
@@ -149,60 +208,170 @@ def _csv_header(path: Path) -> tuple[int, list[str]]:
     raise AnalysisError(f"{path}: empty CSV file, no header line")
 
 
+#: One capture at a time: fds 1 and 2 belong to the whole process.
+_CAPTURE_LOCK = threading.Lock()
+#: The logger pyjls forwards its C library's messages to (as "pyjls.c").
+_PYJLS_LOGGER = "pyjls"
+#: How many of the lines pyjls printed an error message quotes.
+_JLS_LINES = 4
+
+
+@contextlib.contextmanager
+def captured_c_output() -> Iterator[list[str]]:
+    """Catch what pyjls's C library says while the block runs, so none of it reaches the
+    terminal; the yielded list holds its lines once the block has ended (also when it raised).
+
+    The library's log ("could not read file header", "write mismatch 16 != 32", "not properly
+    closed") is forwarded by pyjls to Python's logger ``pyjls.c``; with no handler configured,
+    logging's last resort prints it bare on stderr. During the block the ``pyjls`` loggers keep
+    their records to a collecting handler, and fds 1 and 2 point at a temporary file, for
+    anything C code writes to them directly. Python's own output is flushed first, so nothing
+    of ours lands in the capture.
+    """
+    lines: list[str] = []
+    collector = _Collector(lines)
+    jls_log = logging.getLogger(_PYJLS_LOGGER)
+    with _CAPTURE_LOCK, tempfile.TemporaryFile() as sink:
+        _flush_output()
+        saved: list[tuple[int, int]] = []
+        propagate = jls_log.propagate
+        jls_log.addHandler(collector)
+        jls_log.propagate = False
+        try:
+            for fd in (1, 2):
+                try:
+                    copy = os.dup(fd)
+                except OSError:  # closed (a daemon): nothing there to protect
+                    continue
+                saved.append((fd, copy))
+                os.dup2(sink.fileno(), fd)
+            yield lines
+        finally:
+            _flush_output()
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+            jls_log.removeHandler(collector)
+            jls_log.propagate = propagate
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace")
+            lines.extend(line.strip() for line in text.splitlines() if line.strip())
+            if lines:
+                log.debug("pyjls said: %s", "; ".join(lines))
+
+
+class _Collector(logging.Handler):
+    """A logging handler that appends each record's message to a list."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the message (never raises: a log record must not break a read)."""
+        with contextlib.suppress(Exception):
+            self.lines.append(record.getMessage().strip())
+
+
+def _flush_output() -> None:
+    """Flush Python's stdout/stderr and C's stdio buffers (so a capture starts and ends clean)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
+def jls_error(
+    path: Path, exc: BaseException, said: list[str], doing: str = "read"
+) -> AnalysisError:
+    """Our typed error for a JLS file pyjls refused, with what its C library printed."""
+    printed = list(dict.fromkeys(said))[:_JLS_LINES]
+    detail = f" (pyjls: {'; '.join(printed)})" if printed else ""
+    return AnalysisError(f"cannot {doing} JLS file {path}: {exc}{detail}",
+                         hint="is it a complete JLS v2 file? copy it again from where it was "
+                              "recorded")
+
+
+def open_jls_reader(path: Path) -> tuple[Any, list[str]]:
+    """`pyjls.Reader(path)` with what its C library printed caught (never on the terminal);
+    a file it refuses raises AnalysisError quoting it. Returns the reader and those lines."""
+    import pyjls  # heavy C extension: only when a JLS file is actually read
+
+    with captured_c_output() as said:
+        try:
+            reader, error = pyjls.Reader(str(path)), None
+        except Exception as exc:  # pyjls raises RuntimeError with its own code text
+            reader, error = None, exc
+    if error is not None:
+        raise jls_error(path, error, said) from None
+    return reader, said
+
+
 def _read_jls(path: Path, sample_rate: float | None) -> Trace:
     import pyjls  # heavy C extension: only when a JLS file is actually read
 
     check_jls_length(path)
+    reader, said = open_jls_reader(path)
+    reading: list[str] = []
     try:
-        reader = pyjls.Reader(str(path))
-    except Exception as exc:  # pyjls raises RuntimeError with its own code text
-        raise AnalysisError(
-            f"cannot read JLS file {path}: {exc}", hint="is it a complete JLS v2 file?"
-        ) from None
-    try:
-        by_name = {
-            s.name: s
-            for s in reader.signals.values()
-            if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0
-        }
-        gpio_name = next((n for n in _JLS_GPIO_ALIASES if n in by_name), None)
-        missing = [n for n in (JLS_CURRENT, JLS_VOLTAGE) if n not in by_name]
-        if gpio_name is None:
-            missing.append(JLS_GPIO)
-        if missing:
-            raise AnalysisError(
-                f"{path}: missing signal(s) {', '.join(missing)}; signals present: "
-                f"{', '.join(sorted(by_name)) or 'none'}",
-                hint="record current, voltage and the GPIO timestamp input gpi0",
-            )
-        cur, vol, gpi = by_name[JLS_CURRENT], by_name[JLS_VOLTAGE], by_name[gpio_name]
-        rates = {cur.sample_rate, vol.sample_rate, gpi.sample_rate}
-        if len(rates) != 1:
-            raise AnalysisError(
-                f"{path}: signals differ in sample rate ({sorted(rates)} Hz)",
-                hint="current, voltage and gpio must be recorded at one rate",
-            )
-        rate = float(cur.sample_rate)
-        meta = _jls_meta(reader, cur, path)
-        exact = meta["user_data"].get("sample_rate_hz")
-        if isinstance(exact, int | float) and exact > 0 and round(exact) == rate:
-            rate = float(exact)  # written by the rig: the instrument's true, fractional rate
-        if sample_rate is not None and float(sample_rate) != rate:
-            raise AnalysisError(
-                f"{path} was recorded at {rate:g} Hz but --sample-rate {sample_rate:g} was given",
-                hint="drop --sample-rate for JLS traces: the file knows its rate",
-            )
-        n = min(cur.length, vol.length, gpi.length)
-        current = _read_fsr(reader, cur.signal_id, n, np.float64)
-        voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
-        gpio = _read_gpio(reader, gpi, n, path)
-        meta["samples_by_signal"] = {
-            JLS_CURRENT: cur.length,
-            JLS_VOLTAGE: vol.length,
-            gpio_name: gpi.length,
-        }
+        with captured_c_output() as reading:
+            return _read_jls_signals(pyjls, reader, path, sample_rate, said)
+    except AnalysisError:
+        raise
+    except (RuntimeError, OSError, ValueError) as exc:  # pyjls on a damaged chunk
+        raise jls_error(path, exc, reading) from None
     finally:
         reader.close()
+
+
+def _read_jls_signals(
+    pyjls: Any, reader: Any, path: Path, sample_rate: float | None, said: list[str]
+) -> Trace:
+    """The trace from an open reader (`said`: what pyjls printed while opening the file)."""
+    by_name = {
+        s.name: s
+        for s in reader.signals.values()
+        if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0
+    }
+    gpio_name = next((n for n in _JLS_GPIO_ALIASES if n in by_name), None)
+    missing = [n for n in (JLS_CURRENT, JLS_VOLTAGE) if n not in by_name]
+    if gpio_name is None:
+        missing.append(JLS_GPIO)
+    if missing:
+        raise AnalysisError(
+            f"{path}: missing signal(s) {', '.join(missing)}; signals present: "
+            f"{', '.join(sorted(by_name)) or 'none'}",
+            hint="record current, voltage and the GPIO timestamp input gpi0",
+        )
+    cur, vol, gpi = by_name[JLS_CURRENT], by_name[JLS_VOLTAGE], by_name[gpio_name]
+    rates = {cur.sample_rate, vol.sample_rate, gpi.sample_rate}
+    if len(rates) != 1:
+        raise AnalysisError(
+            f"{path}: signals differ in sample rate ({sorted(rates)} Hz)",
+            hint="current, voltage and gpio must be recorded at one rate",
+        )
+    rate = float(cur.sample_rate)
+    meta = _jls_meta(reader, cur, path)
+    exact = meta["user_data"].get("sample_rate_hz")
+    if isinstance(exact, int | float) and exact > 0 and round(exact) == rate:
+        rate = float(exact)  # written by the rig: the instrument's true, fractional rate
+    if sample_rate is not None and float(sample_rate) != rate:
+        raise AnalysisError(
+            f"{path} was recorded at {rate:g} Hz but --sample-rate {sample_rate:g} was given",
+            hint="drop --sample-rate for JLS traces: the file knows its rate",
+        )
+    n = min(cur.length, vol.length, gpi.length)
+    current = _read_fsr(reader, cur.signal_id, n, np.float64)
+    voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
+    gpio = _read_gpio(reader, gpi, n, path)
+    meta["samples_by_signal"] = {
+        JLS_CURRENT: cur.length,
+        JLS_VOLTAGE: vol.length,
+        gpio_name: gpi.length,
+    }
+    if said:  # e.g. a recording cut off before it was closed, which pyjls recovered
+        meta["reader_messages"] = list(said)
     return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta)
 
 
@@ -212,13 +381,25 @@ def check_jls_length(path: Path) -> bool:
     The file header's bytes 16..24 hold the file length, written on close (0 while recording).
     A closed file whose length differs from its size on disk lost its end; an unclosed one is
     left to pyjls, which recovers what the crashed recording holds: returns True for those.
+    An empty file, one shorter than the header or one without the JLS signature is refused
+    here, in words, before pyjls prints its own C-level complaints about it.
     """
     with open(path, "rb") as f:
-        header = f.read(32)
-    if len(header) < 32 or not header.startswith(b"jlsfmt"):
-        return False  # not ours to judge: pyjls says what is wrong with it
-    length = int.from_bytes(header[16:24], "little")
+        header = f.read(_JLS_HEADER)
     size = path.stat().st_size
+    if not header:
+        raise AnalysisError(f"JLS file {path} is empty (0 bytes)",
+                            hint="copy it again from where it was recorded")
+    if not header.startswith(_JLS_SIGNATURE[: len(header)]):
+        raise AnalysisError(f"{path} is not a JLS v2 file: it does not start with the JLS "
+                            "file signature",
+                            hint="give a .jls that the rig or the Joulescope UI recorded, or a "
+                                 ".csv trace with --sample-rate")
+    if len(header) < _JLS_HEADER:
+        raise AnalysisError(f"JLS file {path} is truncated: {size} bytes, shorter than its "
+                            f"{_JLS_HEADER}-byte file header",
+                            hint="copy it again from where it was recorded")
+    length = int.from_bytes(header[16:24], "little")
     if length and length != size:
         raise AnalysisError(f"JLS file {path} is truncated: it holds {size:,} of its "
                             f"{length:,} bytes",

@@ -253,12 +253,16 @@ def _read_excerpt(path: Path, meas: dict[str, list[dict]]) -> _Excerpt | None:
         return None
     import pyjls  # C extension: only when a trace is drawn
 
+    from rig.errors import AnalysisError
+    from rig.traces import captured_c_output, open_jls_reader
+
     try:
-        reader = pyjls.Reader(str(path))
-    except Exception:  # pyjls raises RuntimeError with its own codes; any failure: no figure
+        reader, _ = open_jls_reader(path)  # pyjls's C-level messages caught, not printed
+    except AnalysisError:  # any failure: no figure
         return None
     try:
-        return _excerpt(reader, pyjls, meas)
+        with captured_c_output():
+            return _excerpt(reader, pyjls, meas)
     except Exception:  # truncated or odd file: the report goes on without the picture
         return None
     finally:

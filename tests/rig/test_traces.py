@@ -76,17 +76,17 @@ def test_csv_needs_a_sample_rate(tmp_path: Path) -> None:
         read_trace(path, sample_rate=-5)
 
 
-def test_csv_bad_number_names_the_data_row(tmp_path: Path) -> None:
+def test_csv_bad_number_names_the_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("current_a,voltage_v,gpio\n1,1.8,1\n1,x,1\n")
-    with pytest.raises(AnalysisError, match=r"'x'.*data row 2, column 2"):
+    with pytest.raises(AnalysisError, match=r"line 3, column voltage_v: 'x' is not a number"):
         read_trace(path, sample_rate=10)
 
 
 def test_csv_gpio_must_be_an_integer_bit_field(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("current_a,voltage_v,gpio\n1,1.8,1\n1,1.8,0.5\n")
-    with pytest.raises(AnalysisError, match=r"0\.5 at data row 2"):
+    with pytest.raises(AnalysisError, match=r"line 3, column gpio: 0\.5 is not an integer"):
         read_trace(path, sample_rate=10)
 
 
@@ -296,7 +296,7 @@ def test_unknown_missing_and_corrupt_files(tmp_path: Path) -> None:
         read_trace(other)
     bad = tmp_path / "bad.jls"
     bad.write_bytes(b"not a jls file at all" * 10)
-    with pytest.raises(AnalysisError, match="cannot read JLS file"):
+    with pytest.raises(AnalysisError, match="is not a JLS v2 file"):
         read_trace(bad)
 
 
