@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
+import threading
 import time
 import zlib
 
@@ -33,6 +35,8 @@ MAX_QLOAD_BYTES = 8 + 12 * 20_000_000
 #: Lava gets a dense n x n matrix: refuse graphs that would not fit in memory.
 MAX_VARS = int(os.environ.get("RIG_LOIHI2_MAX_VARS", "10000"))
 INTER_BYTE_TIMEOUT_S = 1.0
+#: How often the shim checks that the rig that started it is still there [s].
+PARENT_POLL_S = 0.2
 QSTATE_BYTES_PER_LINE = 32
 LAP_MASK = 0xFFFFFFFF
 
@@ -445,17 +449,43 @@ class Shim:
         self.port.send(*lines)
 
 
+def exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """End the shim, quietly, with everything it started, once its parent `parent` is gone.
+
+    A rig killed with SIGKILL cannot stop the shim, and a solve in Lava does not read stdin:
+    it would run to its timeout with no one to answer, then die on a broken pipe. A daemon
+    thread watches the parent pid (a dead parent's children are re-parented) and kills the
+    shim's process group (Lava's processes with it) when the shim leads one, as it does when
+    the rig starts it; else it ends just the shim.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> int:
+    exit_with_parent(os.getppid())
     port = Port()
     solver = LavaSolver()  # imports Lava before the banner: `m-ready` means ready to solve
     shim = Shim(port, solver)
     print(f"loihi2 shim: Lava {solver.backend} backend", file=sys.stderr)
-    port.send("m-timestamp-mode-performance", "m-init-done", "m-ready")
-    while True:
-        text = port.command()
-        if text is None:
-            return 0
-        shim.handle(text)
+    try:
+        port.send("m-timestamp-mode-performance", "m-init-done", "m-ready")
+        while True:
+            text = port.command()
+            if text is None:
+                return 0
+            shim.handle(text)
+    except (BrokenPipeError, ConnectionResetError):
+        return 0  # the rig closed the pipe (or is gone): no one left to answer
 
 
 if __name__ == "__main__":

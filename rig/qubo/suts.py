@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ SUT_NAMES = ("cpu-tabu", "cpu-sa", "loihi2")
 DEFAULT_GRACE_S = 1.0
 #: Default deadline for a worker to start and build its model (large graphs take a while).
 DEFAULT_LOAD_TIMEOUT_S = 300.0
+#: How often a worker checks that its parent is still there [s].
+PARENT_POLL_S = 0.2
 #: A slice is never shorter than this, nor longer than this fraction of the timeout (so that an
 #: improvement is reported soon after it is found) or `_SLICE_MAX_S`.
 _SLICE_MIN_S = 1e-3
@@ -258,8 +261,42 @@ def _solve_in_worker(
     conn.send(("done", time.perf_counter() - t0, steps))
 
 
+def exit_with_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:
+    """In a worker process: end it, quietly, as soon as its parent is gone.
+
+    A parent killed with SIGKILL cannot stop its worker, and a worker in the middle of a long
+    solve would otherwise run to its timeout and then die on a broken pipe with a traceback.
+    A daemon thread watches the parent pid (a dead parent's children are re-parented) and
+    calls `os._exit(0)`: no traceback, no cleanup that could print.
+    """
+    known = multiprocessing.parent_process()  # the pid the parent had when it started us
+    parent = known.pid if known is not None and known.pid else os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="exit-with-parent", daemon=True)
+    thread.start()
+    return thread
+
+
 def solver_worker(conn: Connection, algorithm: str, options: dict[str, Any]) -> None:
-    """The worker process: ``load`` a workload, ``solve`` it (repeatedly), ``quit``."""
+    """The worker process: ``load`` a workload, ``solve`` it (repeatedly), ``quit``.
+
+    It ends quietly when the parent goes away: at once if the parent process dies (see
+    `exit_with_parent`), and on a closed pipe (EOF, broken pipe) wherever it notices one.
+    """
+    exit_with_parent()
+    try:
+        _serve(conn, algorithm, options)
+    except (EOFError, OSError):  # the pipe to the parent is gone (broken pipe, reset)
+        return
+
+
+def _serve(conn: Connection, algorithm: str, options: dict[str, Any]) -> None:
+    """Answer the parent's messages until ``quit`` or the end of the pipe."""
     search: _Search | None = None
     workload: Workload | None = None
     while True:
@@ -282,6 +319,8 @@ def solver_worker(conn: Connection, algorithm: str, options: dict[str, Any]) -> 
                 if search is None or workload is None:
                     raise RuntimeError("no workload loaded")
                 _solve_in_worker(conn, search, workload, message[1], message[2])
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            raise  # the parent is gone: nobody to report to
         except (Exception, MemoryError) as exc:  # reported to the parent, which raises it
             search = workload = None
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
