@@ -133,6 +133,7 @@ def sweep_summary(path: str | Path) -> dict[str, Any]:
         "sweep": record.spec.snapshot(),
         "summary": summary["rows"],
         "largest_solved": summary["largest_solved"],
+        "power": summary["power"],
     }
     if manifest.get("error"):
         data["error"] = manifest["error"]

@@ -337,7 +337,12 @@ def read_sweep(path: str | Path, *, check_running: bool = True) -> SweepRecord:
 
 
 def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any]:
-    """Mean gap and mean power over seeds, per (sut, nodes, density, timeout)."""
+    """Mean gap and mean power over seeds, per (sut, nodes, density, timeout).
+
+    Per row, `power_seeds` counts the seeds with power and `power_status` says why the others
+    have none (None when every measured seed has it); `power` sums it up over the sweep: how
+    many measured points had power, and each reason with the points it applies to.
+    """
     rows = []
     for sut, nodes, density, timeout in itertools.product(
         spec.suts, spec.nodes, spec.densities, spec.timeouts
@@ -347,8 +352,7 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
         ok = [p for p in points if p.status == "ok"]
         gaps = [float(g) for p in ok if (g := p.result.get("gap")) is not None]
         powers = [float(w) for p in ok if (w := p.result.get("power_w")) is not None]
-        statuses = sorted({str(p.result.get("power_status")) for p in ok
-                           if p.result.get("power_w") is None and p.result.get("power_status")})
+        statuses = sorted({_no_power_reason(p) for p in ok if p.result.get("power_w") is None})
         rows.append({
             "sut": sut, "nodes": nodes, "density": density, "timeout_s": timeout,
             "seeds": len(ok), "seeds_expected": len(spec.seeds),
@@ -367,7 +371,35 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
         "points_failed": sum(p.status != "ok" for p in done.values()),
         "rows": rows,
         "largest_solved": _largest_solved(spec, done),
+        "power": power_overview(done),
     }
+
+
+def _no_power_reason(point: SweepPointDone) -> str:
+    """Why a measured point has no power (its power_status), never empty."""
+    return str(point.result.get("power_status") or "power unavailable: no reason recorded")
+
+
+def power_overview(done: dict[str, SweepPointDone]) -> dict[str, Any]:
+    """Which measured points had power: {"points", "with_power", "without": {reason: count}}."""
+    ok = [p for p in done.values() if p.status == "ok"]
+    without: dict[str, int] = {}
+    for p in ok:
+        if p.result.get("power_w") is None:
+            reason = _no_power_reason(p)
+            without[reason] = without.get(reason, 0) + 1
+    return {"points": len(ok), "with_power": len(ok) - sum(without.values()),
+            "without": dict(sorted(without.items()))}
+
+
+def power_line(power: dict[str, Any], *, reasons: bool = True) -> str:
+    """One line for people: "power: measured for 8 of 10 points; 2 without: <why>"."""
+    if not power["points"]:
+        return "power: no point measured yet"
+    line = f"power: measured for {power['with_power']} of {power['points']} points"
+    if power["without"] and reasons:
+        line += "; " + "; ".join(f"{n} without: {why}" for why, n in power["without"].items())
+    return line
 
 
 def _tts_over_seeds(ok: list[SweepPointDone]) -> dict[str, dict[str, Any]]:

@@ -252,9 +252,9 @@ class RaplMonitor(_CounterMonitor):
             return [float(_read_int(f)) for f in self._files]
         except PermissionError as exc:
             raise PowerUnavailable(
-                f"cannot read {exc.filename}: permission denied",
-                hint="RAPL counters are root-only on recent kernels: run as root or grant "
-                "read access to energy_uj (e.g. a udev rule)",
+                f"{exc.filename} is not readable (energy_uj is root-only since Linux 5.10)",
+                hint=f"run as root, or `sudo chmod a+r {self.root}/intel-rapl:*/energy_uj` "
+                "(a udev rule keeps it across reboots)",
             ) from exc
         except (OSError, ValueError) as exc:
             raise PowerUnavailable(f"cannot read a RAPL counter: {exc}",
@@ -285,11 +285,20 @@ class RaplMonitor(_CounterMonitor):
                 "simulated": self.simulated}
 
 
+#: What to do where there is no RAPL at all (a VM has none of its own).
+_NO_RAPL_HINT = ("enable RAPL passthrough in the hypervisor or run on bare metal; on bare metal "
+                 "load the driver: `sudo modprobe intel_rapl_msr`")
+
+
 def _package_domains(root: Path) -> list[Path]:
+    """The top-level package domains under the powercap root; PowerUnavailable says why none."""
     if not root.is_dir():
-        raise PowerUnavailable(f"no powercap interface at {root}",
-                               hint="RAPL needs an Intel/AMD CPU and the intel_rapl driver")
-    found = []
+        raise PowerUnavailable(
+            f"no {root}/intel-rapl (no powercap at all: a VM or a container without it, or "
+            "a kernel without CONFIG_POWERCAP)",
+            hint=_NO_RAPL_HINT,
+        )
+    found, names = [], []
     for path in sorted(root.glob("intel-rapl:*")):
         suffix = path.name.split(":", 1)[1]
         if not suffix.isdigit():
@@ -298,11 +307,20 @@ def _package_domains(root: Path) -> list[Path]:
             name = (path / "name").read_text().strip()
         except OSError:
             continue
+        names.append(name)
         if name.startswith("package"):
             found.append(path)
+    if not names:
+        raise PowerUnavailable(
+            f"no {root}/intel-rapl (a VM, or the intel_rapl_common module not loaded)",
+            hint=_NO_RAPL_HINT,
+        )
     if not found:
-        raise PowerUnavailable(f"no RAPL package domain under {root}",
-                               hint="RAPL needs an Intel/AMD CPU and the intel_rapl driver")
+        raise PowerUnavailable(
+            f"no RAPL package domain under {root} (only {', '.join(names)})",
+            hint="this CPU exposes no package energy counter: measure on a host whose CPU has "
+            "one (Intel since Sandy Bridge, AMD since Zen)",
+        )
     return found
 
 
@@ -331,16 +349,19 @@ class NvmlMonitor(_CounterMonitor):
             import pynvml  # lazily: only hosts with NVIDIA GPUs have it
         except ImportError as exc:
             raise PowerUnavailable(
-                "pynvml is not installed",
+                "pynvml is not installed (NVML's Python binding)",
                 hint="install the nvml extra (the nvidia-ml-py package) on a host with an "
-                "NVIDIA GPU",
+                "NVIDIA GPU and its driver",
             ) from exc
         self._nvml = pynvml
         try:
             pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError: no driver, no GPU
-            raise PowerUnavailable(f"NVML did not start: {exc}",
-                                   hint="check the NVIDIA driver (nvidia-smi)") from exc
+        except Exception as exc:  # NVMLError: no driver, no libnvidia-ml, no GPU
+            raise PowerUnavailable(
+                f"no NVIDIA driver/libnvidia-ml: NVML did not start ({exc})",
+                hint="install the NVIDIA driver so that `nvidia-smi` works (in a VM, pass the "
+                "GPU through first)",
+            ) from exc
         self._initialised = True
         try:
             count = pynvml.nvmlDeviceGetCount()

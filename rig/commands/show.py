@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
@@ -15,7 +16,7 @@ from rig.console import summary_table
 from rig.errors import ConfigError
 from rig.run_summary import asc_summary, sweep_summary
 from rig.store import INCOMPLETE, load_run
-from rig.sweep import RUNNING, is_sweep
+from rig.sweep import RUNNING, is_sweep, power_line
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -100,4 +101,6 @@ def show_sweep(args: argparse.Namespace) -> int:
     if "error" in data:
         out.print(f"error: {data['error']}")
     out.print(sweep_table(data["summary"], title="Fixed timeout: mean over seeds"))
+    if "power" in data:
+        out.print(escape(power_line(data["power"], reasons=False)))
     return _damaged(data)

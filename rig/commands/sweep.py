@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,6 +27,7 @@ from rig.sweep import (
     SweepPointDone,
     SweepResumed,
     load_sweep,
+    power_line,
     resume_sweep,
     start_sweep,
 )
@@ -77,6 +79,7 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
             "simulated": outcome.simulated,
             **{k: summary[k] for k in ("points_done", "points_total", "points_failed")},
             "summary": summary["rows"],
+            "power": summary["power"],
             **({"error": str(outcome.error)} if outcome.error else {}),
         })
     else:
@@ -85,6 +88,7 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
         out.print(sweep_table(summary["rows"], title=f"QUBO sweep: fixed timeout{label}"))
         out.print(f"status: [bold]{outcome.status}[/], {summary['points_done']}/"
                   f"{summary['points_total']} points ({summary['points_failed']} failed)")
+        out.print(escape(power_line(summary["power"], reasons=False)))
         out.print(f"run folder: {outcome.run_path}", soft_wrap=True)
     if outcome.error is not None:
         raise outcome.error
@@ -92,13 +96,17 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
 
 
 def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
-    """(sut, nodes, density, timeout) -> mean gap and mean power over the seeds."""
-    table = Table(title=title, title_justify="left")
+    """(sut, nodes, density, timeout) -> mean gap and mean power over the seeds.
+
+    A power cell without power for every seed points to a note under the table ([1], [2]...)
+    that says why (the rows' `power_status`: what was missing and what to enable)."""
+    table = Table(title=title, title_justify="left", caption_justify="left")
     for name in ("SUT", "nodes", "density", "timeout"):
         table.add_column(name, justify="left" if name == "SUT" else "right")
     table.add_column("gap (mean)", justify="right")
-    table.add_column("power (mean)", justify="right")
+    table.add_column("power (mean)", justify="right", no_wrap=True)
     table.add_column("seeds", justify="right")
+    notes: dict[str, int] = {}
     for row in rows:
         gap = "—" if row["gap_mean"] is None else f"{row['gap_mean']:+.4f}"
         if row["power_w_mean"] is None:
@@ -106,12 +114,16 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
         else:
             power = f"{row['power_w_mean']:#.4g} W"
             if row["power_seeds"] < row["seeds"]:
-                power += f" ({row['power_seeds']} seeds)"
+                power += f" ({row['power_seeds']}/{row['seeds']} seeds)"
+        if row["seeds"] and row.get("power_status"):
+            power += f" \\[{notes.setdefault(row['power_status'], len(notes) + 1)}]"
         seeds = f"{row['seeds']}/{row['seeds_expected']}"
         if row["failed"]:
             seeds += f" [red]({row['failed']} failed)[/]"
         table.add_row(row["sut"], str(row["nodes"]), f"{row['density']:g}",
                       f"{row['timeout_s']:g} s", gap, power, seeds)
+    if notes:
+        table.caption = "\n".join(f"\\[{n}] {escape(why)}" for why, n in notes.items())
     return table
 
 

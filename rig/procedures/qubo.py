@@ -113,7 +113,7 @@ class MonitorPower:
         try:
             self.monitor.stop()
         except PowerUnavailable as exc:
-            return PowerReading(None, exc.message)
+            return PowerReading(None, str(exc))  # why, and (in brackets) what to enable
         if recorder is None:
             return PowerReading(None, "power unavailable: the meter was not started")
         power = recorder.overall_mean_power()
@@ -128,14 +128,16 @@ class MonitorPower:
 
 
 def open_power_meter(source: str) -> PowerMeter:
-    """The meter for a SUT's `power_source`; `NoPower` with the reason where there is none."""
+    """The meter for a SUT's `power_source`; `NoPower` with the reason where there is none
+    (the monitor's why and, in brackets, what to enable: "no /sys/class/powercap/intel-rapl
+    (...) (enable RAPL passthrough ...)")."""
     try:
         if source == "rapl":
             return MonitorPower(RaplMonitor.open(voltage_limit_v=1.0), "rapl")
         if source == "nvml":
             return MonitorPower(NvmlMonitor.open(voltage_limit_v=1.0), "nvml")
     except PowerUnavailable as exc:
-        return NoPower(exc.message, source)
+        return NoPower(str(exc), source)
     if source == "loihi-profiler":
         return NoPower("the Loihi power profiler's readings are not collected by the rig yet",
                        source)

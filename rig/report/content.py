@@ -689,6 +689,9 @@ def _qubo_results(system: System) -> list[Any]:
         if any(r.get("power_w_mean") is not None for r in rows):
             out.append(Table(head, tuple(power_rows), align=align,
                              caption=f"Fixed timeout: average power, mean over seeds{label}"))
+        coverage = _power_coverage(rows)
+        if coverage:
+            out.append(Para(coverage))
         longest = max(timeouts)
         tts_rows = []
         for n in sw["nodes"]:
@@ -725,7 +728,29 @@ def _gap_cell(row: dict[str, Any] | None) -> str:
 def _power_cell(row: dict[str, Any] | None) -> str:
     if row is None or row.get("power_w_mean") is None:
         return "unavailable" if row and row["seeds"] else "—"
-    return si(row["power_w_mean"], "W")
+    seeds = "" if row.get("power_seeds", row["seeds"]) >= row["seeds"] else \
+        f" ({row['power_seeds']}/{row['seeds']} seeds)"
+    return si(row["power_w_mean"], "W") + seeds
+
+
+def _power_coverage(rows: list[dict[str, Any]]) -> str | None:
+    """Which points (seeds) of these rows had power, and why the others have none."""
+    points = sum(r["seeds"] for r in rows)
+    with_power = sum(r.get("power_seeds", 0) for r in rows)
+    if not points:
+        return None
+    text = f"Power was measured for {with_power} of {points} points."
+    why: dict[str, int] = {}
+    for r in rows:
+        missing = r["seeds"] - r.get("power_seeds", 0)
+        if missing > 0:
+            reason = r.get("power_status") or "power unavailable: no reason recorded"
+            why[reason] = why.get(reason, 0) + missing
+    if why:
+        text += " Without power: " + "; ".join(f"{n} point(s): {reason}"
+                                               for reason, n in why.items())
+        text += ". Such points report power as unavailable, never as zero."
+    return text
 
 
 def _tts_cell(row: dict[str, Any] | None, threshold: str) -> str:

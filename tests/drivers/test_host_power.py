@@ -153,12 +153,43 @@ def test_rapl_open_through_the_registry(tmp_path):
 
 
 def test_no_powercap_means_power_unavailable_never_zeros(tmp_path):
-    with pytest.raises(PowerUnavailable, match=r"^power unavailable: no powercap"):
+    with pytest.raises(PowerUnavailable, match=r"^power unavailable: no .*missing/intel-rapl"):
         RaplMonitor.open(str(tmp_path / "missing"), voltage_limit_v=3.3)
     write(tmp_path / "intel-rapl:0" / "name", "psys")
     write(tmp_path / "intel-rapl:0:0" / "name", "package-0")
-    with pytest.raises(PowerUnavailable, match="no RAPL package domain"):
+    with pytest.raises(PowerUnavailable, match=r"no RAPL package domain .*\(only psys\)"):
         RaplMonitor.open(str(tmp_path), voltage_limit_v=3.3)
+
+
+def test_no_rapl_says_why_and_what_to_enable(tmp_path):
+    """A VM has no /sys/class/powercap at all, or one without intel-rapl (issue 13.5)."""
+    with pytest.raises(PowerUnavailable) as info:
+        RaplMonitor.open(str(tmp_path / "missing"), voltage_limit_v=3.3)
+    assert "a VM" in info.value.message
+    assert "RAPL passthrough" in info.value.hint and "bare metal" in info.value.hint
+    (tmp_path / "intel-rapl-mmio:0").mkdir()  # powercap, but no intel-rapl zone
+    with pytest.raises(PowerUnavailable) as info:
+        RaplMonitor.open(str(tmp_path), voltage_limit_v=3.3)
+    assert info.value.message == (f"power unavailable: no {tmp_path}/intel-rapl (a VM, or the "
+                                  "intel_rapl_common module not loaded)")
+    assert "modprobe intel_rapl_msr" in info.value.hint and "passthrough" in info.value.hint
+
+
+def test_an_unreadable_energy_uj_says_run_as_root_or_chmod(tmp_path, monkeypatch):
+    fake = FakeRapl(tmp_path, [(10**9, 0, lambda t: 1000)], [])
+    monitor = RaplMonitor(tmp_path, voltage_limit_v=1.8, clock=fake.clock)
+    energy = tmp_path / "intel-rapl:0" / "energy_uj"
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("drivers.emon.host_power._read_int", denied)
+    with pytest.raises(PowerUnavailable) as info:
+        monitor.self_test()
+    assert info.value.message == (f"power unavailable: {energy} is not readable (energy_uj is "
+                                  "root-only since Linux 5.10)")
+    assert "run as root" in info.value.hint and "chmod a+r" in info.value.hint
+    monitor.close()
 
 
 @pytest.mark.skipif(Path("/sys/class/powercap/intel-rapl:0").exists(), reason="host has RAPL")
@@ -274,16 +305,18 @@ def test_nvml_falls_back_to_power_usage(monkeypatch):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"init_fails": True}, "NVML did not start"),
+    [({"init_fails": True}, r"no NVIDIA driver/libnvidia-ml: NVML did not start"),
      ({"energy": False, "power": False}, r"GPU 0 \(Fake GPU\) reports neither"),
      ({"count": 0}, "no NVIDIA GPU 0")],
 )
 def test_nvml_without_a_readable_gpu_is_power_unavailable(monkeypatch, kwargs, match):
     mod = fake_pynvml(**kwargs)
     monkeypatch.setitem(sys.modules, "pynvml", mod)
-    with pytest.raises(PowerUnavailable, match=f"^power unavailable: {match}"):
+    with pytest.raises(PowerUnavailable, match=f"^power unavailable: {match}") as info:
         open_monitor("nvml", "0", voltage_limit_v=3.3)
     assert mod.calls[-1] == ("init" if kwargs.get("init_fails") else "shutdown")
+    if kwargs.get("init_fails"):
+        assert "nvidia-smi" in info.value.hint and "pass the GPU through" in info.value.hint
 
 
 def test_nvml_without_pynvml_says_what_to_install(monkeypatch):
