@@ -25,6 +25,9 @@ EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "rapl", "nvml", "none
 #: "<driver>-sim" is shorthand for that driver on the virtual bench (port = "virtual").
 SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")
+#: Where the DUT's timestamp line enters the monitor: "gpio" its own logic/trigger input (LPM01A
+#: D7, Joulescope GPI0, a Keysight trigger), "aux" an N6781A/N6785A auxiliary voltage input.
+TIMESTAMP_INPUTS = ("gpio", "aux")
 DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
@@ -61,6 +64,9 @@ class EmonConfig:
     #: "auto", or a fixed current range as the driver names it (see `current_range_choices`):
     #: a Joulescope range ("18 mA"), amps for the Keysight instruments ("0.1").
     current_range: str = "auto"
+    #: "gpio", or "aux": an N6705 logs the line on its N6781A/N6785A's auxiliary voltage input
+    #: beside the current (drivers/emon/keysight.py), so it sees every edge (ASC energy).
+    timestamp_input: str = "gpio"
 
     @property
     def address(self) -> str:
@@ -247,6 +253,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         emon = replace(emon, driver=emon.driver[: -len(SIM_SUFFIX)], port=VIRTUAL_PORT)
     _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
     emon = replace(emon, current_range=_current_range(emon, path))
+    _check_timestamp_input(emon, path)
     _choice(dataset.name, DATASETS, path, "dataset.name")
     _positive(dut.baud, path, "dut.baud")
     _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
@@ -351,6 +358,31 @@ def _current_range(emon: EmonConfig, path: Path) -> str:
     except ranges.RangeError as exc:
         raise ConfigError(f"{path}: [emon] current_range: {exc.message}",
                           hint=exc.hint) from None
+
+
+#: Why a monitor other than the N6705 takes no "aux" timestamp input, and what to do instead.
+_NO_AUX = {
+    "34465a": ("the 34465A has no input sampled alongside the current (the line reaches it only "
+               "as a trigger)",
+               "for ASC energy use an N6705 with an N6781A/N6785A and its auxiliary input, an "
+               "LPM01A or a Joulescope"),
+    "lpm01a": ("the LPM01A has no auxiliary voltage input; it samples the line on its own D7 "
+               "input", 'use timestamp_input = "gpio"'),
+    "joulescope": ("the Joulescope has no auxiliary voltage input; it samples the line on GPI0",
+                   'use timestamp_input = "gpio"'),
+}
+
+
+def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
+    """``[emon] timestamp_input``: one of `TIMESTAMP_INPUTS`; "aux" only on an N6705."""
+    _choice(emon.timestamp_input, TIMESTAMP_INPUTS, path, "emon.timestamp_input")
+    if emon.timestamp_input != "aux" or emon.driver == "n6705":
+        return
+    why, hint = _NO_AUX.get(emon.driver, (f"the {emon.driver} monitor has no auxiliary voltage "
+                                          "input", 'use timestamp_input = "gpio"'))
+    raise ConfigError(
+        f'{path}: [emon] timestamp_input = "aux" needs an N6705 with an N6781A/N6785A SMU (its '
+        f"auxiliary voltage input): {why}", hint=hint)
 
 
 def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:

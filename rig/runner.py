@@ -315,8 +315,8 @@ def connect_bench(
         raise ConfigError(
             f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
             "per capture), but ASC energy windows need both edges of every run",
-            hint="use an LPM01A or a Joulescope for ASC energy; record traces with "
-            "`rig emon record`",
+            hint=getattr(parts.emon, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
+                         "energy; record traces with `rig emon record`"),
         )
     parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
@@ -370,8 +370,9 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         check_current_range("lpm01a", bench.emon.current_range)  # it auto-ranges: only "auto"
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)
+    aux = {"timestamp_input": "aux"} if bench.emon.timestamp_input == "aux" else {}
     return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
-                        simulated=bench.simulated, current_range=bench.emon.current_range)
+                        simulated=bench.simulated, current_range=bench.emon.current_range, **aux)
 
 
 def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:

@@ -11,6 +11,7 @@ Drivers with a choosable current range (Joulescope, Keysight) also take `current
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from drivers.emon import ranges
 from drivers.emon.base import Chunk, EnergyMonitor, check_voltage
@@ -51,11 +52,14 @@ def check_current_range(name: str, current_range: str | float) -> str:
 
 
 def open_monitor(name: str, address: str, *, voltage_limit_v: float,
-                 simulated: bool = False, current_range: str = ranges.AUTO) -> EnergyMonitor:
-    """Open the energy monitor `name` at `address`, measuring in `current_range`."""
+                 simulated: bool = False, current_range: str = ranges.AUTO,
+                 **options: Any) -> EnergyMonitor:
+    """Open the energy monitor `name` at `address`, measuring in `current_range`; `options`
+    go to the driver's constructor (e.g. ``timestamp_input="aux"`` for the N6705)."""
     cls = monitor_class(name)
     current_range = check_current_range(name, current_range)
-    options = {} if current_range == ranges.AUTO else {"current_range": current_range}
+    if current_range != ranges.AUTO:
+        options["current_range"] = current_range
     return cls.open(address, voltage_limit_v=voltage_limit_v, simulated=simulated, **options)
 
 

@@ -1,8 +1,9 @@
 """Keysight N6705 (DC power analyzer: sources the DUT rail and digitizes its current) and 34465A
 (DMM: digitizes DC current) through pyvisa, with SCPI binary blocks (`protocols.scpi`).
 
-Timestamp GPIO and windowing. Neither instrument samples a logic line next to the current: the
-DUT's timestamp line reaches them only as a trigger input. What the rig can do with each:
+Timestamp GPIO and windowing. With its defaults (``timestamp_input="gpio"``) neither instrument
+samples a logic line next to the current: the DUT's timestamp line reaches them only as a
+trigger input. What the rig can do with each:
 
 - N6705 digitizer (implemented): one capture of ``points`` samples at ``1/SENS:SWE:TINT``, armed by
   ``INIT:ACQ`` and triggered by the first falling edge on a digital-port pin (``PIN<n>``, the pin
@@ -14,13 +15,47 @@ DUT's timestamp line reaches them only as a trigger input. What the rig can do w
 - 34465A (implemented): ``TRIG:SOUR EXT``, ``TRIG:SLOP NEG``; the first falling edge starts a timed
   sample train (``SAMP:SOUR TIM``) of up to ``max_samples`` readings, read back while acquiring
   with ``DATA:POIN?`` + ``R? <n>`` and delivered live. The trigger sample is sample 0 (no
-  pre-trigger), marked as a falling edge.
-- Later edges (the end of a run, the next run) are invisible to both. A window therefore needs
-  either a second arm (a new capture whose trigger is the end edge: one capture per edge, the run
-  measured as the time between two triggers by the instrument clock) or the N6705 datalogger
-  (``SENS:DLOG:*``, ``INIT:DLOG``, ``MMEM:EXP:DLOG``) with the end taken from the DUT's timer.
-  Neither is implemented here: the rig's ASC energy procedure needs every edge of a run in one
-  stream, so with these instruments it can measure the window that starts at the trigger.
+  pre-trigger), marked as a falling edge. It has no second input sampled with the current, so it
+  can never see every edge of a run: ASC energy needs another monitor.
+- Later edges (the end of a run, the next run) are invisible to a trigger. Those two modes set
+  `sees_every_edge` False, and the rig refuses ASC energy windows with them (`every_edge_hint`).
+
+N6705 with the timestamp line on an SMU's auxiliary input (``timestamp_input="aux"``, N6781A or
+N6785A channel only; ``SYST:CHAN:MOD? (@ch)`` is checked first). ``SENS:FUNC:VOLT:INP AUX``
+makes the channel's voltage converter measure the module's auxiliary voltage input instead of the
+output (N6705C operating and service guide, SCPI reference, ``[SENSe:]FUNCtion:VOLTage:INPut``;
+the one command of this mode not yet checked against a stored copy of the guide or hardware);
+the N678xA measure voltage and current simultaneously, so the line is sampled on the instrument's
+clock, beside the current. Three ways exist to record both channels for a whole run:
+
+- the built-in data logger (``SENS:DLOG:FUNC:VOLT/CURR``, ``INIT:DLOG``, ``MMEM:EXP:DLOG``): gap
+  free down to 20.48 us, but into a file on the instrument read back after the log, and it takes
+  the measurement resources of every output (N6705 user's guide, "External Data Logging", table of
+  built-in vs external logger). ASC waits for each window's edges while it runs: not usable live;
+- the digitizer in segments (``INIT:ACQ`` again and again): a gap at every re-arm and fetch, which
+  can swallow an edge or a part of a window;
+- the external data logger, Elog (``SENS:ELOG:*``, ``INIT:ELOG``, ``FETC:ELOG? <n>,(@ch)``,
+  ``ABOR:ELOG``): runs continuously per output into a FIFO of about 20 s that the host empties
+  while it runs; each record is the period's current average and, with ``SENS:ELOG:FUNC:VOLT:MINM
+  ON``, the voltage average, minimum and maximum, in that order, as a REAL block (N6700/N6705
+  guides, "External Data Logging": "samples are averaged, and min and max values are tracked").
+
+The driver uses Elog (implemented): gap-free and live. Its cost: the shortest integration period
+is 102.4 us per logged parameter, so current + voltage + min/max (4 parameters) log at most every
+409.6 us (2441 Hz), in steps of 20.48 us (the default ``SENS:SWE:TINT:RES RES20``; the period in
+effect is read back with ``SENS:ELOG:PER?``). The voltage *minimum* of
+each record is thresholded with hysteresis (`aux_line.LineThreshold`, 30 % / 70 % of the supply by
+default) into bit 0 of ``gpio``, so a pulse far shorter than the period still marks the record
+that holds it; it must be longer than the instrument's raw reading interval (5.12 us on the
+N678xA) to be seen for sure: hold the timestamp low for 10 us or more. The edges are then found
+like any other monitor's GPIO (rig/recording.py) and `sees_every_edge` is True. The error queue
+is read after every fetch, so an error the instrument reports while logging (a FIFO overrun
+included) ends the run at once (`fault`).
+
+Power in aux mode: the voltage converter measures the aux input, not the output, so the voltage
+of every sample is the output's programmed voltage as the instrument reads it back (``VOLT?
+(@ch)``), never the aux channel; with remote sense wired at the DUT the SMU holds the DUT's
+terminals at it within its programming accuracy. `settings()` says so (``voltage_source``).
 
 Current range. ``current_range_a`` (amps, from the bench's ``[emon] current_range``) is sent
 as ``SENS:CURR:RANG <a>,(@ch)`` (N6705) or ``CONF:CURR:DC <a>`` (34465A); the instrument takes
@@ -41,15 +76,18 @@ command that caused it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from drivers.emon import ranges
+from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, PortError
 from protocols.errors import ProtocolError
@@ -75,6 +113,65 @@ POLL_S = 0.02
 #: Samples per delivered chunk when a capture arrives whole.
 CHUNK_SAMPLES = 65536
 _VISA_HINT = "check the instrument's network/USB connection and the VISA resource string"
+#: Where the rig's ASC energy windows work when a Keysight setup cannot see every edge.
+EVERY_EDGE_SETUPS = ("an N6705 with an N6781A/N6785A SMU and its auxiliary input "
+                     '([emon] timestamp_input = "aux"), an LPM01A or a Joulescope')
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One SCPI setting: its command, and the span its value must lie in before anything is sent.
+
+    ``command`` is a template: ``{ch}`` is the channel list, ``{value}`` the value (sent with
+    `format_number`); ``value`` names the value it takes (None: a fixed command).
+    """
+
+    command: str
+    value: str | None = None
+    lo: float = -math.inf
+    hi: float = math.inf
+    unit: str = ""
+
+    def render(self, values: dict[str, float], ch: str, who: str) -> str:
+        """The command to send; `DeviceError` if the value is outside [lo, hi]."""
+        if self.value is None:
+            return self.command.format(ch=ch)
+        value = float(values[self.value])
+        # A bound computed as 1 / rate may differ from the span's in its last bit.
+        if not self.lo - 1e-12 * abs(self.lo) <= value <= self.hi + 1e-12 * abs(self.hi):
+            raise DeviceError(
+                f"{who}: {self.value.replace('_', ' ')} {value:g} {self.unit} is outside "
+                f"{self.lo:g}..{self.hi:g} {self.unit}",
+                hint="change the value in the bench file")
+        return self.command.format(ch=ch, value=format_number(value))
+
+
+#: N6705 aux mode (an N6781A/N6785A channel): the timestamp line on the auxiliary input, logged
+#: with current by the external data logger (Elog). One line per setting, in the order sent.
+#: Sources: N6705C guide (``SENS:FUNC:VOLT:INP``); N6700/N6705 guides, "External Data Logging"
+#: (functions, min/max, 102.4 us per parameter, REAL format, trigger source, FETC:ELOG?). The
+#: period is rounded by the instrument (20.48 us steps at its default resolution, RES20) and
+#: read back (``SENS:ELOG:PER?``): the sample rate is the instrument's, not the one asked for.
+AUX_ELOG_SETTINGS: tuple[Setting, ...] = (
+    Setting("VOLT {value},{ch}", "voltage", 0.0, 20.4, "V"),  # and the bench limit, first
+    Setting("CURR {value},{ch}", "current_limit", 0.0, 3.06, "A"),
+    Setting("SENS:FUNC:VOLT:INP AUX,{ch}"),  # the voltage converter measures the aux input
+    Setting("SENS:ELOG:FUNC:CURR ON,{ch}"),
+    Setting("SENS:ELOG:FUNC:CURR:MINM OFF,{ch}"),
+    Setting("SENS:ELOG:FUNC:VOLT ON,{ch}"),
+    Setting("SENS:ELOG:FUNC:VOLT:MINM ON,{ch}"),  # the minimum catches a short pulse
+    Setting("SENS:ELOG:CURR:RANG {value},{ch}", "current_range", 0.0, 3.06, "A"),
+    Setting("SENS:ELOG:PER {value},{ch}", "period", 409.6e-6, 60.0, "s"),  # 4 x 102.4 us
+    Setting("TRIG:ELOG:SOUR IMM,{ch}"),  # logging starts at INIT:ELOG
+    Setting("FORM REAL"),
+    Setting("FORM:BORD NORM"),
+)
+#: Values per Elog record in aux mode: current average; aux voltage average, minimum, maximum.
+AUX_RECORD = ("current", "aux_avg_v", "aux_min_v", "aux_max_v")
+#: SMU modules with an auxiliary voltage input (``SYST:CHAN:MOD?`` answers).
+AUX_MODULES = ("N6781A", "N6785A")
+#: Which input the DUT's timestamp line is wired to (the bench's ``[emon] timestamp_input``).
+TIMESTAMP_INPUTS = ("gpio", "aux")
 
 
 class VisaResource(Protocol):
@@ -106,9 +203,12 @@ def open_visa_resource(address: str, *, backend: str = "@py", timeout_ms: int = 
 
 
 class _ScpiMonitor(EnergyMonitor):
+    """What both Keysight drivers share: SCPI I/O, error queue, acquisition thread."""
+
     #: They see the DUT's timestamp line only as a trigger input: the first edge of a capture.
     sees_every_edge = False
-    """What both Keysight drivers share: SCPI I/O, error queue, acquisition thread."""
+    #: What a bench needing every edge (ASC energy) should use instead; the rig's refusal says it.
+    every_edge_hint = f"use {EVERY_EDGE_SETUPS}; record traces with `rig emon record`"
 
     #: Substring the ``*IDN?`` model field must contain.
     model_hint = ""
@@ -350,8 +450,10 @@ class _ScpiMonitor(EnergyMonitor):
             log.warning("%s: acquisition failed: %s", self.driver, exc)
             self._worker_error = exc
 
-    def _deliver(self, current: np.ndarray, voltage: np.ndarray, trigger_index: int | None) -> None:
-        """Deliver samples in chunks; `trigger_index` (id) is marked as a falling edge."""
+    def _deliver(self, current: np.ndarray, voltage: np.ndarray, trigger_index: int | None,
+                 gpio: np.ndarray | None = None) -> None:
+        """Deliver samples in chunks; `trigger_index` (id) is marked as a falling edge, or
+        `gpio` gives every sample's bits."""
         overload = np.abs(current) > _OVERLOAD
         if overload.any():
             self.stats.note(f"{int(overload.sum())} overload reading(s) from sample "
@@ -359,11 +461,14 @@ class _ScpiMonitor(EnergyMonitor):
             current = np.where(overload, np.nan, current)
         for lo in range(0, len(current), CHUNK_SAMPLES):
             cur = current[lo : lo + CHUNK_SAMPLES]
-            gpio = np.ones(len(cur), dtype=np.uint8)
+            if gpio is not None:
+                bits = gpio[lo : lo + CHUNK_SAMPLES]
+            else:
+                bits = np.ones(len(cur), dtype=np.uint8)
             first = self._next_id
             if trigger_index is not None and first <= trigger_index < first + len(cur):
-                gpio[trigger_index - first] = 0
-            chunk = Chunk(first, cur, voltage[lo : lo + CHUNK_SAMPLES], gpio)
+                bits[trigger_index - first] = 0
+            chunk = Chunk(first, cur, voltage[lo : lo + CHUNK_SAMPLES], bits)
             self._next_id += len(cur)
             self.stats.samples += len(cur)
             if self._on_chunk is not None:
@@ -380,24 +485,42 @@ class _ScpiMonitor(EnergyMonitor):
 
 
 class N6705(_ScpiMonitor):
-    """N6705 DC power analyzer: output `channel` supplies the DUT; its digitizer measures it."""
+    """N6705 DC power analyzer: output `channel` supplies the DUT and measures it, with its
+    digitizer (one triggered capture) or, with ``timestamp_input="aux"``, its external data
+    logger streaming current and the timestamp line on an N6781A/N6785A auxiliary input."""
 
     driver = "n6705"
     model_hint = "N67"
+    every_edge_hint = (
+        'set [emon] timestamp_input = "aux" and wire the timestamp line to the auxiliary '
+        "voltage input of the N6781A/N6785A channel that powers the DUT (the N6705 then logs it "
+        "with current), or use an LPM01A or a Joulescope; record traces with `rig emon record`")
     #: Fastest digitizer interval of the N678x SMU modules (others: 20.48 µs).
     MIN_INTERVAL_S = 5.12e-6
     MAX_POINTS = 524288
     #: STAT:OPER bits (N6700 programming guide): waiting for a measurement trigger, measuring.
     WTG_MEAS = 8
     MEAS_ACTIVE = 16
+    #: Shortest Elog period in aux mode: 102.4 us per logged parameter, 4 parameters.
+    ELOG_MIN_PERIOD_S = 4 * 102.4e-6
+    #: Records asked for per ``FETC:ELOG?``: this many seconds of logging.
+    ELOG_FETCH_S = 1.0
 
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None, channel: int = 1,
                  current_limit_a: float = 0.1, current_range_a: float | None = None,
                  points: int = 262144, pretrigger: int = 1024, trigger: str = "PIN1",
-                 measure_voltage: bool = True) -> None:
+                 measure_voltage: bool = True, timestamp_input: str = "gpio",
+                 aux_thresholds_v: tuple[float, float] | None = None) -> None:
         super().__init__(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
                          address=address)
+        if timestamp_input not in TIMESTAMP_INPUTS:
+            raise DeviceError(f"n6705: timestamp input {timestamp_input!r} is not "
+                              f"{' or '.join(TIMESTAMP_INPUTS)}",
+                              hint="set [emon] timestamp_input in the bench file")
+        if aux_thresholds_v is not None and not 0 < aux_thresholds_v[0] < aux_thresholds_v[1]:
+            raise DeviceError(f"n6705: aux thresholds {aux_thresholds_v} need 0 < low < high",
+                              hint="give the low threshold first")
         trigger = trigger.upper()
         if not (trigger in ("EXT", "BUS") or (trigger.startswith("PIN") and trigger[3:].isdigit()
                                               and 1 <= int(trigger[3:]) <= 7)):
@@ -416,11 +539,26 @@ class N6705(_ScpiMonitor):
         self.pretrigger = pretrigger
         self.trigger = trigger
         self.measure_voltage = measure_voltage
+        #: "gpio": the line on a digital-port trigger pin; "aux": on the SMU's auxiliary input.
+        self.timestamp_input = timestamp_input
+        #: Every edge of the line reaches the stream only through the auxiliary input.
+        self.sees_every_edge = timestamp_input == "aux"
+        self.aux_thresholds_v = aux_thresholds_v
+        self._line: LineThreshold | None = None
         self._dtype = real_dtype(32, big_endian=True)
         self._output_on = False
 
+    @property
+    def fault(self) -> BaseException | None:
+        """What stopped the acquisition thread, if anything (a waiting recorder ends with it)."""
+        return self._worker_error
+
     def configure(self, voltage: float, sample_rate: float) -> None:
-        """Set the rail and the digitizer; every command is checked against the error queue."""
+        """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
+        against the error queue."""
+        if self.timestamp_input == "aux":
+            self._configure_aux(voltage, sample_rate)
+            return
         self._check_configurable(voltage, sample_rate, 1 / self.MIN_INTERVAL_S)
         ch = self.chan
         commands = [
@@ -470,7 +608,51 @@ class N6705(_ScpiMonitor):
         """Every setting sent, plus identity."""
         return self._base_settings()
 
+    def _configure_aux(self, voltage: float, sample_rate: float) -> None:
+        """Elog of current and the aux input (`AUX_ELOG_SETTINGS`) on an N6781A/N6785A channel.
+
+        Every value is checked before the first byte goes out; then the channel's module is
+        asked for (``SYST:CHAN:MOD?``) and one without an auxiliary input is refused.
+        """
+        self._check_configurable(voltage, sample_rate, 1 / self.ELOG_MIN_PERIOD_S)
+        ch = self.chan
+        values = {"voltage": voltage, "current_limit": self.current_limit_a,
+                  "current_range": self._range_to_send(), "period": 1 / sample_rate}
+        commands = [s.render(values, ch, self.driver) for s in AUX_ELOG_SETTINGS]
+        module = self._query(f"SYST:CHAN:MOD? {ch}").strip().strip('"').upper()
+        if module not in AUX_MODULES:
+            raise DeviceError(
+                f"n6705: channel {self.channel} is an {module or 'unknown module'}, which has no "
+                "auxiliary voltage input for the timestamp line",
+                hint=f"power the DUT from an {' or '.join(AUX_MODULES)} SMU channel, or use "
+                '[emon] timestamp_input = "gpio" (no ASC energy), an LPM01A or a Joulescope')
+        for cmd in commands:
+            self._checked(cmd)
+        period = float(self._query(f"SENS:ELOG:PER? {ch}"))
+        in_range = float(self._query(f"SENS:ELOG:CURR:RANG? {ch}"))
+        programmed = float(self._query(f"VOLT? {ch}"))
+        check_voltage(programmed, self.voltage_limit_v, who=f"{self.driver}: VOLT? read back")
+        default = LineThreshold.for_supply(programmed)  # the DUT's I/O runs on its supply
+        low, high = self.aux_thresholds_v or (default.low_v, default.high_v)
+        self._voltage_v = programmed
+        self._sample_rate_hz = 1.0 / period
+        self._settings.update({
+            "channel": self.channel, "module": module, "current_limit_a": self.current_limit_a,
+            **self._range_settings(self.current_range_a, in_range), "interval_s": period,
+            "mode": "external data logger (Elog): current and the auxiliary voltage input, "
+                    "continuous and live",
+            "timestamp_input": "aux", "elog_record": list(AUX_RECORD),
+            "aux_threshold_low_v": low, "aux_threshold_high_v": high,
+            "voltage_source": "programmed output voltage (VOLT? read back): the voltage "
+                              "converter measures the auxiliary input, not the output",
+        })
+
     def _arm(self) -> None:
+        if self.timestamp_input == "aux":
+            low = self._settings["aux_threshold_low_v"]
+            self._line = LineThreshold(low, self._settings["aux_threshold_high_v"])
+            self._checked(f"INIT:ELOG {self.chan}")
+            return
         self._checked(f"INIT:ACQ {self.chan}")
         if self.trigger == "BUS":
             self._checked(f"TRIG:ACQ {self.chan}")
@@ -479,12 +661,69 @@ class N6705(_ScpiMonitor):
         return self.points / self.sample_rate
 
     def _stop_timeout_s(self) -> float:
+        if self.timestamp_input == "aux":
+            return 10.0 + 2 * self.ELOG_FETCH_S
         return self._capture_s() + 10.0
+
+    def _acquire_elog(self) -> None:
+        """Empty the Elog FIFO until stopped, then ``ABOR:ELOG``; the error queue is read after
+        every fetch, so a fault the instrument reports ends the run at once."""
+        want = max(1, round(self.ELOG_FETCH_S * self.sample_rate))
+        try:
+            while True:
+                with self._io_lock:  # an error drained here belongs to this fetch
+                    records = self._fetch_elog(want)
+                    errors = self._errors()
+                if errors:
+                    raise InstrumentError(
+                        f"n6705 reported while logging: {'; '.join(errors)}",
+                        command=f"FETC:ELOG? {want},{self.chan}",
+                        hint="an Elog overrun loses samples: keep the host reading (a slower "
+                        "period or a less busy host)")
+                self._deliver_records(records)
+                if len(records) < want:
+                    if self._stop_wanted.is_set():
+                        break
+                    self._stop_wanted.wait(POLL_S)
+        except BaseException:
+            with contextlib.suppress(Exception):  # best effort: the error above is the news
+                self._write(f"ABOR:ELOG {self.chan}")
+            raise
+        self._checked(f"ABOR:ELOG {self.chan}")
+        if self._line is not None and not self._line.armed:
+            self.stats.note(
+                f"the auxiliary input never stayed above {self._settings['aux_threshold_high_v']:g}"
+                " V for a whole sample: is the DUT's timestamp line wired to Aux?")
+
+    def _fetch_elog(self, want: int) -> np.ndarray:
+        """One ``FETC:ELOG?``: up to `want` records, one row each (`AUX_RECORD`)."""
+        data = self._query_reals(f"FETC:ELOG? {want},{self.chan}", self._dtype)
+        width = len(AUX_RECORD)
+        if data.size % width:
+            raise ProtocolError(f"n6705: Elog block of {data.size} values is not whole "
+                                f"records of {width} ({', '.join(AUX_RECORD)})")
+        records = data.reshape(-1, width)
+        if len(records) > want:
+            raise ProtocolError(f"n6705: FETC:ELOG? {want} returned {len(records)} records")
+        return records
+
+    def _deliver_records(self, records: np.ndarray) -> None:
+        """Records -> samples: current, the programmed voltage, the line's bits."""
+        n = len(records)
+        if not n:
+            return
+        assert self._line is not None
+        gpio = self._line.bits(records[:, AUX_RECORD.index("aux_min_v")])
+        voltage = np.full(n, self._voltage_v if self._voltage_v is not None else math.nan)
+        self._deliver(records[:, 0].copy(), voltage, None, gpio=gpio)
 
     def _status(self) -> int:
         return int(float(self._query(f"STAT:OPER:COND? {self.chan}")))
 
     def _acquire(self) -> None:
+        if self.timestamp_input == "aux":
+            self._acquire_elog()
+            return
         triggered_at: float | None = None
         while True:
             status = self._status()
@@ -520,6 +759,9 @@ class Keysight34465A(_ScpiMonitor):
     driver = "34465a"
     powers_dut = False  # a DMM measures; the bench's supply powers the DUT
     model_hint = "34465A"
+    every_edge_hint = (
+        "the 34465A has no input sampled alongside the current, only its trigger: for ASC "
+        f"energy use {EVERY_EDGE_SETUPS}; record traces with `rig emon record`")
     #: Fastest sample timer with the DIG option (50 kS/s).
     MAX_RATE_HZ = 50_000.0
 

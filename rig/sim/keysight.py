@@ -15,6 +15,20 @@ definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP
   edge of the timestamp line once the pre-trigger points are filled triggers; the capture is the
   grid sample holding the edge, ``pretrigger`` samples before it and the rest after. Each sample is
   the exact mean current (energy / (V * P)) of the world's power model.
+- N6705 external data logger (Elog) with the timestamp line on the auxiliary input: the channel's
+  module (``SYST:CHAN:MOD?``, an N6781A unless told otherwise) has an auxiliary voltage input
+  wired to the DUT's timestamp line; ``SENS:FUNC:VOLT:INP AUX`` selects it for the voltage
+  measurement (other modules: -241). ``SENS:ELOG:FUNC:CURR|VOLT[:MINM]`` pick what a record
+  holds (current avg[, min, max], then voltage avg[, min, max]); ``SENS:ELOG:PER`` is rounded to
+  the 20.48 us (``SENS:SWE:TINT:RES RES20``) or 40.96 us grid and must be at least 102.4 us per
+  logged value (-221 at ``INIT:ELOG`` otherwise). ``INIT:ELOG`` with ``TRIG:ELOG:SOUR IMM``
+  starts logging at once (``BUS``: at ``TRIG:ELOG``); record k covers [t0 + kP, t0 + (k+1)P).
+  ``FETC:ELOG? n`` returns up to n whole records (never past `World.observable_ns`) and removes
+  them; the FIFO holds `elog_fifo_s` of records, and an overrun loses the oldest and puts -230
+  on the error queue. Current is the exact mean of the power model; the aux line is at the DUT's
+  supply voltage while the output is on, 0 V while it is off or inside a timestamp pulse; its
+  minimum over a record is taken over raw readings every 5.12 us (a pulse that falls between
+  two of them is missed, as on the instrument), its average is exact.
 - 34465A: ``CONF:CURR:DC <a>`` picks the smallest DC current range (1 µA ... 10 A) that holds
   the value, ``CURR:DC:RANG?`` reports it, and a reading above 120 % of it is the overload
   marker +9.9E+37, as on the instrument. The first falling edge after ``INIT``
@@ -31,6 +45,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
@@ -274,15 +289,26 @@ class SimN6705(_ScpiServer):
     """One N6705 channel sourcing the DUT, with its digitizer."""
 
     identity = "Keysight Technologies,N6705C,MY00000001-SIM,D.03.01"
-    #: The digitizer's interval grid (N678x SMU modules).
+    #: The digitizer's interval grid (N678x SMU modules); also the raw reading interval behind
+    #: an Elog record's minimum and maximum.
     GRID_NS = 5120
     MAX_POINTS = 524288
     #: Current measurement ranges of the simulated channel [A] (an N6781A-like SMU).
     RANGES = (1e-3, 0.1, 3.06)
+    #: Modules whose auxiliary voltage input can be measured.
+    AUX_MODULES = ("N6781A", "N6785A")
+    #: Elog: shortest period per logged value, and the two period resolutions.
+    ELOG_NS_PER_VALUE = 102_400
+    ELOG_RES_NS: ClassVar[dict[str, int]] = {"RES20": 20_480, "RES40": 40_960}
 
-    def __init__(self, world: World, *, channel: int = 1) -> None:
+    def __init__(self, world: World, *, channel: int = 1, module: str = "N6781A",
+                 elog_fifo_s: float = 20.0) -> None:
         super().__init__(world)
         self.channel = channel
+        self.module = module
+        self.elog_fifo_s = elog_fifo_s
+        #: (time, on) of every output switch, so the aux line knows when the DUT had power.
+        self.output_log: list[tuple[int, bool]] = []
         self.reset()
 
     def reset(self) -> None:
@@ -302,6 +328,17 @@ class SimN6705(_ScpiServer):
         self.big_endian = True
         self.armed_ns: int | None = None
         self.trigger_ns: int | None = None
+        self.volt_input = "MAIN"
+        self.elog_funcs = {"CURR": False, "CURR:MINM": False, "VOLT": False, "VOLT:MINM": False}
+        self.elog_range = self.RANGES[-1]
+        self.resolution = "RES20"
+        self.elog_period_ns = 1_003_520  # about 1 ms
+        self.elog_source = "BUS"
+        self.elog_t0: int | None = None  # when logging started
+        self.elog_end: int | None = None  # ABOR:ELOG
+        self.elog_next = 0  # the next record a FETC:ELOG? returns
+        self.elog_lost = 0
+        self.elog_waiting = False  # initiated, waiting for TRIG:ELOG
 
     def _chan(self, text: str) -> None:
         try:
@@ -322,6 +359,23 @@ class SimN6705(_ScpiServer):
             return self._pin(cmd)
         table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
             ("[SOURce]:VOLTage[:LEVel][:IMMediate][:AMPLitude]", False, self._volt),
+            ("[SOURce]:VOLTage[:LEVel][:IMMediate][:AMPLitude]", True, self._volt_q),
+            ("SYSTem:CHANnel:MODel", True, self._model_q),
+            ("[SENSe]:FUNCtion:VOLTage:INPut", False, self._volt_input),
+            ("[SENSe]:ELOG:FUNCtion:CURRent", False, self._elog_func("CURR")),
+            ("[SENSe]:ELOG:FUNCtion:CURRent:MINMax", False, self._elog_func("CURR:MINM")),
+            ("[SENSe]:ELOG:FUNCtion:VOLTage", False, self._elog_func("VOLT")),
+            ("[SENSe]:ELOG:FUNCtion:VOLTage:MINMax", False, self._elog_func("VOLT:MINM")),
+            ("[SENSe]:ELOG:CURRent[:DC]:RANGe[:UPPer]", False, self._elog_range_set),
+            ("[SENSe]:ELOG:CURRent[:DC]:RANGe[:UPPer]", True, self._elog_range_q),
+            ("[SENSe]:ELOG:PERiod", False, self._elog_per),
+            ("[SENSe]:ELOG:PERiod", True, self._elog_per_q),
+            ("[SENSe]:SWEep:TINTerval:RESolution", False, self._resolution_set),
+            ("TRIGger:ELOG:SOURce", False, self._elog_trig_source),
+            ("TRIGger:ELOG[:IMMediate]", False, self._elog_trigger),
+            ("INITiate[:IMMediate]:ELOG", False, self._elog_init),
+            ("ABORt:ELOG", False, self._elog_abort),
+            ("FETCh:ELOG", True, self._elog_fetch),
             ("[SOURce]:CURRent[:LEVel][:IMMediate][:AMPLitude]", False, self._curr),
             ("OUTPut[:STATe]", False, self._outp),
             ("[SENSe]:FUNCtion:CURRent", False, self._func_curr),
@@ -355,7 +409,27 @@ class SimN6705(_ScpiServer):
         if self.output and self.volt <= 0:
             self.output = False
             raise ScpiFault(-221, "Settings conflict")
-        self.world.power(self.output)
+        t = self.world.power(self.output)
+        if not self.output_log or self.output_log[-1][1] != self.output:
+            self.output_log.append((t, self.output))
+
+    def _volt_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return f"{self.volt:+.6E}".encode("ascii")
+
+    def _model_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return self.module.encode("ascii")
+
+    def _volt_input(self, cmd: Command) -> None:
+        word = self._value_chan(cmd).upper()
+        if word not in ("MAIN", "AUX", "AUXILIARY"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        if word != "MAIN" and self.module not in self.AUX_MODULES:
+            raise ScpiFault(-241, "Hardware missing")
+        self.volt_input = word[:3] if word != "MAIN" else "MAIN"
 
     def _func_curr(self, cmd: Command) -> None:
         self.func_curr = _switch(self._value_chan(cmd))
@@ -522,6 +596,186 @@ class SimN6705(_ScpiServer):
         if self.real_format:
             return self._block(values, 32)
         return ",".join(f"{v:.6E}" for v in values.tolist()).encode("ascii")
+
+    # -- the external data logger (Elog) -------------------------------------------------------
+    def _elog_func(self, key: str) -> Callable[[Command], None]:
+        def handler(cmd: Command) -> None:
+            self.elog_funcs[key] = _switch(self._value_chan(cmd))
+        return handler
+
+    def _elog_range_set(self, cmd: Command) -> None:
+        value = _number(self._value_chan(cmd), 0.0, self.RANGES[-1])
+        self.elog_range = next(r for r in self.RANGES if r >= value * (1 - 1e-9))
+
+    def _elog_range_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return repr(self.elog_range).encode("ascii")
+
+    def _elog_per(self, cmd: Command) -> None:
+        seconds = _number(self._value_chan(cmd), 0.0, 60.0)
+        step = self.ELOG_RES_NS[self.resolution]
+        self.elog_period_ns = max(1, round(seconds * NS / step)) * step
+
+    def _elog_per_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return repr(self.elog_period_ns / NS).encode("ascii")
+
+    def _resolution_set(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        word = cmd.args[0].upper()
+        if word not in self.ELOG_RES_NS:
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.resolution = word
+
+    def _elog_trig_source(self, cmd: Command) -> None:
+        word = self._value_chan(cmd).upper()
+        if word not in ("IMM", "IMMEDIATE", "BUS"):
+            raise ScpiFault(-224, "Illegal parameter value")  # only what the sim wires
+        self.elog_source = word[:3]
+
+    def _elog_values(self) -> int:
+        """Values per record: current and voltage, each with its min and max when enabled."""
+        f = self.elog_funcs
+        return sum((1 + 2 * f[f"{q}:MINM"]) for q in ("CURR", "VOLT") if f[q])
+
+    def _elog_init(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        values = self._elog_values()
+        shortest = values * self.ELOG_NS_PER_VALUE
+        if not values or self.elog_period_ns < shortest or (
+                values > 4 and self.resolution == "RES20"):
+            raise ScpiFault(-221, "Settings conflict")
+        if not self.real_format:
+            raise ScpiFault(-221, "Settings conflict")  # ASCII cannot keep up (guide); not sim'd
+        self.elog_t0 = None
+        self.elog_end = None
+        self.elog_next = self.elog_lost = 0
+        self.elog_waiting = True
+        if self.elog_source == "IMM":
+            self._elog_start()
+
+    def _elog_start(self) -> None:
+        self.elog_t0 = self.world.clock.now_ns()
+        self.elog_waiting = False
+
+    def _elog_trigger(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        if not self.elog_waiting:
+            raise ScpiFault(-211, "Trigger ignored")
+        self._elog_start()
+
+    def _elog_abort(self, cmd: Command) -> None:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        self.elog_waiting = False
+        if self.elog_t0 is not None and self.elog_end is None:
+            self.elog_end = self.world.observable_ns()
+
+    def _elog_fetch(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 2)
+        self._chan(cmd.args[1])
+        wanted = int(_number(cmd.args[0], 1, 2e9))
+        if self.elog_t0 is None:
+            if self.elog_waiting:
+                return self._block(np.empty(0), 32)  # waiting for its trigger: nothing yet
+            raise ScpiFault(-230, "Data corrupt or stale")
+        p = self.elog_period_ns
+        until = self.world.observable_ns() if self.elog_end is None else self.elog_end
+        done = max(0, (until - self.elog_t0) // p)
+        fifo = max(1, int(self.elog_fifo_s * NS) // p)
+        if done - self.elog_next > fifo:  # the host fell behind: the oldest records are gone
+            lost = done - self.elog_next - fifo
+            self.elog_lost += lost
+            self.elog_next += lost
+            self._push_error(-230, f"Data corrupt or stale; Elog FIFO overrun, {lost} records "
+                             "lost")
+        count = min(wanted, done - self.elog_next)
+        ks = np.arange(self.elog_next, self.elog_next + count, dtype=np.int64)
+        self.elog_next += count
+        if count == 0:
+            return self._block(np.empty(0), 32)
+        starts = self.elog_t0 + ks * p
+        columns = []
+        f = self.elog_funcs
+        if f["CURR"]:
+            current = self._mean_current(starts, p)
+            columns.append(current)
+            if f["CURR:MINM"]:  # the model is flat inside a record between steps: approximate
+                columns += [current, current]
+        if f["VOLT"]:
+            avg, low, high = self._volt_records(starts, p)
+            columns.append(avg)
+            if f["VOLT:MINM"]:
+                columns += [low, high]
+        if int(starts[0]) - getattr(self, "_forgot_ns", 0) >= NS:
+            self.world.forget_before(int(starts[0]))  # bounded memory over a long log
+            self._forgot_ns = int(starts[0])
+        return self._block(np.column_stack(columns).ravel(), 32)
+
+    def _volt_records(self, starts: np.ndarray,
+                      p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(average, minimum, maximum) voltage of each record [s, s + p)."""
+        with self.world.lock:
+            volts = self.world.supply_v
+        a, b = int(starts[0]), int(starts[-1]) + p
+        lows = self._off_intervals(a, b)
+        if self.volt_input == "AUX":
+            lows += self.world.pulses_between(a, b)
+        lows = _merged(lows)
+        bounds = np.concatenate((starts, [b])).astype(np.float64)
+        if lows:
+            # Low time up to t: piecewise linear through the intervals' ends (lo1, hi1, lo2...).
+            x = np.asarray(lows, dtype=np.float64).ravel()
+            total = np.concatenate(([0.0], np.cumsum(x[1::2] - x[0::2])))
+            y = np.empty(len(x))
+            y[0::2], y[1::2] = total[:-1], total[1:]
+            low_time = np.diff(np.interp(bounds, x, y))
+        else:
+            low_time = np.zeros(len(starts))
+        avg = volts * (1.0 - low_time / p)
+        high = np.where(low_time < p, volts, 0.0)
+        # The minimum is over raw readings on the 5.12 us grid from the log's start.
+        low = np.full(len(starts), volts)
+        assert self.elog_t0 is not None
+        g, t0 = self.GRID_NS, self.elog_t0
+        for lo, hi in lows:
+            first = t0 + -((t0 - lo) // g) * g  # the first raw reading at or after lo
+            if first >= hi:
+                continue  # no reading fell inside: the instrument never saw this low
+            last = t0 + ((hi - 1 - t0) // g) * g
+            k0 = max(0, (first - a) // p)
+            k1 = min(len(starts) - 1, (last - a) // p)
+            low[k0 : k1 + 1] = 0.0
+        return avg, low, high
+
+    def _off_intervals(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Spans of [a, b) in which the output was off."""
+        out: list[tuple[int, int]] = []
+        off_from: int | None = a  # off before the first switch
+        for t, on in self.output_log:
+            if on and off_from is not None:
+                out.append((off_from, t))
+                off_from = None
+            elif not on and off_from is None:
+                off_from = t
+        if off_from is not None:
+            out.append((off_from, b))
+        return [(max(lo, a), min(hi, b)) for lo, hi in out if hi > a and lo < b]
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, non-overlapping union of half-open intervals (a few per fetch)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(iv for iv in intervals if iv[1] > iv[0]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 class Sim34465A(_ScpiServer):

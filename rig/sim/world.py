@@ -180,6 +180,14 @@ class World:
             hi = bisect.bisect_left(self.falling_ns, t1_ns)
             return self.falling_ns[lo:hi]
 
+    def pulses_between(self, t0_ns: int, t1_ns: int) -> list[tuple[int, int]]:
+        """(falling, rising) times of the timestamp pulses that overlap [t0, t1)."""
+        with self.lock:
+            # Pulses all last `pulse_s` and never overlap: both lists are sorted alike.
+            lo = bisect.bisect_right(self.rising_ns, t0_ns)
+            hi = bisect.bisect_left(self.falling_ns, t1_ns)
+            return list(zip(self.falling_ns[lo:hi], self.rising_ns[lo:hi], strict=True))
+
     def gpio_levels(self, times_ns: np.ndarray) -> np.ndarray:
         """Level (0/1) of the timestamp line at each time; high except inside a pulse."""
         with self.lock:
