@@ -3,8 +3,10 @@
 One ``.npz`` file (loaded with ``allow_pickle=False``) holds the integer arrays Rockpool's
 ``XyloSim.from_specification`` takes, ``aliases`` as UTF-8 JSON bytes, and ``header``, UTF-8
 JSON bytes with the format name and version, the device, the model id, the input / hidden /
-output sizes, dt, the class names and the SHA-256 of everything else. `load_spec` checks all of
-it and raises `SpecError` naming what is wrong.
+output sizes, dt, the class names, the SHA-256 of everything else and, when a trainer wrote it,
+`training`: how the network was trained and which split chose its settings (information for
+people and reports; the shim ignores it). `load_spec` checks all of it and raises `SpecError`
+naming what is wrong.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import math
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,7 @@ class XyloSpec:
 
     `arrays` maps each name of `ARRAYS` to an integer array (weights 3-D: ``(pre, post,
     synapses)`` for ``weights_in`` / ``weights_rec``); `aliases` has one list per hidden neuron.
+    `training` is the trainer's JSON record (empty when none was written).
     """
 
     arrays: dict[str, np.ndarray]
@@ -73,6 +76,7 @@ class XyloSpec:
     dt: float
     class_names: tuple[str, ...]
     model_id: str
+    training: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_input(self) -> int:
@@ -182,6 +186,8 @@ def save_spec(spec: XyloSpec, path: str | Path) -> Path:
         "class_names": list(spec.class_names),
         "sha256": _checksum(spec.arrays, aliases_json),
     }
+    if spec.training:
+        header["training"] = spec.training
     buffer = io.BytesIO()
     np.savez(
         buffer,
@@ -197,7 +203,7 @@ def load_spec(path: str | Path) -> XyloSpec:
     """Read and validate a specification file; `SpecError` naming the fault otherwise."""
     path = Path(path)
     where = str(path)
-    hint = "re-create the file with build_spec + save_spec (or the training script)"
+    hint = "re-create the file with build_spec + save_spec (or `rig model train xylo`)"
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -250,7 +256,10 @@ def load_spec(path: str | Path) -> XyloSpec:
         for a in aliases
     ):
         raise SpecError(f"{where}: aliases is not a list of integer lists", hint=hint)
-    spec = XyloSpec(arrays, aliases, float(dt), tuple(names), header["model_id"])
+    training = header.get("training", {})
+    if not isinstance(training, dict):
+        raise SpecError(f"{where}: header training is not a JSON object", hint=hint)
+    spec = XyloSpec(arrays, aliases, float(dt), tuple(names), header["model_id"], training)
     _validate(spec, where)
     sizes = {"n_input": spec.n_input, "n_hidden": spec.n_hidden, "n_output": spec.n_output}
     for name, actual in sizes.items():

@@ -59,8 +59,23 @@ def _xylo(spec: Path, dut: dict[str, Any]) -> dict[str, str]:
         "Quantisation": "8-bit integer weights with 3-bit weight shifts, 16-bit thresholds and "
                         "biases, 4-bit decay shifts (Xylo's native formats)",
         "Spec SHA-256": f"`{header.get('sha256', '?')[:16]}…`",
+        "Training": _xylo_training(header.get("training")),
     }
     return rows
+
+
+def _xylo_training(record: Any) -> str:
+    """How the spec's settings were chosen, from the training record `rig model train` writes."""
+    try:
+        selection, final = record["selection"], record["final_fit"]
+        chosen, split = selection["chosen"], selection["split"]
+        return (f"hidden size {chosen['n_hidden']} and ridge {chosen['ridge']:g} chosen among "
+                f"{len(selection['candidates'])} candidates on a validation split of the train "
+                f"data ({split['fraction']:.0%} of each scene's clips, seed {split['seed']}; "
+                f"validation accuracy {chosen['validation_accuracy']:.3f}), then fitted on all "
+                f"{final['slices']} train slices; the test split was not used")
+    except (KeyError, TypeError, ValueError):
+        return "not recorded in the spec file"
 
 
 def _shim_model() -> dict[str, str]:

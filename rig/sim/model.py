@@ -11,9 +11,9 @@ Integer-only feature extraction, so numpy and C agree bit for bit:
 5. int32 logits = W f + b (int16 W, int32 b); scores = softmax(logits * logit_scale).
 
 The tables and weights come from `asc_model_weights.npz`, written together with the C header by
-firmware/dut/train_asc_model.py (which calls `LinearAscModel.train`), and trained on the
-synthetic train split only, so the accuracy the rig measures through the DUT is a real property
-of a real (tiny) model on held-out data. Right shifts are numpy's `>>`, which floors, like the C
+`rig model train c-shim` (rig/model/c_shim.py), and trained on the synthetic train split only,
+so the accuracy the rig measures through the DUT is a real property of a real (tiny) model on
+held-out data. Right shifts are numpy's `>>`, which floors, like the C
 code's `asr` helpers.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rig.datasets.synthetic import CLASSES, RATE_HZ, SAMPLES, make_split
+from rig.datasets.synthetic import CLASSES, RATE_HZ, SAMPLES
 
 WEIGHTS_PATH = Path(__file__).with_name("asc_model_weights.npz")
 NFFT = 256
@@ -187,7 +187,7 @@ class LinearAscModel:
     # -- persistence ----------------------------------------------------------------------------
     @classmethod
     def load(cls, path: Path = WEIGHTS_PATH) -> LinearAscModel:
-        """The committed model (written by firmware/dut/train_asc_model.py)."""
+        """The committed model (written by `rig model train c-shim`)."""
         with np.load(path) as z:
             arrays = {k: z[k] for k in z.files}
         return cls(arrays, arrays["weights"], arrays["bias"], float(arrays["logit_scale"]))
@@ -196,25 +196,6 @@ class LinearAscModel:
         """Everything the model is, as named arrays (what the .npz and the C header carry)."""
         return {**self.tables, "weights": self.weights, "bias": self.bias,
                 "logit_scale": np.array(self.logit_scale)}
-
-    # -- training -------------------------------------------------------------------------------
-    @classmethod
-    def train(cls, samples_per_class: int = 200, seed: int = 0, steps: int = 400
-              ) -> LinearAscModel:
-        """Multinomial logistic regression on the train split's features, then quantised."""
-        tables = make_tables()
-        train = make_split(samples_per_class, seed, "train")
-        f = features_batch(train.inputs, tables).astype(np.float64)
-        mu, sd = f.mean(axis=0), np.maximum(f.std(axis=0), 1.0)
-        w, b = _logistic_regression((f - mu) / sd, train.labels, steps)
-        # Undo the standardisation: z = (w / sd) f + (b - w mu / sd).
-        wf = w / sd
-        bf = b - wf @ mu
-        q = min(WEIGHT_MAX / np.abs(wf).max(),
-                0.9 * LOGIT_LIMIT / (np.abs(wf).sum(axis=1) * FEATURE_MAX + np.abs(bf)).max())
-        # The C code holds the scale as a float: use that exact value on both sides.
-        scale = float(np.float32(1.0 / q))
-        return cls(tables, np.rint(wf * q), np.rint(bf * q), scale)
 
     # -- inference ------------------------------------------------------------------------------
     def _audio(self, data: bytes) -> np.ndarray:
@@ -247,18 +228,3 @@ class LinearAscModel:
         """`predict` for many int16 inputs (n, SAMPLES) at once."""
         scores = softmax(self.logits_of(features_batch(audio, self.tables)), self.logit_scale)
         return np.argmax(np.round(scores, 3), axis=1)
-
-
-def _logistic_regression(x: np.ndarray, y: np.ndarray, steps: int, rate: float = 0.5,
-                         l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
-    """Full-batch gradient descent on the softmax cross-entropy; deterministic."""
-    k = len(CLASSES)
-    onehot = np.eye(k)[y]
-    w = np.zeros((k, x.shape[1]))
-    b = np.zeros(k)
-    for _ in range(steps):  # a loop over optimisation steps, each vectorised over samples
-        p = softmax(x @ w.T + b, 1.0)
-        g = (p - onehot) / len(x)
-        w -= rate * (g.T @ x + l2 * w)
-        b -= rate * g.sum(axis=0)
-    return w, b

@@ -17,7 +17,7 @@
 #include "asc_model_weights.h"
 
 #if ASC_NBANDS != ASC_MODEL_FEATURES
-#error "asc_model_weights.h does not match asc_model.h: regenerate it (train_asc_model.py)"
+#error "asc_model_weights.h does not match asc_model.h: regenerate it (rig model train c-shim)"
 #endif
 #if ASC_NFRAMES * ASC_NFFT * 2 > ASC_MODEL_INPUT_BYTES || ASC_NFFT > 256
 #error "asc_model_weights.h: frames do not fit the input, or the FFT outgrows its uint8 tables"
