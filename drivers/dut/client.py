@@ -21,6 +21,7 @@ import numpy as np
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from protocols.dut.codec import (
     CAP_BLOAD,
+    CAP_ELAP,
     CAP_QUBO,
     DEFAULT_HEX_PER_COMMAND,
     TIMESTAMP_MODES,
@@ -176,8 +177,10 @@ class LoadResult:
 class InferResult:
     """One ``infer N W%``: the lap counter values, the DUT-timed window, the class scores.
 
-    `elapsed_us` is the DUT's own measurement of the N timed inferences in performance mode;
-    None in energy mode, where the energy monitor times the window between the GPIO edges.
+    `elapsed_us` is the DUT's own measurement of the N timed inferences: in performance mode,
+    and in energy mode from firmware that offers ``elap`` (its lap counter at both pulses,
+    printed after the window). None from plain energy-mode firmware, where only the energy
+    monitor times the window between the GPIO edges.
     """
 
     iterations: int
@@ -375,11 +378,15 @@ class DutClient:
         laps = tuple(e.us for e in events if isinstance(e, LapUs))
         results = self._results(events, text)
         elapsed: int | None = None
-        if self.timestamp_mode == "performance" or (self.timestamp_mode is None and laps):
+        # Energy-mode firmware offering `elap` prints the laps of its two pulses after the window.
+        elap = self.timestamp_mode == "energy" and CAP_ELAP in (self.capabilities or ())
+        if self.timestamp_mode == "performance" or laps or elap:
             if len(laps) != 2:
                 raise DeviceError(
                     f"{self.name} printed {len(laps)} m-lap-us lines for {text!r}, expected 2",
-                    hint="the firmware's timestamp mode does not match its banner",
+                    hint=f"the firmware offers '{CAP_ELAP}' but did not print its lap counter"
+                    if elap and not laps else
+                    "the firmware's timestamp mode does not match its banner",
                 )
             elapsed = (laps[-1] - laps[0]) & _LAP_MASK
         messages = tuple(e.text for e in events if isinstance(e, Message))

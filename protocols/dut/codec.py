@@ -38,6 +38,13 @@ QSTATE_BYTES_PER_LINE = 32
 CAP_BLOAD = "bload"
 #: Capability word of the QUBO commands.
 CAP_QUBO = "qubo"
+#: Capability word of energy-mode firmware that also prints its lap counter: ``infer`` latches
+#: ``m-lap-us`` at both timestamp pulses and prints the two lines after the window has closed,
+#: so the DUT's timer and the energy monitor both time every window.
+CAP_ELAP = "elap"
+#: Capability word of a DUT whose lap counter is a simulator's time base (XyloSim: timesteps x
+#: dt), not a measured execution time: the rig labels such times simulated.
+CAP_SIMTIME = "simtime"
 #: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
 QUBO_HEADER_BYTES = 8
 QUBO_TERM_BYTES = 12

@@ -109,6 +109,6 @@ def _infer(client: DutClient, args: argparse.Namespace) -> dict[str, Any]:
     result = client.infer(args.iterations, args.warmup)
     return {
         "iterations": result.iterations,
-        "elapsed_us": result.elapsed_us,  # None in energy mode: the energy monitor times it
+        "elapsed_us": result.elapsed_us,  # None from plain energy-mode firmware
         "results": [float(v) for v in result.results],
     }

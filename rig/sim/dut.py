@@ -9,9 +9,10 @@ are GPIO pulses in the world (energy mode) or lap lines from the world's 32-bit 
 whatever it was doing.
 
 With `extensions` (the default) it also speaks the rig's negotiated extensions that a DUT shim
-implements: ``caps`` and the binary ``bload`` download (raw bytes on the same pty after its
-ready line, CRC-32 checked, inter-byte timeout). Without, it is plain MLPerf Tiny firmware that
-answers ``caps`` with ``e-[Unknown command: caps]``.
+implements: ``caps``, the binary ``bload`` download (raw bytes on the same pty after its
+ready line, CRC-32 checked, inter-byte timeout) and, in energy mode, ``elap`` (``infer`` prints
+the lap counter of both pulses once the window has closed). Without, it is plain MLPerf Tiny
+firmware that answers ``caps`` with ``e-[Unknown command: caps]``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from protocols.dut.codec import CAP_BLOAD, MAX_COMMAND, TIMESTAMP_MODES, payload_crc
+from protocols.dut.codec import CAP_BLOAD, CAP_ELAP, MAX_COMMAND, TIMESTAMP_MODES, payload_crc
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -206,7 +207,8 @@ class SimDut:
         words = text.split()
         head = words[0] if words else ""
         if head == "caps" and self.extensions:
-            self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{CAP_BLOAD}]")
+            caps = f"{CAP_BLOAD},{CAP_ELAP}" if self.timestamp_mode == "energy" else CAP_BLOAD
+            self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{caps}]")
         elif head == "bload" and self.extensions:
             return self._bload(text[len("bload") :].strip(), gen)
         elif head == "name":
@@ -321,6 +323,9 @@ class SimDut:
             self._say(gen, f"m-lap-us-{world.dut_micros(t1)}")
         if not self._sleep_until(t2, gen):
             return False
+        if energy and self.extensions:
+            # elap: the DUT's own clock of the window, now that it has closed.
+            self._say(gen, f"m-lap-us-{world.dut_micros(t1)}", f"m-lap-us-{world.dut_micros(t2)}")
         if not energy:
             self._say(gen, f"m-lap-us-{world.dut_micros(t2)}")
         self._results = scores

@@ -91,7 +91,7 @@ def test_info_human_output(make_dut, capsys) -> None:
     dut = make_dut()
     assert main(["dut", "--port", dut.path, "info", "--boot-wait", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "timestamp_mode  energy" in lines and "capabilities    bload" in lines
+    assert "timestamp_mode  energy" in lines and "capabilities    bload, elap" in lines
 
 
 @pytest.mark.parametrize(("extensions", "method"), [(True, "binary"), (False, "hex")])
@@ -107,10 +107,12 @@ def test_load_then_infer(make_dut, capsys, tmp_path: Path, extensions: bool, met
     assert out == {"iterations": 5, "elapsed_us": 62_500, "results": [0.12, 0.34, 0.56]}
 
 
-def test_infer_in_energy_mode_has_no_elapsed_time(make_dut, capsys) -> None:
-    dut = make_dut("energy")
+@pytest.mark.parametrize(("extensions", "elapsed_us"), [(True, 12_500), (False, None)])
+def test_infer_in_energy_mode_is_dut_timed_only_with_elap(make_dut, capsys, extensions: bool,
+                                                          elapsed_us: int | None) -> None:
+    dut = make_dut("energy", extensions=extensions)
     out = rig_json(capsys, "dut", "--port", dut.path, "infer", "1", "--json")
-    assert out == {"iterations": 1, "elapsed_us": None, "results": [0.0, 0.0, 0.0]}
+    assert out == {"iterations": 1, "elapsed_us": elapsed_us, "results": [0.0, 0.0, 0.0]}
     assert len(dut.world.falling_edges_between(0, 2**62)) == 2
 
 

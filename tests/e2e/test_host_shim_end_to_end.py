@@ -50,7 +50,8 @@ def expected_scores(data: bytes) -> np.ndarray:
 def test_direct_binary_download_and_infer(binary, audio, mode) -> None:
     world, dut, client = booted(binary, mode)
     try:
-        assert client.negotiate() == frozenset({"bload"})
+        # Energy-mode firmware also offers `elap`: its lap counter around the window.
+        assert client.negotiate() == ({"bload"} if mode == "performance" else {"bload", "elap"})
         info = client.identify()
         assert (info.model, info.vendor) == ("asc01", "neurobench-rig host shim")
         loaded = client.load(audio)
@@ -64,6 +65,9 @@ def test_direct_binary_download_and_infer(binary, audio, mode) -> None:
         else:
             edges = world.falling_edges_between(0, 2**62)[edges_before:]
             assert len(edges) == 2 and edges[1] - edges[0] == round(40 * T * NS)
+            # Both clocks of the same window: the lap counter sits on the edges (µs).
+            on = world.power_on_ns
+            assert result.lap_us == tuple((t - on) // 1000 for t in edges)
         np.testing.assert_allclose(client.results(), result.results)
     finally:
         world.power(False)
@@ -108,7 +112,8 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         io.handshake()
         world.power(True)
         assert client.wait_for_boot(10.0) == "energy"
-        assert client.negotiate() == frozenset({"bload"})  # the DUT could, the path cannot:
+        # The DUT could download binary, the path cannot:
+        assert client.negotiate() == frozenset({"bload", "elap"})
         loaded = client.load(audio)
         assert loaded.method == "hex"  # so the client used hex, 26 bytes a command
         edges_before = len(world.falling_edges_between(0, 2**62))
@@ -116,6 +121,7 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         np.testing.assert_allclose(result.results, expected_scores(audio), atol=1.5e-3)
         edges = world.falling_edges_between(0, 2**62)[edges_before:]
         assert len(edges) == 2 and edges[1] - edges[0] == round(8 * T * NS)
+        assert result.elapsed_us == round(8 * T * 1e6)  # elap lines pass through it too
     finally:
         world.power(False)
         client.close()

@@ -143,8 +143,13 @@ def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     assert shim.exchange(b"profile%") == (
         b"m-profile-[ULPMark for tinyML Firmware V0.0.1]\r\nm-model-[asc01]\r\nm-ready\r\n"
     )
+    # Energy mode adds `elap`: infer prints its lap counter once the window has closed.
     assert shim.exchange(b"caps%") == (
-        b"m-timestamp-mode-energy\r\nm-caps-[bload]\r\nm-ready\r\n"
+        b"m-timestamp-mode-energy\r\nm-caps-[bload,elap]\r\nm-ready\r\n"
+    )
+    performance = start_shim("performance")
+    assert performance.exchange(b"caps%") == (
+        b"m-timestamp-mode-performance\r\nm-caps-[bload]\r\nm-ready\r\n"
     )
     info = shim.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", VENDOR, "asc01")
@@ -244,13 +249,16 @@ def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:
     shim = start_shim("energy")
     bload_ok(shim, audio_input())
     result = shim.client.infer(4, 1)
-    assert result.lap_us == () and result.elapsed_us is None
+    # elap: the lap counter is read right before each pulse, and printed after the window.
+    assert len(result.lap_us) == 2
+    assert result.elapsed_us == result.lap_us[1] - result.lap_us[0]
     shim.proc.terminate()
     assert shim.proc.wait(timeout=REPLY_S) == 0
     assert shim.proc.stderr is not None
     edges = shim.proc.stderr.read().decode().split()
     assert edges[0::2] == ["gpio-fall", "gpio-fall"]
-    assert int(edges[1]) <= int(edges[3])
+    lap0, lap1 = result.lap_us
+    assert lap0 <= int(edges[1]) <= lap1 <= int(edges[3])
 
 
 @pytest.mark.parametrize(
@@ -398,7 +406,10 @@ def test_sim_bus_energy_infer_declares_exact_acts_and_pulses(on_bus) -> None:
     assert early == b"m-warmup-start-2\r\nm-warmup-done\r\nm-infer-start-5\r\n"
     bench.release.set()
     rest = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
-    assert rest.startswith(b"m-infer-done\r\nm-results-[")
+    # elap: the lap counter at both pulses (µs since power-on), after the window has closed.
+    on = NOW_NS - 10**9
+    assert rest.startswith(f"m-lap-us-{(t1 - on) // 1000}\r\nm-lap-us-{(t2 - on) // 1000}\r\n"
+                           "m-infer-done\r\nm-results-[".encode())
     acts = [f"act {t0 + k * T_NS} {t0 + (k + 1) * T_NS}" for k in range(7)]
     assert bench.lines_through_end() == [
         "begin", *acts[:2], f"wait {t1}", f"pulse {t1}", *acts[2:], f"pulse {t2}",

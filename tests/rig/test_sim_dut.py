@@ -114,6 +114,9 @@ def test_caps_reply_has_the_mode_and_the_capability_words(make_bench) -> None:
     assert converse(make_bench("performance"), b"caps%") == [
         TimestampMode("performance"), Capabilities(("bload",)), Ready()
     ]
+    assert converse(make_bench("energy"), b"caps%") == [
+        TimestampMode("energy"), Capabilities(("bload", "elap")), Ready()
+    ]
     assert converse(make_bench(extensions=False), b"caps%") == [
         DutErrorLine("Unknown command: caps"), Ready()
     ]
@@ -205,7 +208,10 @@ def test_infer_energy_mode_pulses_two_edges_n_inferences_apart(make_bench) -> No
     new = bench.edges()[before:]
     assert len(new) == 2
     assert new[1] - new[0] == 40 * bench.per_ns
-    assert result.elapsed_us is None and result.lap_us == ()
+    # elap: the lap counter at each pulse is the edge's time since power-on, in µs.
+    on = bench.world.power_on_ns
+    assert result.lap_us == tuple((t - on) // 1000 for t in new)
+    assert result.elapsed_us == 40 * bench.per_ns // 1000
     np.testing.assert_allclose(result.results, ByteScoresModel()(DATA), rtol=0, atol=5e-4)
     # The window between the edges is all active power: exact energy N*T*P.
     p = bench.world.params

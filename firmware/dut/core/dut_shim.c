@@ -28,6 +28,10 @@ static uint8_t g_input[DUT_INPUT_CAPACITY];
 static uint32_t g_expected;
 static uint32_t g_pos;
 
+/* Energy mode: the lap counter at the last two timestamp pulses of `infer` (capability elap),
+ * printed once the window has closed: no UART traffic inside a timed window. */
+static uint32_t g_pulse_lap[2];
+
 /* Scores of the last inference; `results` prints m-results-[] before the first one. */
 static float g_scores[ASC_MODEL_CLASSES];
 static int g_have_scores;
@@ -339,15 +343,24 @@ static void cmd_db(int argc, char **words)
     }
 }
 
-/* One timestamp now: a GPIO edge in energy mode, a lap line in performance mode. */
-static void timestamp_now(void)
+static void put_lap(uint32_t us)
+{
+    put("m-lap-us-");
+    put_u32(us);
+    end_line();
+}
+
+/* One timestamp now: a GPIO edge in energy mode (the lap counter latched in *lap when lap is
+ * not NULL), a lap line in performance mode. */
+static void timestamp_now(uint32_t *lap)
 {
     if (g_cfg.mode == DUT_MODE_ENERGY) {
+        if (lap != NULL) {
+            *lap = port_timer_us();
+        }
         port_timestamp();
     } else {
-        put("m-lap-us-");
-        put_u32(port_timer_us());
-        end_line();
+        put_lap(port_timer_us());
     }
 }
 
@@ -401,13 +414,18 @@ static void cmd_infer(int argc, char **words)
         end_line();
         /* Everything printed so far leaves before the window opens. */
         port_flush_output();
-        timestamp_now();
+        timestamp_now(&g_pulse_lap[0]);
         for (i = 0; i < n && rc == 0; i++) {
             rc = infer_once(scores);
         }
     }
     if (rc == 0) {
-        timestamp_now();
+        timestamp_now(&g_pulse_lap[1]);
+        if (g_cfg.mode == DUT_MODE_ENERGY) {
+            /* elap: the window is closed, the DUT's own clock of it may go out now. */
+            put_lap(g_pulse_lap[0]);
+            put_lap(g_pulse_lap[1]);
+        }
         memcpy(g_scores, scores, sizeof g_scores);
         g_have_scores = 1;
         put_line("m-infer-done");
@@ -424,7 +442,7 @@ static void cmd_infer(int argc, char **words)
 static void cmd_timestamp(void)
 {
     port_compute_begin();
-    timestamp_now();
+    timestamp_now(NULL);
     port_flush_output();
     port_compute_end();
 }
@@ -433,7 +451,8 @@ static void cmd_caps(void)
 {
     put("m-timestamp-mode-");
     put_line(mode_name());
-    put_line("m-caps-[" DUT_CAPABILITIES "]");
+    put_line(g_cfg.mode == DUT_MODE_ENERGY ? "m-caps-[" DUT_CAPABILITIES "," DUT_CAP_ELAP "]"
+                                           : "m-caps-[" DUT_CAPABILITIES "]");
 }
 
 /* Exactly CRC_HEX_DIGITS lowercase hex digits. */
