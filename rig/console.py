@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rig.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
+from rig.procedures.asc import execution_time_source_text
 
 
 class ConsoleView:
@@ -29,6 +30,9 @@ class ConsoleView:
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             label = " [yellow](SIMULATED: virtual bench)[/]" if event.simulated else ""
+            dut = event.manifest.get("bench", {}).get("dut", {})
+            if dut.get("kind") == "xylo" and not dut.get("hdk"):
+                label += " [yellow](SIMULATED timing: XyloSim)[/]"
             self.console.print(f"[bold]{event.procedure.upper()}[/] on {event.device}{label}")
             self._progress.start()
         elif isinstance(event, PhaseStarted):
@@ -59,10 +63,10 @@ def _time(seconds: float) -> str:
 
 _ROWS = [
     ("accuracy", "Accuracy (top-1)", lambda v: f"{v:.2%}"),
-    ("inferences_per_s", "Inferences per second (median)", lambda v: f"{v:#.4g} /s"),
+    ("inferences_per_s", "Inferences per second (median of runs)", lambda v: f"{v:#.4g} /s"),
     ("execution_time_mean_s", "Execution time per inference (mean)", _time),
     ("execution_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
-    ("preprocess_time_mean_s", "Pre-processing time per sample (mean)", _time),
+    ("preprocess_time_mean_s", "Pre-processing time per sample (mean, test set)", _time),
     ("preprocess_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
     ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:#.4g} mW"),
     ("active_power_w", "Active power", lambda v: f"{v * 1e3:#.4g} mW"),
@@ -71,22 +75,37 @@ _ROWS = [
     ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
      lambda v: f"{v * 1e6:#.4g} µJ"),
     ("power", "Power", str),
+    ("timing", "Timing", str),
 ]
+
+#: Rows whose numbers are times from the DUT: marked when its timing is simulated.
+_TIME_ROWS = {"inferences_per_s", "execution_time_mean_s", "execution_time_stderr_s"}
+
+
+def timing_label(summary: dict[str, Any]) -> str:
+    """" (SIMULATED timing)" for a summary whose times are a simulator's, else ""."""
+    return " (SIMULATED timing)" if str(summary.get("timing", "")).startswith("simulated") else ""
 
 
 def summary_table(summary: dict[str, Any], *, title: str) -> Table:
-    """The figures of an ASC summary as a table, checks included."""
+    """The figures of an ASC summary as a table, checks included; a check that does not apply
+    (ok None) reads "n/a", neither pass nor fail."""
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
+    simulated = timing_label(summary)
     for key, label, fmt in _ROWS:
         if summary.get(key) is not None:
+            if key == "execution_time_mean_s":
+                label = f"{label[:-1]}, {execution_time_source_text(summary)})"
+            if key in _TIME_ROWS and simulated:
+                label += " [yellow]SIMULATED[/]"
             table.add_row(label, fmt(summary[key]))
     if "samples" in summary:
         table.add_row("Test samples", f"{summary['correct']}/{summary['samples']}")
     if "latency_runs" in summary:
         table.add_row("Timed runs", f"{summary['latency_runs']} ({summary['latency_timer']} timer)")
     for check in summary.get("checks", []):
-        mark = "[green]pass[/]" if check["ok"] else "[red]FAIL[/]"
+        mark = {True: "[green]pass[/]", False: "[red]FAIL[/]"}.get(check["ok"], "[dim]n/a[/]")
         table.add_row(f"check: {check['name']}", f"{mark} {check['detail']}")
     return table

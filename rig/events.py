@@ -114,6 +114,11 @@ class LatencyRun(Event):
     inferences_per_s: float = 0.0
     #: Which instrument timed it: "dut" (the DUT's µs timer) or "emon" (sample counts).
     timer: str = ""
+    #: The same window by each clock [s], None where that clock did not see it: the DUT's lap
+    #: counter (performance mode, or energy-mode firmware offering `elap`) and the energy
+    #: monitor's sample count between the timestamp edges (energy mode).
+    dut_elapsed_s: float | None = None
+    emon_elapsed_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,15 @@ class SampleClassified(Event):
     predicted: int = 0
     correct: bool = False
     scores: list[float] = field(default_factory=list)
+    #: The sample's execution time [s]: the DUT's timer when it reported one (µs resolution),
+    #: else the energy monitor's window (energy mode without a lap counter).
     execution_time_s: float | None = None
+    #: Which clock `execution_time_s` came from: "dut" or "emon" ("" in runs recorded before
+    #: the rig said).
+    timer: str = ""
+    #: The same inference by each clock [s], None where that clock did not see it.
+    dut_time_s: float | None = None
+    emon_time_s: float | None = None
     #: Pre-processing time on the hardware [s] when done outside the DUT's inference (Xylo's
     #: analog front end), reported apart from inference as the spec asks; else None.
     preprocess_s: float | None = None

@@ -25,17 +25,19 @@ ASC_FIGURES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
                                                f"{s['samples']})"),
     ("inferences_per_s", "Inferences per second (median of runs)",
      lambda s: f"{s['inferences_per_s']:#.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference",
+    ("execution_time_mean_s", "Execution time per inference (mean ± standard error)",
      lambda s: f"{si(s['execution_time_mean_s'], 's')} ± "
-               f"{si(s['execution_time_stderr_s'], 's', 2)}"),
+               f"{si(s['execution_time_stderr_s'], 's', 2)} ({asc.execution_time_source_text(s)})"),
     ("idle_power_w", "Idle power", lambda s: si(s["idle_power_w"], "W")),
     ("active_power_w", "Active power", lambda s: si(s["active_power_w"], "W")),
     ("dynamic_power_w", "Dynamic power", lambda s: si(s["dynamic_power_w"], "W")),
     ("energy_per_inference_j", "Energy per inference (median of windows)",
      lambda s: si(s["energy_per_inference_j"], "J")),
-    ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
+    ("dynamic_energy_per_inference_j",
+     "Dynamic energy per inference (dynamic power x mean execution time)",
      lambda s: si(s["dynamic_energy_per_inference_j"], "J")),
     ("power", "Power", lambda s: str(s["power"])),
+    ("timing", "Timing", lambda s: str(s["timing"])),
 ]
 
 
@@ -101,7 +103,8 @@ def measurements(record: RunRecord) -> dict[str, list[dict[str, Any]]]:
     """Every timed run, energy window and idle span, as its event recorded it."""
     keep = {
         "latency_runs": (LatencyRun, ("index", "iterations", "elapsed_s", "time_per_inference_s",
-                                      "inferences_per_s", "timer")),
+                                      "inferences_per_s", "timer", "dut_elapsed_s",
+                                      "emon_elapsed_s")),
         "energy_windows": (WindowMeasured, ("index", "iterations", "start_sample", "end_sample",
                                             "start_s", "end_s", "duration_s", "energy_j",
                                             "mean_power_w", "energy_per_inference_j")),

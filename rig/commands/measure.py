@@ -13,7 +13,7 @@ from rig.commands.common import (
     bench_from_args,
     print_json,
 )
-from rig.console import ConsoleView, summary_table
+from rig.console import ConsoleView, summary_table, timing_label
 from rig.procedures import asc
 from rig.runner import measure_asc
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         out = Console()
-        label = " (SIMULATED)" if bench.simulated else ""
+        label = " (SIMULATED)" if bench.simulated else timing_label(outcome.summary)
         out.print(summary_table(outcome.summary, title=f"ASC on {device}{label}"))
         out.print(f"status: [bold]{outcome.status}[/]")
         out.print(f"run folder: {outcome.run_path}", soft_wrap=True)

@@ -7,10 +7,14 @@
   timestamp pulses while the DUT is configured and ready; dynamic = active - idle; dynamic energy
   per inference = dynamic power x mean execution time.
 - Accuracy: every test sample through the DUT, top-1.
+- Execution time (ASC.md): mean and standard error over all test samples, each timed by the
+  DUT as it went through; a run without test samples (performance or energy only) falls back
+  to the timed runs and says so (`execution_time_source`).
 
-Times come from the DUT's microsecond timer (performance mode) or from the energy monitor's
-sample counts between edges (energy mode), never from the host clock. The procedure publishes
-events and returns the summary; it does not print or write files.
+Times come from the DUT's microsecond timer (performance mode, and energy-mode firmware that
+offers `elap`) or from the energy monitor's sample counts between edges (energy mode), never from
+the host clock. Where both clocks see a window, the `timer agreement` check compares them. The
+procedure publishes events and returns the summary; it does not print or write files.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from drivers.dut.client import DutClient
-from protocols.dut.codec import Message
+from protocols.dut.codec import CAP_ELAP, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
+from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set
@@ -43,6 +48,7 @@ from rig.events import (
     WindowMeasured,
 )
 from rig.recording import EmonRecorder
+from rig.units import si
 
 #: ASC.md: a simulated analog front end's spikes reach the SNN through a side channel; the
 #: AFE itself must be measured on the chip with the audio played into its microphone.
@@ -72,6 +78,9 @@ class Timed:
     window: tuple[int, int] | None = None
     #: Power [W] the DUT reported for the timed inferences (a Xylo HDK's rails), if any.
     rail_power_w: float | None = None
+    #: The window by each clock [s]: the DUT's lap counter and the monitor's sample count.
+    dut_s: float | None = None
+    emon_s: float | None = None
 
 
 class AscProcedure:
@@ -168,6 +177,7 @@ class AscProcedure:
                 index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
                 time_per_inference_s=t.elapsed_s / t.iterations,
                 inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
+                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s,
             ))
             if self.scope == "performance":
                 pass  # the same runs, timed only: no energy asked for
@@ -192,9 +202,13 @@ class AscProcedure:
                     hint="the firmware's model does not match the ASC task",
                 )
             predicted = int(np.argmax(t.results))
+            # The DUT's µs timer where it reported one: a monitor at 1 kHz would time a 12.5 ms
+            # inference as 12 or 13 ms; the two are compared by the `timer agreement` check.
+            timer, seconds = ("dut", t.dut_s) if t.dut_s is not None else (t.timer, t.elapsed_s)
             self.publish(SampleClassified(
                 index=index, label=int(label), predicted=predicted,
-                correct=predicted == int(label), scores=scores, execution_time_s=t.elapsed_s,
+                correct=predicted == int(label), scores=scores, execution_time_s=seconds,
+                timer=timer, dut_time_s=t.dut_s, emon_time_s=t.emon_s,
                 preprocess_s=_item(test.preprocess_s, index),
                 preprocess_host_s=_item(test.preprocess_host_s, index),
             ))
@@ -207,16 +221,19 @@ class AscProcedure:
             self._check_no_stray_edges()
         timeout = 30.0 + 4.0 * iterations * self._guess_s()
         result = self.dut.infer(iterations, warmup, timeout_s=timeout)
+        dut_s = None if result.elapsed_us is None else result.elapsed_us / 1e6
         if not self.energy_mode:
-            if result.elapsed_us is None:
+            if dut_s is None:
                 raise MeasurementFailed(
                     "the DUT printed no m-lap-us timestamps in performance mode"
                 )
-            return Timed(iterations, result.elapsed_us / 1e6, "dut", result.results,
-                         rail_power_w=rail_power(result.messages))
+            return Timed(iterations, dut_s, "dut", result.results,
+                         rail_power_w=rail_power(result.messages), dut_s=dut_s)
         start, end = self._next_window()
         elapsed = (end - start) / self.recorder.sample_rate
-        return Timed(iterations, elapsed, "emon", result.results, (start, end))
+        # Energy-mode firmware offering `elap` also reports its lap counter: a second clock.
+        return Timed(iterations, elapsed, "emon", result.results, (start, end),
+                     dut_s=dut_s, emon_s=elapsed)
 
     def _guess_s(self) -> float:
         sim = self.bench.sim
@@ -304,6 +321,16 @@ class AscProcedure:
 
 
 # -- the summary: a pure function of the events, so `rig show` gets the same from a stored run ---
+#: `execution_time_source`: which measurement the execution time is the mean of.
+FROM_TEST_SET, FROM_TIMED_RUNS = "test_set", "timed_runs"
+#: `timing` of a DUT whose lap counter is a simulator's time base (caps word `simtime`).
+SIMULATED_XYLO_TIMING = "simulated: XyloSim timesteps x dt, not a measured execution time"
+SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured execution time"
+#: `timing` of a Xylo HDK: its lap counter adds up samna's `inf_duration` per evolve.
+HDK_TIMING = ("measured: samna's inf_duration per evolve on the Xylo HDK (the host clock "
+              "around the board's accelerated-time run, USB readout included)")
+
+
 def summarize(
     events: list[Event], *, bench: dict[str, Any] | None = None, scope: str = "all"
 ) -> dict[str, Any]:
@@ -329,8 +356,9 @@ def summarize(
             "latency_runs": len(runs),
             "latency_timer": runs[0].timer,
             "inferences_per_s": float(np.median(ips)),
-            "execution_time_mean_s": mean,
-            "execution_time_stderr_s": stderr,
+            # The runs' own time per inference, kept beside the test-set figure below.
+            "latency_time_per_inference_mean_s": mean,
+            "latency_time_per_inference_stderr_s": stderr,
             "latency_max_deviation": dev,
         }
         checks.append(_check("latency replicable", ok,
@@ -348,7 +376,10 @@ def summarize(
         if pre:  # reported apart from inference (ASC.md)
             mean, stderr = mean_stderr(np.array(pre))
             out |= {"preprocess_time_mean_s": mean, "preprocess_time_stderr_s": stderr,
+                    "preprocess_time_source": FROM_TEST_SET,
+                    "preprocess_time_samples": len(pre),
                     "preprocess_note": AFE_POWER_NOTE}
+    out |= _execution_time(runs, samples, scope)
 
     if idles:
         out["idle_power_w"] = float(np.mean([i.power_w for i in idles]))
@@ -368,6 +399,8 @@ def summarize(
             dynamic = active - out["idle_power_w"]
             out["dynamic_power_w"] = dynamic
             out["dynamic_energy_per_inference_j"] = dynamic * out["execution_time_mean_s"]
+            out["dynamic_energy_source"] = ("dynamic_power_w x execution_time_mean_s ("
+                                            + execution_time_source_text(out) + ")")
     if scope != "all":
         out["scope"] = scope
     if not windows:
@@ -379,6 +412,12 @@ def summarize(
             if dut.get("kind") == "xylo" and not dut.get("hdk")
             else "unavailable: needs energy-mode firmware and an energy monitor"
         )
+    timing = _timing(events, bench or {})
+    if timing:
+        out["timing"] = timing
+    agreement = _timer_check(runs, samples, traces, bench or {})
+    if agreement is not None:
+        checks.append(agreement)
     if traces:
         dropped = sum(t.dropped for t in traces)
         out["dropped_samples"] = dropped
@@ -391,6 +430,115 @@ def summarize(
                                  "(their energy reads low): use a larger range or auto"))
     out["checks"] = checks
     return out
+
+
+def _execution_time(
+    runs: list[LatencyRun], samples: list[SampleClassified], scope: str
+) -> dict[str, Any]:
+    """ASC.md's execution time: mean and standard error over every test sample; without test
+    samples (a performance- or energy-only run), over the timed runs, and saying so."""
+    timed = [s for s in samples if s.execution_time_s is not None]
+    if timed:
+        mean, stderr = mean_stderr(np.array([s.execution_time_s for s in timed]))
+        out: dict[str, Any] = {
+            "execution_time_mean_s": mean, "execution_time_stderr_s": stderr,
+            "execution_time_source": FROM_TEST_SET, "execution_time_samples": len(timed),
+        }
+        timers = {s.timer for s in timed}
+        if "" not in timers:  # runs recorded before the samples named their clock
+            out["execution_time_timer"] = timers.pop() if len(timers) == 1 else "mixed"
+        return out
+    if not runs:
+        return {}
+    mean, stderr = mean_stderr(np.array([r.time_per_inference_s for r in runs]))
+    why = (f"{'an' if scope == 'energy' else 'a'} {scope}-only run has no test samples"
+           if scope in ("performance", "energy") else "no test sample was measured")
+    return {
+        "execution_time_mean_s": mean, "execution_time_stderr_s": stderr,
+        "execution_time_source": FROM_TIMED_RUNS, "execution_time_runs": len(runs),
+        "execution_time_timer": runs[0].timer,
+        "execution_time_note": f"{why}: mean and standard error over the {len(runs)} timed "
+                               "runs of one repeated input (ASC.md asks for the test set)",
+    }
+
+
+def execution_time_source_text(summary: dict[str, Any]) -> str:
+    """Where `execution_time_mean_s` came from, in words: "test set, 40 samples"."""
+    source = summary.get("execution_time_source")
+    if source == FROM_TEST_SET:
+        return f"test set, {summary.get('execution_time_samples')} samples"
+    if source == FROM_TIMED_RUNS:
+        return f"{summary.get('execution_time_runs')} timed runs: the run has no test samples"
+    return "timed runs"  # a summary stored before the rig named the source
+
+
+def _timing(events: list[Event], bench: dict[str, Any]) -> str | None:
+    """What the DUT's times are when they are not an ordinary timer's: simulated, or samna's."""
+    dut = bench.get("dut", {})
+    caps = next((e.info.get("capabilities") or [] for e in events
+                 if isinstance(e, InstrumentInfo) and e.role == "dut"), [])
+    xylo = dut.get("kind") == "xylo"
+    if CAP_SIMTIME in caps or (xylo and not dut.get("hdk")):
+        return SIMULATED_XYLO_TIMING if xylo else SIMULATED_TIMING
+    if xylo:
+        return HDK_TIMING
+    return None
+
+
+def _clocks(timer: str, seconds: float | None, dut_s: float | None,
+            emon_s: float | None) -> tuple[float | None, float | None]:
+    """(DUT, monitor) durations of a window; events recorded before both were kept say only
+    which clock timed them."""
+    if dut_s is None and timer == "dut":
+        dut_s = seconds
+    if emon_s is None and timer == "emon":
+        emon_s = seconds
+    return dut_s, emon_s
+
+
+def _timer_check(
+    runs: list[LatencyRun], samples: list[SampleClassified], traces: list[TraceSaved],
+    bench: dict[str, Any],
+) -> dict[str, Any] | None:
+    """`timer agreement`: the DUT's lap counter against the monitor's sample count, per window
+    both saw; "not applicable" (ok None) where only one clock timed the windows."""
+    windows = [(f"run {r.index}", *_clocks(r.timer, r.elapsed_s, r.dut_elapsed_s,
+                                          r.emon_elapsed_s)) for r in runs]
+    windows += [(f"sample {s.index}", *_clocks(s.timer, s.execution_time_s, s.dut_time_s,
+                                              s.emon_time_s)) for s in samples]
+    windows = [w for w in windows if w[1] is not None or w[2] is not None]
+    if not windows:
+        return None
+    both = [w for w in windows if w[1] is not None and w[2] is not None]
+    if not both:
+        if any(w[2] is not None for w in windows):
+            why = ("the firmware reports one clock only: in energy mode only the monitor's "
+                   f"sample count times the windows (firmware offering '{CAP_ELAP}' in its caps "
+                   "also prints its lap counter)")
+        else:
+            why = ("only the DUT's timer times the windows (no timestamp edges for an energy "
+                   "monitor in performance mode)")
+        return {"name": "timer agreement", "ok": None, "detail": f"not applicable: {why}"}
+    rate = (traces[-1].sample_rate_hz if traces
+            else float(bench.get("emon", {}).get("sample_rate_hz") or 0.0))
+    result = timer_agreement(np.array([w[1] for w in both]), np.array([w[2] for w in both]),
+                             sample_period_s=1.0 / rate if rate > 0 else 0.0)
+    name, dut_s, emon_s = both[result.worst]
+    allowed = f"{TIMER_TOLERANCE:.1%} + {si(result.resolution_s, 's')} (a tick of each clock)"
+    worst = f"{name}: DUT timer {si(dut_s, 's', 7)}, monitor {si(emon_s, 's', 7)}"
+    if result.ok:
+        detail = (f"{result.windows} windows timed by both the DUT timer and the monitor agree "
+                  f"within {allowed}; closest to the limit {worst} "
+                  f"({result.worst_usage:.0%} of its allowance)")
+    else:
+        detail = (f"{result.failed} of {result.windows} windows disagree by more than "
+                  f"{allowed}; worst {worst} ({result.worst_relative:+.3%}): a stretched "
+                  "trace, a wrong sample rate or a DUT clock that is off")
+    check = _check("timer agreement", result.ok, detail)
+    check["worst"] = {"window": name, "dut_s": dut_s, "emon_s": emon_s,
+                      "relative": result.worst_relative, "usage": result.worst_usage,
+                      "resolution_s": result.resolution_s}
+    return check
 
 
 _RAIL = re.compile(r"^power-([a-z_]+)-uw-(\d+)$")
@@ -407,8 +555,9 @@ def _item(values: np.ndarray | None, index: int) -> float | None:
 
 
 def checks_passed(summary: dict[str, Any]) -> bool:
-    """True when every check in the summary passed."""
-    return all(c["ok"] for c in summary.get("checks", []))
+    """True when no check in the summary failed; a check that does not apply (ok None) neither
+    passes nor fails."""
+    return all(c["ok"] is not False for c in summary.get("checks", []))
 
 
 def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:

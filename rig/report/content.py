@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import __version__
+from rig.procedures.asc import execution_time_source_text
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
@@ -229,7 +230,7 @@ def _incomplete_text(run: ReportRun) -> str:
         "interrupted": "The run was stopped before it finished.",
         "incomplete": "The run ended without finishing (killed or crashed).",
         "failed-checks": "The run finished but failed checks: " + ", ".join(
-            c["name"] for c in _checks(run) if not c.get("ok")) + ".",
+            c["name"] for c in _checks(run) if c.get("ok") is False) + ".",
         "failed": f"The run failed: {run.show.get('error', '')}.",
         "running": "The sweep was still being measured when this report was made.",
     }.get(run.status, f"Status {run.status}.")
@@ -509,26 +510,50 @@ def _latency(system: System) -> list[Any]:
                    "end of each timed run and the energy monitor times the window by counting "
                    f"samples between the falling edges ({si(rate, 'Hz')}, so "
                    f"{si(1 / rate if rate else None, 's')} resolution)")
+            if any(r.get("dut_elapsed_s") is not None for r in lat):
+                how += ("; the firmware also reports its microsecond lap counter for each "
+                        "window, and the two clocks are compared (check `timer agreement`)")
         elif m.get("bench", {}).get("dut", {}).get("kind") == "xylo":
             how = ("Xylo's own time base: time steps x dt of the network"
-                   + ("" if m["bench"]["dut"].get("hdk") else
-                      " (under XyloSim this is the simulated input length, not a measured "
-                      "execution time)"))
+                   if str(s.get("timing", "")).startswith("simulated") or "timing" not in s
+                   else "the Xylo HDK")
+            how += f" ({s.get('timing', 'simulated: XyloSim timesteps x dt')})"
         else:
             how = "performance timestamp mode: the DUT's microsecond timer (`m-lap-us`)"
+        host = ("Rockpool measures the HDK's inf_duration with the host clock; nothing else "
+                "comes from the host clock" if s.get("timing", "").startswith("measured: samna")
+                else "Times never come from the host clock")
         out.append(Bullets((
             f"Run `{run.name}`: {len(lat)} timed runs (the spec asks for 5), each of "
             f"{', '.join(map(str, iters))} inferences on one loaded input after "
             f"{asc.get('warmup', '?')} warm-up inference(s); every run at least "
             f"{asc.get('min_run_s', '?')} s and {asc.get('min_iterations', '?')} iterations.",
-            f"Timer: {how}. Times never come from the host clock.",
+            f"Timer: {how}. {host}.",
             "Throughput score: inferences per second per run; the reported value is the median "
-            "of the runs. Execution time per inference: mean and standard error over the runs.",
+            "of the runs, checked for replicability.",
+            _execution_time_text(s),
             f"Accuracy: every test sample ({s.get('samples', 0)}) through the DUT itself, top-1.",
             f"Replicability: each run within {asc.get('replicability_tolerance', 0.05):.0%} of "
             "the mean of the runs (rules.md), checked and shown below.",
         )))
     return out
+
+
+def _execution_time_text(s: dict[str, Any]) -> str:
+    """How the run's execution time per inference was measured, from its summary."""
+    if s.get("execution_time_source") == "test_set":
+        timer = {"dut": "the DUT's own timer (`m-lap-us`, 1 µs)",
+                 "emon": "the energy monitor's samples between its timestamp edges"}.get(
+            s.get("execution_time_timer", ""), "the DUT's timestamps")
+        return ("Execution time per inference (ASC.md): mean and standard error over all "
+                f"{s.get('execution_time_samples')} test samples, each timed by {timer} as it "
+                "went through the DUT; the timed runs give the throughput above and, where an "
+                "energy monitor sees them, the energy per inference.")
+    if s.get("execution_time_source") == "timed_runs":
+        return (f"Execution time per inference: {s.get('execution_time_note', '')}. A run that "
+                "includes the test set reports the mean over every test sample (ASC.md).")
+    return ("Execution time per inference: mean and standard error over the timed runs (a run "
+            "recorded before the rig measured it over the test set).")
 
 
 # -- power ---------------------------------------------------------------------------------------
@@ -604,7 +629,8 @@ def _asc_power_lines(run: ReportRun) -> list[str]:
             + (", between two timestamp pulses." if driver != "none" else ", fed no input."))
     lines.append("Active power: mean power inside each timed window; dynamic power = active - "
                  "idle; energy per inference = window energy / inferences (median of the "
-                 "windows); dynamic energy per inference = dynamic power x mean execution time.")
+                 "windows); dynamic energy per inference = dynamic power x mean execution time "
+                 f"({execution_time_source_text(s)}).")
     if s.get("dropped_samples") is not None:
         lines.append(f"Samples lost by the instrument: {s['dropped_samples']}.")
     return lines
@@ -644,8 +670,9 @@ def _asc_results(system: System) -> list[Any]:
     check_rows = []
     for r in runs:
         for c in r.show["summary"].get("checks", []):
-            check_rows.append((f"`{r.name}`", c["name"], "pass" if c["ok"] else "**FAIL**",
-                               c["detail"]))
+            # ok None: the check does not apply to this run; neither a pass nor a failure.
+            mark = {True: "pass", False: "**FAIL**"}.get(c["ok"], "n/a")
+            check_rows.append((f"`{r.name}`", c["name"], mark, c["detail"]))
     if check_rows:
         out.append(Table(("Run", "Check", "Result", "Detail"), tuple(check_rows),
                          caption=f"Replicability and measurement checks{label}",

@@ -13,6 +13,10 @@ With ``format bin_hexa`` (any rate up to 100 kHz) the same samples go out as 16-
 (`encode_event_frame`, `encode_timestamp_frame`: our reading of the board's frames), and
 replies stay text between them, as the codec documents.
 
+A fault to inject: `clock_error` makes the board sample at freq x (1 + clock_error) while it
+reports freq, so every duration counted from its samples comes out that much longer (a
+stretched trace) while the DUT's own timer stays right.
+
 Not simulated: ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than ``d7 fal`` (each is
 refused with an error reply saying so).
 """
@@ -70,8 +74,12 @@ class _Refused(Exception):
 class SimLpm01a:
     """The PowerShield: commands in, replies and ascii_dec data out, on `.path` (a pty)."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, *, clock_error: float = 0.0) -> None:
+        if not clock_error > -1.0:
+            raise ValueError("clock_error must be > -1 (a sample clock runs forward)")
         self.world = world
+        #: Fractional error of the sample clock (0: exact); see the module's docstring.
+        self.clock_error = clock_error
         self._pty = Pty()
         self.path = self._pty.path
         os.set_blocking(self._pty.master, False)
@@ -369,8 +377,12 @@ class SimLpm01a:
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         fs = self.freq_hz
-        # Samples n with t0 + n*1e9//fs <= now have ended: n <= ((now - t0 + 1)*fs - 1) // 1e9.
-        end = ((now_ns - t0 + 1) * fs - 1) // NS
+        if self.clock_error:
+            # Sample n ends at bound(n + 1): those with bound(n + 1) <= now are due.
+            end = int((now_ns - t0) * fs * (1.0 + self.clock_error) // NS)
+        else:
+            # Samples n with t0 + n*1e9//fs <= now have ended: n <= ((now - t0 + 1)*fs - 1) // 1e9.
+            end = ((now_ns - t0 + 1) * fs - 1) // NS
         total = round(self.acqtime_s * fs) if self.acqtime_s > 0 else None
         if total is not None:
             end = min(end, max(total, 1))
@@ -380,13 +392,21 @@ class SimLpm01a:
         if total is not None and end >= max(total, 1):
             self._finish()
 
+    def _bounds(self, t0: int, idx: np.ndarray) -> np.ndarray:
+        """Simulated start times [ns] of samples `idx`: exact integers at the nominal rate, else
+        at the board's real rate freq x (1 + clock_error)."""
+        if not self.clock_error:
+            return t0 + (idx * NS) // self.freq_hz
+        period_ns = NS / (self.freq_hz * (1.0 + self.clock_error))
+        return t0 + np.floor(idx * period_ns).astype(np.int64)
+
     def _emit_samples(self, k: int, end: int, now_ns: int) -> None:
         """Write samples k..end-1 with their TimeStamp and event lines."""
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         fs = self.freq_hz
         idx = np.arange(k, end + 1, dtype=np.int64)
-        bounds = t0 + (idx * NS) // fs
+        bounds = self._bounds(t0, idx)
         energy = self.world.energy_between(bounds)
         if self.settings["output"] == "energy":
             values = energy

@@ -95,7 +95,10 @@ def test_performance_measures_latency_only(scoped) -> None:
         assert key not in s, key
     assert all(c["ok"] for c in s["checks"]), s["checks"]
     assert {c["name"] for c in s["checks"]} == {"latency replicable", "run length",
-                                                 "no lost samples"}
+                                                 "timer agreement", "no lost samples"}
+    # No test samples here: the execution time is the timed runs', and says so.
+    assert s["execution_time_source"] == "timed_runs" and s["execution_time_runs"] == RUNS
+    assert s["execution_time_note"].startswith("a performance-only run has no test samples")
     names = [e["event"] for e in events(run)]
     assert "idle_measured" not in names and "window_measured" not in names
     phases = [e["phase"] for e in events(run) if e["event"] == "phase_started"]
@@ -112,6 +115,9 @@ def test_performance_on_performance_firmware_times_with_the_dut(scoped) -> None:
     # The DUT's µs timer counts whole 12.5 ms inferences: exact.
     assert s["inferences_per_s"] == pytest.approx(80.0, rel=1e-9)
     assert s["power"] == "not measured (a performance-only run)"
+    (timers,) = [c for c in s["checks"] if c["name"] == "timer agreement"]
+    assert timers["ok"] is None and timers["detail"].startswith("not applicable: only the DUT")
+    assert out["status"] == "complete"  # a check that does not apply fails nothing
 
 
 def test_energy_measures_idle_windows_and_latency_no_samples(scoped) -> None:
@@ -125,6 +131,9 @@ def test_energy_measures_idle_windows_and_latency_no_samples(scoped) -> None:
         assert s[key] == pytest.approx(TRUTH[key], rel=1e-3), key
     assert s["energy_windows"] == RUNS and s["latency_runs"] == RUNS
     assert "samples" not in s and "accuracy" not in s
+    assert s["execution_time_source"] == "timed_runs"
+    assert s["dynamic_energy_source"] == ("dynamic_power_w x execution_time_mean_s "
+                                          f"({RUNS} timed runs: the run has no test samples)")
     assert all(c["ok"] for c in s["checks"]), s["checks"]
     phases = [e["phase"] for e in events(run) if e["event"] == "phase_started"]
     assert phases == ["calibrate", "idle", "runs"]
@@ -139,6 +148,13 @@ def test_accuracy_measures_the_test_set_only(scoped) -> None:
     assert s["scope"] == "accuracy" and s["samples"] == n
     assert s["accuracy"] == pytest.approx(expected_accuracy(), abs=1e-12)
     assert s["power"] == "not measured (an accuracy-only run)"
+    # ASC.md's execution time: every test sample, timed by the DUT's own µs counter.
+    assert s["execution_time_source"] == "test_set" and s["execution_time_samples"] == n
+    assert s["execution_time_timer"] == "dut"
+    assert s["execution_time_mean_s"] == pytest.approx(12.5e-3, rel=1e-9)
+    assert s["execution_time_stderr_s"] == pytest.approx(0.0, abs=1e-12)
+    (timers,) = [c for c in s["checks"] if c["name"] == "timer agreement"]
+    assert timers["ok"] is True and timers["detail"].startswith(f"{n} windows")
     for key in ("latency_runs", "inferences_per_s", "idle_power_w", "energy_per_inference_j"):
         assert key not in s, key
     phases = [e["phase"] for e in events(run) if e["event"] == "phase_started"]
