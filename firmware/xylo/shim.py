@@ -4,8 +4,10 @@ rig's DUT protocol (protocols/dut/SPEC.md) on stdin/stdout, answering like the C
     python firmware/xylo/shim.py --spec NET.npz [--hdk] [--power-frequency HZ]
 
 Run it with the rig's Python (it imports the installed `protocols` package); the rig starts it
-through `drivers.process.ProcessTransport`. Performance timestamp mode only: the lap counter is
-Xylo's own time base (timesteps x dt per inference, accumulated from boot), never host time.
+through `drivers.process.ProcessTransport`. Performance timestamp mode only. The lap counter
+under XyloSim is Xylo's own time base (timesteps x dt per inference, accumulated from boot): the
+real-time length of the input, not an execution time anyone measured, so ``caps`` lists
+``simtime``. On an HDK it adds up samna's measured ``inf_duration`` per evolve instead.
 The input format, the extra power lines of ``--hdk`` and the exit codes are in README.md.
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import select
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,7 @@ if __package__ in (None, ""):
 
 from firmware.xylo.rockpool_import import XyloUnavailable, find_xylo_audio2_hdk, xylo_audio2
 from firmware.xylo.spec import SpecError, XyloSpec, load_spec
-from protocols.dut.codec import CAP_BLOAD, MAX_COMMAND, payload_crc
+from protocols.dut.codec import CAP_BLOAD, CAP_SIMTIME, MAX_COMMAND, payload_crc
 
 PROFILE = "ULPMark for tinyML Firmware V0.0.1"
 NAME = "xylo"
@@ -89,42 +93,86 @@ def class_scores(output: np.ndarray) -> np.ndarray:
     return counts / total if total > 0 else np.zeros_like(counts)
 
 
+@dataclass(frozen=True)
+class Evolved:
+    """One inference on a backend: output spikes ``(T, n_out)``, power samples (W) per rail
+    (none in simulation) and, on hardware, the seconds it took as the board's driver measured
+    them (None where time is the simulator's: T x dt)."""
+
+    output: np.ndarray
+    power: dict[str, np.ndarray] = field(default_factory=dict)
+    duration_s: float | None = None
+
+
+class HdkTimingError(Rejected):
+    """samna's record of an evolve carries no usable ``inf_duration``: the ``infer`` is refused
+    (an ``e-`` line), never timed by a guess."""
+
+
+def hdk_duration(record: dict[str, Any]) -> float:
+    """The ``inf_duration`` [s] of one XyloSamna evolve: Rockpool's host-clock time around the
+    board's accelerated-time run and its readout, the only execution time an HDK reports."""
+    value = record.get("inf_duration")
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+        raise HdkTimingError(f"the HDK's evolve record has no inf_duration (got {value!r}): "
+                             "the installed Rockpool does not report execution time")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise HdkTimingError(f"the HDK's evolve took {seconds!r} s by its inf_duration")
+    return seconds
+
+
 class SimBackend:
     """XyloSim, reset before every inference so that each one sees the same network state."""
 
     label = "XyloSim"
     has_power = False
+    #: The lap counter is the simulator's time base (T x dt), not a measured time.
+    simulated_time = True
 
     def __init__(self, spec: XyloSpec) -> None:
         self._sim = xylo_audio2().XyloSim.from_specification(**spec.specification())
 
-    def run(self, raster: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Output spikes ``(T, n_out)`` and power samples per rail (none in simulation)."""
+    def run(self, raster: np.ndarray) -> Evolved:
+        """Output spikes ``(T, n_out)``; no power and no measured time in simulation."""
         self._sim.reset_state()
         output, _, _ = self._sim(raster)
-        return np.asarray(output), {}
+        return Evolved(np.asarray(output))
 
 
 class HdkBackend:
-    """XyloSamna on an attached Xylo Audio 2 HDK, its power rails sampled at `power_hz`."""
+    """XyloSamna on an attached Xylo Audio 2 HDK, its power rails sampled at `power_hz`.
+
+    `xylo` is the evolvable XyloSamna module (`open` builds it through samna); the rest only
+    calls ``reset_state()`` and ``xylo(raster, record_power=True)``, so a test can hand in a
+    stand-in for the samna edge.
+    """
 
     label = "HDK"
     has_power = True
+    simulated_time = False
 
-    def __init__(self, spec: XyloSpec, power_hz: float) -> None:
+    def __init__(self, xylo: Any) -> None:
+        self._xylo = xylo
+
+    @classmethod
+    def open(cls, spec: XyloSpec, power_hz: float) -> HdkBackend:
+        """Configure the attached HDK for `spec` (needs samna and a board)."""
         module = xylo_audio2(hdk=True)
         device = find_xylo_audio2_hdk()
         config, valid, message = module.config_from_specification(**spec.specification())
         if not valid:
             raise SpecError(f"samna refused the network configuration: {message}",
                             hint="rebuild the specification for Xylo Audio 2")
-        self._xylo = module.XyloSamna(device, config, dt=spec.dt, power_frequency=power_hz)
+        return cls(module.XyloSamna(device, config, dt=spec.dt, power_frequency=power_hz))
 
-    def run(self, raster: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Output spikes and the power samples (W) of each rail during this evolve."""
+    def run(self, raster: np.ndarray) -> Evolved:
+        """Output spikes, the power samples (W) of each rail and the measured duration."""
         self._xylo.reset_state()
         output, _, record = self._xylo(raster, record_power=True)
-        return np.asarray(output), {k: np.asarray(record[k], float) for k in POWER_RAILS}
+        return Evolved(np.asarray(output),
+                       {k: np.asarray(record[k], float) for k in POWER_RAILS},
+                       hdk_duration(record))
 
 
 class StandInRails(SimBackend):
@@ -146,11 +194,11 @@ class StandInRails(SimBackend):
         self._idle = {names[k]: v * 1e-6 for k, v in rails["idle_uw"].items()}
         self._active = {names[k]: v * 1e-6 for k, v in rails["active_uw"].items()}
 
-    def run(self, raster: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        output, _ = super().run(raster)
+    def run(self, raster: np.ndarray) -> Evolved:
+        output = super().run(raster).output
         level = self._active if np.any(raster) else self._idle
         count = max(1, round(raster.shape[0] * self._dt * self._hz))
-        return output, {rail: np.full(count, watts) for rail, watts in level.items()}
+        return Evolved(output, {rail: np.full(count, watts) for rail, watts in level.items()})
 
 
 class Port:
@@ -213,7 +261,8 @@ class XyloShim:
         self._buffer = bytearray(INPUT_CAPACITY)
         self._expected = 0
         self._loaded = 0
-        #: Xylo time since boot in ns: advanced by timesteps x dt per inference.
+        #: The lap counter since boot in ns: advanced per inference by timesteps x dt (XyloSim)
+        #: or by the HDK's measured inf_duration.
         self._xylo_ns = 0
         self._results: np.ndarray | None = None
 
@@ -237,7 +286,8 @@ class XyloShim:
         if head == "profile":
             return [f"m-profile-[{PROFILE}]", f"m-model-[{self.spec.model_id}]"]
         if head == "caps":
-            caps = CAP_BLOAD + (",power" if self.backend.has_power else "")
+            caps = (CAP_BLOAD + (",power" if self.backend.has_power else "")
+                    + (f",{CAP_SIMTIME}" if self.backend.simulated_time else ""))
             return ["m-timestamp-mode-performance", f"m-caps-[{caps}]"]
         if head == "bload":
             return self._bload(words[1:])
@@ -316,15 +366,15 @@ class XyloShim:
         per_ns = round(raster.shape[0] * self.spec.dt * 1e9)
         lines = [f"m-warmup-start-{warmup}"]
         for _ in range(warmup):
-            self.backend.run(raster)
-            self._xylo_ns += per_ns
+            self._advance(self.backend.run(raster), per_ns)
         lines += ["m-warmup-done", f"m-infer-start-{n}", self._lap()]
         samples: dict[str, list[np.ndarray]] = {rail: [] for rail in POWER_RAILS}
         output = np.zeros((0, self.spec.n_output))
         for _ in range(n):
-            output, power = self.backend.run(raster)
-            self._xylo_ns += per_ns
-            for rail, values in power.items():
+            evolved = self.backend.run(raster)
+            self._advance(evolved, per_ns)
+            output = evolved.output
+            for rail, values in evolved.power.items():
                 samples[rail].append(values)
         lines.append(self._lap())
         lines += _power_lines(samples)
@@ -340,8 +390,13 @@ class XyloShim:
         if not self.backend.has_power:
             raise Rejected(f"idle power needs an HDK ({self.backend.label} has no power rails)")
         steps = max(1, round(ms / 1000 / self.spec.dt))
-        _, power = self.backend.run(np.zeros((steps, self.spec.n_input), dtype=np.int64))
+        power = self.backend.run(np.zeros((steps, self.spec.n_input), dtype=np.int64)).power
         return _power_lines({rail: [values] for rail, values in power.items()})
+
+    def _advance(self, evolved: Evolved, per_ns: int) -> None:
+        """Move the lap counter on by one inference: its measured time on hardware, else the
+        simulator's T x dt."""
+        self._xylo_ns += per_ns if evolved.duration_s is None else round(evolved.duration_s * 1e9)
 
     def _lap(self) -> str:
         return f"m-lap-us-{(self._xylo_ns // 1000) & LAP_MASK}"
@@ -387,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.hdk and stand_in:
             backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
         else:
-            backend = HdkBackend(spec, args.power_frequency) if args.hdk else SimBackend(spec)
+            backend = (HdkBackend.open(spec, args.power_frequency) if args.hdk
+                       else SimBackend(spec))
     except (SpecError, XyloUnavailable) as exc:
         hint = f"\nhint: {exc.hint}" if exc.hint else ""
         print(f"xylo shim: {exc.message}{hint}", file=sys.stderr)

@@ -39,6 +39,9 @@ def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> Non
     s = out["summary"]
     assert s["samples"] == 4 and s["latency_timer"] == "dut"
     assert s["power"].startswith("unavailable (simulator)") and "idle_power_w" not in s
+    # XyloSim's times are the input's real-time length: labelled, never taken as measured.
+    assert s["timing"] == "simulated: XyloSim timesteps x dt, not a measured execution time"
+    assert s["execution_time_source"] == "test_set" and s["execution_time_samples"] == 4
     # The analog front end runs in real time: one second of audio takes one second.
     assert s["preprocess_time_mean_s"] == pytest.approx(1.0, abs=1e-9)
     assert "played over speakers into the device microphone" in s["preprocess_note"]
@@ -79,6 +82,8 @@ def test_hdk_power_rails_give_idle_active_dynamic(tmp_path: Path) -> None:
     s = json.loads(proc.stdout)["summary"]
     t = s["execution_time_mean_s"]
     assert t == pytest.approx(1.0, abs=1e-9)  # 100 steps of 10 ms: one second of audio
+    # Stand-in rails on XyloSim: the shim says `simtime`, so the timing is simulated, HDK or not.
+    assert s["timing"].startswith("simulated: XyloSim timesteps x dt")
     assert s["idle_power_w"] == pytest.approx(1.000e-3, rel=1e-9)
     assert s["active_power_w"] == pytest.approx(1.450e-3, rel=1e-9)
     assert s["dynamic_power_w"] == pytest.approx(0.450e-3, rel=1e-9)
