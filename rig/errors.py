@@ -13,6 +13,10 @@ class AnalysisError(RigError):
     """A trace that cannot be analysed as asked (no edges, odd edges, missing columns)."""
 
 
+class StorageError(RigError):
+    """The run folder cannot be written (a full disk, a file size limit): names the file."""
+
+
 class MeasurementFailed(RigError):
     """A measurement ran but failed its own checks (exit code 1)."""
 

@@ -13,28 +13,37 @@ over the window, however far into the run the window lies.
 Lost samples (sample-id gaps) and non-finite samples are remembered as sample ranges; any window
 that overlaps one has NaN energy, so the procedure fails it instead of reporting it short.
 
+The JLS trace stops, finished and readable, once its disk has less than a reserve left
+(`trace_space.space_left`): pyjls reports no write error on a full disk (it drops the data and
+prints to stderr), so the recorder watches the free space itself and raises `StorageError`.
+
 `on_chunk` runs on the driver's thread and does only numpy work per sample; the procedure thread
 waits on sample counts and edge counts (instrument quantities), never on host time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
-from rig.errors import AnalysisError
+from rig.errors import AnalysisError, StorageError
 from rig.live_power import PowerDecimator, PowerPreview
+from rig.trace_space import _size, space_left, write_failure
 from rig.traces import TraceWriter
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
 _EDGE_CAPACITY = 1024
+#: Host seconds between two looks at the trace disk's free space (one cheap statvfs call).
+SPACE_CHECK_S = 0.25
 
 
 class EmonRecorder:
@@ -72,6 +81,8 @@ class EmonRecorder:
         # write never keeps the procedure thread from reading counts.
         self._cond = threading.Condition()
         self._writer_lock = threading.Lock()
+        self._space_due = 0.0  # host time of the next free-space check
+        self._trace_end: int | None = None  # samples in the trace, once it stopped early
         self._n = 0  # next expected sample id (= samples so far, lost ones included)
         self._received = 0  # samples that actually arrived
         self._last_bit = 1
@@ -116,7 +127,9 @@ class EmonRecorder:
                 self.gaps.append((self._n, first))
             if gap > 0:
                 end = first if self.stop_after is None else min(first, self.stop_after)
-                self._mark_invalid(self._n, end)
+                # The first sample after the gap too: a level change across the gap shows as an
+                # edge there, though it happened somewhere inside the gap.
+                self._mark_invalid(self._n, end + 1)
                 self._n = end
                 self._cond.notify_all()
             elif gap < 0:  # overlap: keep what we already have
@@ -136,7 +149,40 @@ class EmonRecorder:
         if self._writer is not None:
             with self._writer_lock:
                 if self._writer is not None:
-                    self._writer.append(first, current, voltage, gpio)
+                    self._write(first, current, voltage, gpio)
+
+    def _write(
+        self, first: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+    ) -> None:
+        """Append to the trace (writer lock held), or stop it before the disk is full."""
+        now = time.monotonic()
+        if now >= self._space_due:
+            self._space_due = now + SPACE_CHECK_S
+            try:
+                free, reserve = space_left(self._writer.path.parent)
+            except OSError as exc:
+                self._stop_trace(write_failure(exc))
+            if free < reserve:
+                self._stop_trace(f"the disk is full ({_size(free)} left, {_size(reserve)} kept "
+                                 "for finishing the run folder)")
+        try:
+            self._writer.append(first, current, voltage, gpio)
+        except OSError as exc:
+            self._stop_trace(write_failure(exc))
+        except RuntimeError as exc:  # pyjls's own error (it rarely says anything)
+            self._stop_trace(f"the trace cannot be written ({exc})")
+
+    def _stop_trace(self, why: str) -> NoReturn:
+        """Finish the trace with what it holds (a readable JLS file) and raise `StorageError`."""
+        writer, self._writer = self._writer, None
+        self._trace_end = writer.samples_written + writer.dropped_samples
+        with contextlib.suppress(Exception):  # the file's end may not fit: it holds what it can
+            writer.close()
+        raise StorageError(
+            f"{why}: trace file {writer.path} stopped at {self._trace_end:,} samples",
+            hint="free space on that disk or write the runs to another one; the run stopped "
+            "there and keeps what it measured",
+        )
 
     def _integrate(
         self, first: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
@@ -220,6 +266,12 @@ class EmonRecorder:
             return self._received
 
     @property
+    def trace_samples(self) -> int:
+        """Samples in the trace file: all so far, unless the trace stopped early (a full disk)."""
+        with self._cond:
+            return self._n if self._trace_end is None else self._trace_end
+
+    @property
     def edge_count(self) -> int:
         """Falling edges of the timestamp line seen so far."""
         with self._cond:
@@ -257,6 +309,22 @@ class EmonRecorder:
         """Block until `count` edges in total have arrived; returns all edges."""
         self._wait(lambda: self._edge_count >= count, timeout_s, f"{count} timestamp edges")
         return self.edges()
+
+    def check(self) -> None:
+        """Raise what ended the recording (its own error, the monitor's fault) or a stop request.
+
+        For waits outside the recorder (the DUT's replies during a run), so that they end as
+        promptly as the recorder's own waits do.
+        """
+        with self._cond:
+            error = self.error
+        if error is not None:
+            raise error
+        if self._checkpoint is not None:
+            self._checkpoint()
+        fault = self._fault() if self._fault is not None else None
+        if fault is not None:
+            raise fault
 
     def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -310,9 +378,9 @@ class EmonRecorder:
         return i
 
     def gaps_in(self, start: int, stop: int) -> list[tuple[int, int]]:
-        """Sample-id gaps that fall inside [start, stop)."""
+        """Sample-id gaps that make [start, stop) invalid: inside it, or just before its start."""
         with self._cond:
-            return [g for g in self.gaps if start <= g[0] < stop]
+            return [g for g in self.gaps if g[0] < stop and g[1] >= start]
 
     def annotate(self, sample_id: int, text: str) -> None:
         """Mark a sample in the stored trace (window edges, so a viewer shows what was what)."""

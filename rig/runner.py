@@ -143,7 +143,7 @@ def measure_asc(
             bus.publish(Note(level="warning", text=note))
         if parts.recorder is not None:
             bus.publish(TraceSaved(
-                path=f"traces/{EMON_TRACE}", samples=parts.recorder.samples,
+                path=f"traces/{EMON_TRACE}", samples=parts.recorder.trace_samples,
                 sample_rate_hz=parts.recorder.sample_rate,
                 dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
                 + (parts.emon.stats.dropped if parts.emon else 0),
@@ -326,6 +326,8 @@ def connect_bench(
         emon.sample_rate, trace_path, simulated=bench.simulated,
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )
+    # The DUT's waits end at once too when the monitor failed or the trace cannot be written.
+    parts.dut.checkpoint = parts.recorder.check
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
     parts.emon.power_on()

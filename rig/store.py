@@ -10,10 +10,15 @@ runs/<started>_<procedure>_<device>/
 
 `RunStore` is a subscriber of the event bus. `events.jsonl` is written first and synced, so a run
 killed at any point can still be shown with everything it had measured.
+
+A write that fails (a full disk) raises `StorageError` once, which ends the run; later events are
+still written if they can be, so the folder keeps everything that reached the disk, and reads
+back as incomplete when even `run_finished` could not be written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -29,7 +34,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from rig.errors import ConfigError
+from rig.errors import ConfigError, StorageError
 from rig.events import (
     Event,
     IdleMeasured,
@@ -42,6 +47,7 @@ from rig.events import (
     WindowMeasured,
 )
 from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
+from rig.trace_space import write_failure
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"
@@ -99,6 +105,9 @@ class RunStore:
         self.manifest: dict[str, Any] = {}
         self._events = open(path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
         self._rows: list[dict[str, Any]] = []
+        #: The first write that failed (then raised once; later failures pass quietly).
+        self.error: StorageError | None = None
+        self._writing = EVENTS  # the file being written, for that error
 
     @classmethod
     def create(cls, root: Path, procedure: str, device: str) -> RunStore:
@@ -127,7 +136,25 @@ class RunStore:
     def __call__(self, event: Event) -> None:
         if event.transient:  # a display stream (live power): the trace file has the samples
             return
+        try:
+            self._record(event)
+        except OSError as exc:
+            if self.error is not None:
+                return  # already reported: the run is ending, keep what still fits
+            self.error = StorageError(
+                f"{write_failure(exc)}: cannot write {self._writing} in the run folder "
+                f"{self.path}",
+                hint="free space on that disk or write the runs to another one; the run stopped "
+                "and the folder keeps what reached the disk",
+            )
+            raise self.error from exc
+        finally:
+            if isinstance(event, RunFinished):
+                self.close()
+
+    def _record(self, event: Event) -> None:
         record = event.to_record()
+        self._writing = EVENTS
         self._events.write(json.dumps(record, default=_json_default) + "\n")
         self._events.flush()
         os.fsync(self._events.fileno())
@@ -160,22 +187,24 @@ class RunStore:
             self.manifest["summary"] = event.summary
             if event.error:
                 self.manifest["error"] = event.error
+            self._writing = RESULTS_PARQUET
             write_results(self.path, self._rows, simulated=bool(self.manifest.get("simulated")))
             self._write_manifest()
-            self.close()
         row = result_row(event)
         if row is not None:
             self._rows.append(row)
 
     def _write_manifest(self) -> None:
+        self._writing = MANIFEST
         tmp = self.path / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(self.manifest, indent=2, default=_json_default) + "\n")
         os.replace(tmp, self.path / MANIFEST)
 
     def close(self) -> None:
-        """Close events.jsonl; safe to call twice."""
+        """Close events.jsonl; safe to call twice (and on a full disk: what fits is kept)."""
         if not self._events.closed:
-            self._events.close()
+            with contextlib.suppress(OSError):
+                self._events.close()
 
 
 def result_row(event: Event) -> dict[str, Any] | None:

@@ -2,11 +2,14 @@
 
 A recording that fills the disk dies mid-run (and takes the rest of the run folder with it),
 so callers check before any instrument is opened: refuse when the trace cannot fit with a
-reserve left over, warn when it would take more than half of what is free.
+reserve left over, warn when it would take more than half of what is free. While it runs, a
+recording stops its trace once less than a smaller reserve is left (`space_left`), so that the
+run folder can still be finished when something else fills the disk.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import shutil
 from pathlib import Path
@@ -24,6 +27,13 @@ JLS_OVERHEAD = 1.034
 RESERVE_BYTES = 1 << 30
 #: ...but never more than this fraction of the whole disk (a small SD card or tmpfs).
 RESERVE_FRACTION = 0.05
+#: Free space a recording keeps while it runs, for finishing the run folder (the trace's last
+#: blocks and index, events.jsonl, the results, the manifest): below it the trace stops...
+FINISH_RESERVE_BYTES = 64 << 20
+#: ...but never more than this fraction of the whole disk (under the start reserve above)...
+FINISH_RESERVE_FRACTION = 0.0125
+#: ...nor less than this (closing a JLS file writes 50-75 KiB; the rest of the folder less).
+FINISH_RESERVE_MIN = 1 << 20
 #: Warn when the trace would take more than this fraction of the free space.
 WARN_FRACTION = 0.5
 #: What to do when the trace does not fit, unless the caller names its own options.
@@ -71,6 +81,24 @@ def check_trace_space(
             f"in {where}"
         )
     return None
+
+
+def space_left(folder: str | Path) -> tuple[int, int]:
+    """Free bytes on `folder`'s disk, and the reserve a running recording must leave there."""
+    usage = shutil.disk_usage(folder)
+    fraction = max(FINISH_RESERVE_MIN, FINISH_RESERVE_FRACTION * usage.total)
+    return usage.free, int(min(FINISH_RESERVE_BYTES, fraction))
+
+
+def write_failure(exc: OSError) -> str:
+    """Why a write failed, in a person's words: 'the disk is full', 'the file size limit ...'."""
+    if exc.errno == errno.ENOSPC:
+        return "the disk is full"
+    if exc.errno == errno.EDQUOT:
+        return "the disk quota is used up"
+    if exc.errno == errno.EFBIG:
+        return "the file size limit (ulimit -f) is reached"
+    return exc.strerror or str(exc)
 
 
 def _existing(path: Path) -> Path:

@@ -7,6 +7,12 @@ callback. The D7 input (driven by the DUT's timestamp GPIO) arrives as ``event N
 the sample the board placed it before. Up to 5 kHz the board streams ``ascii_dec`` text, above
 it ``bin_hexa`` binary words (up to 100 kHz); the codec switches between binary data and text
 replies by itself.
+
+Lost samples: an overrun the board reports in its stream (``error acquisition overrun`` with
+``Error detail: N samples lost``) becomes a gap of N sample ids right there, so the recorder
+fails the window over it; a shortfall only a ``TimeStamp`` shows (place unknown) is counted in
+`stats.dropped`. A port that fails mid-run (USB unplugged) stops the reader; `fault` then says
+so, and the recorder's waits end with it at once.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from protocols.lpm01a.codec import (
     encode,
     format_millivolts,
     freq_token,
+    is_overrun,
+    lost_samples,
 )
 
 log = logging.getLogger(__name__)
@@ -112,6 +120,12 @@ class Lpm01a(EnergyMonitor):
         self._callback_error: BaseException | None = None
         self._pending_edges: list[int] = []
         self._acq_shortfall = 0
+        # Sample ids = decoded index + samples the board said it lost (overruns) so far.
+        self._id_offset = 0
+        self._next_id = 0  # one past the last sample id handed to `on_chunk`
+        self._decoded = 0  # samples decoded up to the event `_digest` is at
+        self._overrun = False  # an overrun error came; its detail (the count) is next
+        self._fault: DeviceError | None = None
         self._running = False
         self._connected = False  # host control taken: close() must give it back
         self._closed = False
@@ -164,7 +178,7 @@ class Lpm01a(EnergyMonitor):
         self._closed = True
         if self._running:
             self._stop_while_closing()
-        if self._connected:
+        if self._connected and self._reader_error is None:
             self.power_off()
             try:
                 self._command("hrc")
@@ -247,6 +261,9 @@ class Lpm01a(EnergyMonitor):
 
     def power_off(self) -> None:
         """Switch the DUT supply off (``pwr off``); only logs if the board is already gone."""
+        if self._reader_error is not None:  # nothing can be sent: `fault` said so already
+            log.info("LPM01A: pwr off not sent: the port failed earlier")
+            return
         try:
             self._command("pwr off")
             self._settings["pwr"] = "off"
@@ -264,6 +281,8 @@ class Lpm01a(EnergyMonitor):
             self._decoder.reset_count()
             self._pending_edges.clear()
             self._acq_shortfall = 0
+            self._id_offset = self._next_id = self._decoded = 0
+            self._overrun = False
             self._callback_error = None
             self._on_chunk = on_chunk
         try:
@@ -275,16 +294,20 @@ class Lpm01a(EnergyMonitor):
         self._running = True
 
     def stop(self) -> None:
-        """Stop; returns once ``Acquisition completed`` came and every sample was delivered."""
+        """Stop; returns once ``Acquisition completed`` came and every sample was delivered.
+
+        After the port failed (`fault`) there is nothing left to stop or deliver: it only ends.
+        """
         if not self._running:
             return
         try:
-            self._command("stop")
-            self._wait_for(
-                lambda ev: isinstance(ev, AcquisitionCompleted),
-                STOP_TIMEOUT_S,
-                "stop (waiting for 'Acquisition completed')",
-            )
+            if self._reader_error is None:
+                self._command("stop")
+                self._wait_for(
+                    lambda ev: isinstance(ev, AcquisitionCompleted),
+                    STOP_TIMEOUT_S,
+                    "stop (waiting for 'Acquisition completed')",
+                )
         finally:
             self._running = False
             with self._lock:
@@ -297,6 +320,25 @@ class Lpm01a(EnergyMonitor):
         if self._callback_error is not None:
             error, self._callback_error = self._callback_error, None
             raise error
+
+    @property
+    def fault(self) -> DeviceError | None:
+        """Why the stream ended mid-acquisition (the port failed: USB unplugged), else None.
+
+        The recorder asks while it waits, so the run ends at once with this, not at a deadline.
+        """
+        error = self._reader_error
+        if error is None or not self._running:
+            return None
+        if self._fault is None:
+            what = error.message if isinstance(error, RigError) else str(error)
+            self._fault = DeviceError(
+                f"{what}; its stream stopped after {self.stats.samples:,} samples",
+                hint="reconnect the PowerShield and run again; it supplies the DUT, so the rig "
+                "could not switch the DUT off: a board on USB power cut the supply as it went, "
+                "one on an external supply still powers the DUT",
+            )
+        return self._fault
 
     def settings(self) -> dict[str, Any]:
         """Every setting sent to the board, plus identity."""
@@ -408,7 +450,8 @@ class Lpm01a(EnergyMonitor):
                 data = self.transport.read()
             except (RigError, OSError) as exc:
                 if not self._reader_stop.is_set():
-                    log.warning("LPM01A: reader stopped: %s", exc)
+                    # Not a warning: every later command and `fault` report it.
+                    log.info("LPM01A: reader stopped: %s", exc)
                     self._reader_error = exc
                     self._replies.put(_ReaderFailed(exc))
                 self._flush_done.set()  # connect() need not wait for a flush that cannot come
@@ -417,11 +460,11 @@ class Lpm01a(EnergyMonitor):
                 continue
             self._last_rx = time.monotonic()
             with self._lock:
-                chunk, replies = self._digest(self._decoder.feed(data))
+                chunks, replies = self._digest(self._decoder.feed(data))
                 on_chunk = self._on_chunk
             # Deliver data before replies: when `stop` sees `Acquisition completed`, every
             # sample decoded before it has reached the callback.
-            if chunk is not None and on_chunk is not None:
+            for chunk in chunks if on_chunk is not None else ():
                 try:
                     on_chunk(chunk)
                 except Exception as exc:  # surfaced by stop(); the stream must keep draining
@@ -431,22 +474,34 @@ class Lpm01a(EnergyMonitor):
             for reply in replies:
                 self._replies.put(reply)
 
-    def _digest(self, events: list[Event]) -> tuple[Chunk | None, list[Event]]:
-        """Split decoded events into one chunk of data and the replies (called under the lock)."""
-        blocks: list[np.ndarray] = []
-        first = -1
+    def _digest(self, events: list[Event]) -> tuple[list[Chunk], list[Event]]:
+        """Split decoded events into chunks of data and the replies (called under the lock).
+
+        A chunk ends where the board reported lost samples; the next starts that many ids later.
+        """
+        runs: list[tuple[int, list[np.ndarray]]] = []  # (first sample id, blocks)
+        end = -1  # one past the last id in runs[-1]
         replies: list[Event] = []
+        acquiring = self._on_chunk is not None  # else events are left over from before `start`
         for event in events:
             if isinstance(event, Samples):
-                if first < 0:
-                    first = event.first_index
-                blocks.append(event.values)
+                first = event.first_index + self._id_offset
+                if first != end:
+                    runs.append((first, []))
+                runs[-1][1].append(event.values)
+                end = first + len(event.values)
+                self._decoded = event.first_index + len(event.values)
             elif isinstance(event, EdgeEvent):
-                if self._on_chunk is not None:  # else left over from before `start`
-                    self._pending_edges.append(event.sample_index)
+                if acquiring:
+                    self._pending_edges.append(event.sample_index + self._id_offset)
             elif isinstance(event, TimeStamp):
-                if self._on_chunk is not None:
+                if acquiring:
                     self._check_loss(event)
+            elif isinstance(event, ErrorReply) and acquiring and is_overrun(event.text):
+                self._overrun = True  # not a reply: the board lost samples here
+            elif isinstance(event, ErrorDetail) and self._overrun:
+                self._overrun = False
+                self._lost(lost_samples(event.text), event.text)
             elif isinstance(event, Garbled):
                 log.debug("LPM01A: garbled line %r", event.raw)
                 if self._running:
@@ -455,8 +510,12 @@ class Lpm01a(EnergyMonitor):
                 log.debug("LPM01A: skipped metadata frame 0x%02X %r", event.kind, event.payload)
             else:
                 replies.append(event)
-        if not blocks or self._on_chunk is None:
-            return None, replies
+        if not acquiring:
+            return [], replies
+        return [self._chunk(first, blocks) for first, blocks in runs], replies
+
+    def _chunk(self, first: int, blocks: list[np.ndarray]) -> Chunk:
+        """One chunk from consecutive blocks, with the pending D7 edges that fall in it."""
         current = np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
         n = len(current)
         gpio = np.ones(n, dtype=np.uint8)
@@ -466,12 +525,26 @@ class Lpm01a(EnergyMonitor):
                 gpio[index - first] = 0
             elif index >= first + n:
                 keep.append(index)  # the edge is before a sample that has not arrived yet
+            elif index >= self._next_id:
+                # Before a sample the board lost: on the first one after the gap (never drop an
+                # edge, later windows would pair the wrong ones); the recorder fails it.
+                gpio[0] = 0
             else:
                 self.stats.note(f"D7 edge at sample {index} arrived too late to mark")
         self._pending_edges = keep
+        self._next_id = first + n
         self.stats.samples += n
         voltage = np.full(n, self._voltage_v if self._voltage_v is not None else math.nan)
-        return Chunk(first, current, voltage, gpio), replies
+        return Chunk(first, current, voltage, gpio)
+
+    def _lost(self, count: int | None, text: str) -> None:
+        """The board lost `count` samples before the next one it sends (an overrun)."""
+        at = self._decoded + self._id_offset
+        if count is None:  # the next TimeStamp counts them (their place is lost)
+            self.stats.note(f"the board reported an overrun at sample {at}: {text}")
+            return
+        self._id_offset += count
+        self.stats.note(f"the board lost {count} samples at sample {at} (overrun: {text})")
 
     def _check_loss(self, stamp: TimeStamp) -> None:
         """Compare samples received with the board's elapsed acquisition time."""
@@ -479,7 +552,7 @@ class Lpm01a(EnergyMonitor):
         if fs is None:
             return
         expected = round(stamp.seconds * fs)
-        shortfall = expected - stamp.sample_index
+        shortfall = expected - (stamp.sample_index + self._id_offset)  # overruns are gaps
         # One sample of phase, plus the stamp's 1 ms resolution.
         tolerance = 1 + math.ceil(fs * 1e-3)
         if shortfall > tolerance and shortfall > self._acq_shortfall:

@@ -21,8 +21,14 @@ anything else                                          ``Garbled(raw)``
 =====================================================  ==========================================
 
 ``event`` and ``TimeStamp`` lines are recognised with or without the prompt; data lines only
-without it. Queries that return a value (``version``, ``status``, ``volt get``, ``powershield``)
-answer with their ack line and then the value alone on one prompt line, which decodes as `Text`::
+without it. An ``error`` line that arrives while data flows, with no command sent, is the board
+reporting samples it lost (its buffer overflowed): ``error acquisition overrun`` and
+``Error detail: N samples lost (buffer overflow)`` right where the samples are missing
+(`encode_overrun`, `is_overrun`, `lost_samples`). OUR READING, TO CONFIRM ON HARDWARE: the facts
+we have give the error format, not these words.
+
+Queries that return a value (``version``, ``status``, ``volt get``, ``powershield``) answer
+with their ack line and then the value alone on one prompt line, which decodes as `Text`::
 
     PowerShield > ack version
     PowerShield > 1.0.5-sim
@@ -110,6 +116,10 @@ FRAME_TIMESTAMP = 0xF3
 FRAME_END = b"\xff\xff"
 #: An unknown frame whose ``FF FF`` does not come within this many bytes is garbage.
 MAX_FRAME = 64
+#: What the board says when its buffer overflowed mid-acquisition (our reading, see above).
+OVERRUN_ERROR = "acquisition overrun"
+_OVERRUN_RE = re.compile(r"\b(?:overrun|overflow)\b", re.IGNORECASE)
+_LOST_RE = re.compile(r"(\d+)\s+samples?\s+lost", re.IGNORECASE)
 #: Largest relative error of bin_hexa's 12-bit mantissa as `encode_bin_hexa` uses it
 #: (the mantissa is kept >= 256 unless the value is below 256 * 16**-14 A).
 BIN_HEXA_RTOL = 0.5 / 255.9375
@@ -257,6 +267,23 @@ def encode_timestamp_frame(elapsed_ms: int, buffer_pct: int) -> bytes:
         + bytes([max(0, min(255, buffer_pct))])
         + FRAME_END
     )
+
+
+def encode_overrun(lost: int) -> bytes:
+    """The lines a board writes where it lost `lost` samples mid-acquisition (board side)."""
+    return (f"{PROMPT} error {OVERRUN_ERROR}\r\n"
+            f"{PROMPT} Error detail: {lost} samples lost (buffer overflow)\r\n").encode("ascii")
+
+
+def is_overrun(text: str) -> bool:
+    """Whether an `ErrorReply`'s text reports an acquisition overrun (lost samples)."""
+    return _OVERRUN_RE.search(text) is not None
+
+
+def lost_samples(text: str) -> int | None:
+    """How many samples an overrun's `ErrorDetail` says were lost; None when it does not say."""
+    m = _LOST_RE.search(text)
+    return int(m.group(1)) if m else None
 
 
 #: Total size of each known frame (start, type, payload, terminator).

@@ -28,6 +28,7 @@ import math
 import os
 import select
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +42,7 @@ from protocols.lpm01a.codec import (
     VOLT_MIN_MV,
     encode_bin_hexa,
     encode_event_frame,
+    encode_overrun,
     encode_timestamp_frame,
     format_samples,
     parse_number,
@@ -65,6 +67,17 @@ _MAX_ACQTIME_S = 100.0
 _MAX_BURST = 200_000
 #: Forget the world's history at most this often (simulated ns).
 _FORGET_EVERY_NS = NS
+
+
+@dataclass
+class _Overrun:
+    """An injected overrun: `lost` samples go missing at sample `at` (once it is known)."""
+
+    lost: int
+    after_edge: int | None  # samples after the first falling edge at or after `since_ns`
+    since_ns: int
+    report: bool  # say so in the stream (else only the next TimeStamp shows the shortfall)
+    at: int | None = None
 
 
 class _Refused(Exception):
@@ -112,6 +125,7 @@ class SimLpm01a:
         self._acq_lock = threading.Lock()
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._overrun: _Overrun | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -131,6 +145,50 @@ class SimLpm01a:
             thread.join(timeout=2.0)
         self._threads.clear()
         self._pty.close()
+
+    # -- faults (test hooks: what a real board does when things go wrong) --------------------
+    def unplug(self) -> None:
+        """The USB cable comes out: the port goes away under the host, and the board, powered
+        over USB, loses power, and so does the DUT it supplies."""
+        self.close()
+        self.world.power(False)
+
+    def inject_overrun(self, lost: int, *, after_edge: int | None = None,
+                       report: bool = True) -> None:
+        """Lose `lost` samples as a board whose buffer overflowed does, and report it in the
+        stream where they are missing (`encode_overrun`): in the next burst, or `after_edge`
+        samples after the next falling edge of the DUT's timestamp line (inside its window).
+        With `report` false they vanish silently, as bytes lost on the USB link do."""
+        if lost < 1 or (after_edge is not None and after_edge < 0):
+            raise ValueError("lost must be >= 1 and after_edge >= 0")
+        with self._acq_lock:
+            self._overrun = _Overrun(lost, after_edge, self.world.clock.now_ns(), report)
+
+    def _overrun_in(self, k: int, end: int, now_ns: int) -> int:
+        """Carry out an injected overrun that falls in samples [k, end): emit what comes before
+        it, report it, skip the lost samples; returns the sample to go on from."""
+        ov, t0, fs = self._overrun, self.acquisition_t0_ns, self.freq_hz
+        if ov is None or t0 is None:
+            return k
+        if ov.at is None and ov.after_edge is None:
+            ov.at = k
+        elif ov.at is None:
+            edges = self.world.falling_edges_between(ov.since_ns, t0 + end * NS // fs)
+            if not edges:
+                return k
+            # The first sample starting at or after the edge, then `after_edge` more.
+            ov.at = max(k, -(-(edges[0] - t0) * fs // NS) + ov.after_edge)
+        if ov.at >= end:
+            return k
+        if ov.at > k:
+            self._emit_samples(k, ov.at, now_ns)
+        self._overrun = None
+        if ov.report:
+            self._write(encode_overrun(ov.lost))
+        self._next_k = ov.at + ov.lost
+        while self._next_second * fs < self._next_k:  # status lines go with the lost samples
+            self._next_second += 1
+        return self._next_k
 
     def __enter__(self) -> SimLpm01a:
         self.start()
@@ -402,6 +460,9 @@ class SimLpm01a:
 
     def _emit_samples(self, k: int, end: int, now_ns: int) -> None:
         """Write samples k..end-1 with their TimeStamp and event lines."""
+        k = self._overrun_in(k, end, now_ns)
+        if k >= end:
+            return
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         fs = self.freq_hz

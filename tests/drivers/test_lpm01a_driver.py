@@ -22,6 +22,7 @@ from protocols.lpm01a.codec import (
     BIN_HEXA_RTOL,
     encode_bin_hexa,
     encode_event_frame,
+    encode_overrun,
     encode_timestamp_frame,
 )
 from rig.sim.lpm01a import SimLpm01a
@@ -260,6 +261,30 @@ def test_a_timestamp_ahead_of_the_samples_counts_the_shortfall_once():
     assert len([n for n in monitor.stats.notes if "lost" in n]) == 2
     transport.expect(*CLOSE)
     monitor.close()
+
+
+def test_an_overrun_in_the_stream_becomes_a_gap_in_the_sample_ids():
+    """``error acquisition overrun`` + its detail, where samples went missing: the ids jump by
+    the count (a TimeStamp then agrees), and a D7 edge before a lost sample is kept, on the first
+    sample after the gap (dropping it would pair every later window wrongly)."""
+    monitor, transport = connected(CONFIGURE)
+    monitor.configure(1.8, 1000)
+    chunks: list[Chunk] = []
+    transport.expect((b"start\n", ack("start")))
+    monitor.start(chunks.append)
+    transport.feed(b"1000-06\r\n" * 500 + b"event 1 ris\r\n" + encode_overrun(300)
+                   + b"2000-06\r\n" * 200 + b"TimeStamp: 1s 000ms, buff 99%\r\n")
+    transport.expect((b"stop\n", ack("stop") + b"PowerShield > Acquisition completed\r\n"))
+    monitor.stop()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    np.testing.assert_array_equal(ids, np.r_[0:500, 800:1000])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    assert np.flatnonzero(gpio == 0).tolist() == [500]  # sample id 800
+    assert monitor.stats.samples == 700 and monitor.stats.dropped == 0  # the gap says it
+    assert any("lost 300 samples at sample 500" in n for n in monitor.stats.notes)
+    transport.expect(*CLOSE)
+    monitor.close()
+    assert transport.errors == []
 
 
 def test_close_stops_powers_off_and_gives_control_back_once():

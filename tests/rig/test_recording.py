@@ -126,6 +126,22 @@ def test_gap_makes_only_the_windows_over_it_nan() -> None:
     assert rec.gaps_in(e[4], e[5]) == []
 
 
+def test_a_window_starting_right_after_a_gap_fails_too() -> None:
+    """Its start edge shows on the first sample after the gap, but the line may have fallen
+    anywhere inside it: that window is as unknown as one over the gap."""
+    gpio = np.ones(40, dtype=np.uint8)
+    gpio[[5, 20, 30, 35]] = 0
+    ones = np.ones(40)
+    rec = EmonRecorder(1000.0)
+    rec.on_chunk(Chunk(0, ones[:10], ones[:10], gpio[:10]))
+    rec.on_chunk(Chunk(20, ones[20:], ones[20:], gpio[20:]))  # samples 10..19 lost
+    assert rec.edges() == [5, 20, 30, 35]
+    assert math.isnan(rec.mean_power(5, 20))
+    assert math.isnan(rec.mean_power(20, 30))
+    assert rec.gaps_in(20, 30) == [(10, 20)]
+    assert rec.mean_power(30, 35) == 1.0
+
+
 def test_non_finite_sample_fails_its_window_only() -> None:
     current, voltage, gpio, truth = closed_form_stream(10_000, WINDOWS, LEVELS)
     current[WINDOWS[0][0] + 7] = np.nan
