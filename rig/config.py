@@ -275,7 +275,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         spec_path = (path.parent / dut.spec).resolve()
         if not spec_path.is_file():
             raise ConfigError(f"{path}: [dut] spec {dut.spec!r} does not exist ({spec_path})",
-                              hint="train one with firmware/xylo/train_asc.py")
+                              hint="train one with `rig model train xylo --out FILE`")
         dut = replace(dut, spec=str(spec_path))
         if dataset.name == "synthetic-asc":
             raise ConfigError(f"{path}: [dataset] name: a Xylo takes spike rasters from its "
