@@ -1,8 +1,12 @@
-"""Window integration speed over 100 M in-memory samples (float64), against one numpy dot.
+"""Window integration speed over 100 M in-memory samples, against one numpy dot of the same arrays.
 
-Prints `samples`, `window_integration_s`, `numpy_dot_s`, `ratio` (goal <= 2), then extra lines:
-edge detection, the whole `analyze()`, and the same integration on float32 inputs (which the
-analysis accumulates in float64, block by block). Timings are the best of a few repeats.
+Prints `samples`, `window_integration_s`, `numpy_dot_s`, `ratio` (float64 inputs; goal <= 2),
+edge detection and the whole `analyze()`, then the same integration on float32 inputs (what
+instruments and JLS traces hold): `float32_window_integration_s`, `float32_numpy_dot_s`,
+`float32_ratio` (goal <= 2), the same with the caller's thread alone (`float32_ratio_one_thread`:
+what a host with no free core gets), and the float32 window's relative error against its closed
+form (float64 level: the float32 path multiplies and sums in float64, `rig.analysis.dot`).
+Timings are the best of a few repeats; on a busy host the ratios are noisy, run it again.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from rig.analysis import analyze, falling_edges, window_energies, windows_from_edges
+from rig.analysis import analyze, dot, falling_edges, window_energies, windows_from_edges
 
 N = 100_000_000
 FS = 1_000_000.0
@@ -66,12 +70,25 @@ def bench_float64(current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray) ->
 
 
 def bench_float32(current: np.ndarray, voltage: np.ndarray, windows: np.ndarray) -> None:
-    """Same integration on float32 inputs (block-wise float64 accumulation)."""
-    integ_s, _ = best_of(lambda: window_energies(current, voltage, windows, FS))
+    """Same integration on float32 inputs (float64 products and sums, blocks shared among
+    `dot._THREADS` threads), then on the calling thread alone."""
+    integ_s, energies = best_of(lambda: window_energies(current, voltage, windows, FS))
     dot_s, _ = best_of(lambda: np.dot(current, voltage))
+    print(f"float32_threads {dot._THREADS}")
     print(f"float32_window_integration_s {integ_s:.4f}")
     print(f"float32_numpy_dot_s {dot_s:.4f}")
     print(f"float32_ratio {integ_s / dot_s:.2f}")
+    threads, dot._THREADS = dot._THREADS, 1
+    try:
+        one_s, _ = best_of(lambda: window_energies(current, voltage, windows, FS))
+    finally:
+        dot._THREADS = threads
+    print(f"float32_window_integration_one_thread_s {one_s:.4f}")
+    print(f"float32_ratio_one_thread {one_s / dot_s:.2f}")
+    # Window 1 is constant: count * i * v, with i * v exact in float64.
+    start, end = (int(x) for x in windows[0])
+    expected = (end - start) * (float(current[start]) * float(voltage[start])) / FS
+    print(f"float32_window1_energy_rel_error {abs(energies[0] - expected) / expected:.2e}")
 
 
 def main() -> None:

@@ -13,37 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from rig.analysis.dot import dot64 as _dot64
+from rig.analysis.dot import span_dots
 from rig.analysis.edges import falling_edges, windows_from_edges
 from rig.errors import AnalysisError
 
-#: Samples converted to float64 at a time when inputs are not float64 (2 MiB of scratch).
-_BLOCK = 1 << 18
-
 #: Default replicability tolerance: every trial within 5% of the reported value.
 REPLICABILITY_TOLERANCE = 0.05
-
-
-def _dot64(a: np.ndarray, b: np.ndarray, scratch: np.ndarray | None = None) -> float:
-    """Sum of a*b accumulated in float64, without a full-size temporary.
-
-    `scratch` (_BLOCK float64 values) is reused across calls for non-float64 inputs.
-    """
-    if a.dtype == np.float64 and b.dtype == np.float64:
-        return float(np.dot(a, b))
-    # float32 BLAS dots accumulate in float32 (error grows with length): convert block by block
-    # into a reused float64 buffer (a fresh one would cost a page fault per 4 KiB) and let
-    # numpy's pairwise sum add it up. No BLAS call per block: on a busy 2-core host, BLAS
-    # threads waking for every small block stalled this loop by seconds.
-    if scratch is None:
-        scratch = np.empty(_BLOCK, dtype=np.float64)
-    total = 0.0
-    for lo in range(0, len(a), _BLOCK):
-        m = min(_BLOCK, len(a) - lo)
-        x = scratch[:m]
-        x[...] = a[lo : lo + m]
-        np.multiply(x, b[lo : lo + m], out=x)
-        total += float(x.sum())
-    return total
 
 
 def _check_signals(current: np.ndarray, voltage: np.ndarray, sample_rate: float) -> None:
@@ -61,7 +37,8 @@ def _check_signals(current: np.ndarray, voltage: np.ndarray, sample_rate: float)
 def window_energies(
     current: np.ndarray, voltage: np.ndarray, windows: np.ndarray, sample_rate: float
 ) -> np.ndarray:
-    """Energy [J] of each [start, end) sample window: one float64 dot product per window."""
+    """Energy [J] of each [start, end) sample window: one float64 dot product per window
+    (float32 samples too: products and sums in float64, see `rig.analysis.dot`)."""
     current = np.asarray(current)
     voltage = np.asarray(voltage)
     _check_signals(current, voltage, sample_rate)
@@ -71,13 +48,7 @@ def window_energies(
         windows.min() < 0 or windows.max() > n or np.any(windows[:, 1] <= windows[:, 0])
     ):
         raise AnalysisError(f"windows must satisfy 0 <= start < end <= {n} samples")
-    out = np.empty(len(windows), dtype=np.float64)
-    scratch = None
-    if not (current.dtype == np.float64 and voltage.dtype == np.float64):
-        scratch = np.empty(_BLOCK, dtype=np.float64)
-    for w, (start, end) in enumerate(windows):
-        out[w] = _dot64(current[start:end], voltage[start:end], scratch) / sample_rate
-    return out
+    return span_dots(current, voltage, windows) / sample_rate
 
 
 def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) -> float:
