@@ -63,6 +63,9 @@ def rss_mb() -> float:
 def measure(path: Path) -> dict[str, float]:
     """In this process: Qt up, then open -> first paint, a zoom step, a pan step, memory."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    # This file's folder (sys.path[0]) holds benchmarks/gui.py, which would shadow `gui`.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     started = time.perf_counter()
     from PySide6.QtWidgets import QApplication
 
