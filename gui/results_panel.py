@@ -11,6 +11,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from rig.errors import RigError
 from rig.run_summary import asc_figure_rows, replicability_verdict, run_summary
 from rig.store import list_runs
+from rig.sweep import power_line
 from rig.units import si
 
 VERDICT_STYLE = {True: "background:#d3f0d8;", False: "background:#f8d7da;",
@@ -121,9 +122,13 @@ class ResultsPanel(QtWidgets.QWidget):
                          + (f" ({r['failed']} failed)" if r["failed"] else "")))
         self._fill(("SUT", "nodes", "density", "timeout", "gap (mean)", "power (mean)",
                     "seeds"), rows)
+        for i, r in enumerate(data["summary"]):  # why a row has no (or partial) power
+            if r.get("power_status"):
+                self.table.item(i, 5).setToolTip(r["power_status"])
         failed = data["points_failed"]
+        power = f"; {power_line(data['power'])}" if data.get("power") else ""
         self.verdict.setText(f"{data['points_done']}/{data['points_total']} points measured"
-                             + (f", {failed} failed" if failed else ""))
+                             + (f", {failed} failed" if failed else "") + power)
         self.verdict.setStyleSheet(VERDICT_STYLE[None if not data["points_done"]
                                                  else failed == 0])
 

@@ -305,6 +305,7 @@ def test_a_sweep_file_from_the_window_stops_between_points(window, qtbot, tmp_pa
     assert shown["status"] == "interrupted" and 1 <= shown["points_done"] < 8
     assert "rig sweep resume" in w.banner_text()  # how to go on
     assert w.results.verdict.text().startswith(f"{shown['points_done']}/8 points")
+    assert "power: measured for" in w.results.verdict.text()  # and why not, where not
 
 
 def test_make_report_writes_it_and_links_it(window, qtbot, sim_run) -> None:
