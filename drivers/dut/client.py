@@ -201,6 +201,8 @@ class QuboResult:
     best_time_us: int
     state: np.ndarray
     improvements: list[tuple[int, int]] = field(default_factory=list)
+    #: Other ``m-`` lines of the reply (text after ``m-``), e.g. the Lava shim's ``qload-us-<n>``.
+    messages: tuple[str, ...] = ()
 
 
 class DutClient:
@@ -483,7 +485,8 @@ class DutClient:
                     hint="the DUT's graph or cost convention differs: load it again, check "
                     "the shim against protocols/dut/SPEC.md",
                 )
-        return QuboResult(best, best_time, state, improvements)
+        messages = tuple(e.text for e in events if isinstance(e, Message))
+        return QuboResult(best, best_time, state, improvements, messages)
 
     def close(self) -> None:
         """Close the transport."""

@@ -44,12 +44,19 @@ LAP_MASK = 0xFFFFFFFF
 #: NEBM hyperparameters (lava-optimization's QUBO tutorial values; they reach the NeuroBench
 #: target on (100 nodes, 0.05, seed 0)).
 HYPERPARAMETERS = {"neuron_model": "nebm", "temperature": 1, "refract": 1}
-#: Calibration runs (steps): their difference in duration gives the time per step, the rest is
-#: Lava's fixed cost of building, compiling and starting the network.
-CALIBRATION_STEPS = (10, 110)
-#: Fewest steps of a solve: a shorter Lava run reports no meaningful state. A test raises it
-#: (RIG_LOIHI2_MIN_STEPS) to get the same steps however loaded the host is.
-MIN_STEPS = max(10, int(os.environ.get("RIG_LOIHI2_MIN_STEPS", "10")))
+#: Steps run at `qload`, on a network built for the graph, to measure the time per step.
+CALIBRATION_STEPS = 20
+#: Steps a network runs as part of the load: its first run also finishes starting Lava's
+#: processes (several steps' time), which must not fall inside the solve's clock.
+WARMUP_STEPS = 1
+#: A chunk of a solve takes at most this fraction of the time left before the deadline.
+CHUNK_FRACTION = 0.5
+#: A chunk of at least this many steps replaces the step time; shorter ones are averaged in.
+CHUNK_LEARN_STEPS = 20
+#: The cost probe of a solve holds this many times the steps the timeout allows at the
+#: calibrated step time (a host that speeds up can run more), plus `PROBE_SPARE_STEPS`.
+PROBE_FACTOR = 3.0
+PROBE_SPARE_STEPS = 100
 #: Most steps of a solve (the cost probe keeps one value per step).
 MAX_STEPS = 50_000_000
 
@@ -183,8 +190,8 @@ class Problem:
         #: No state costs less than the sum of the negative terms: a target never reached,
         #: so that Lava runs the whole step budget.
         self.unreachable = int(np.minimum(w, 0).sum()) * self.scale - 1
-        #: (setup_s, step_s) once calibrated.
-        self.timing: tuple[float, float] | None = None
+        #: Time per step [s], measured at `qload` and corrected by every solve.
+        self.step_s: float | None = None
 
 
 class Run:
@@ -192,7 +199,11 @@ class Run:
 
     def __init__(self, elapsed_ns: int, steps: int, state: np.ndarray, best_step: int,
                  cost_series: np.ndarray, step_times_s: np.ndarray | None,
-                 energy_j: float | None) -> None:
+                 energy_j: float | None, bounds: list[tuple[int, int]] | None = None,
+                 load_ns: int = 0) -> None:
+        #: (steps done, ns since the solve started) at each chunk boundary.
+        self.bounds = bounds or [(0, 0), (steps, elapsed_ns)]
+        self.load_ns = load_ns
         self.elapsed_ns = elapsed_ns
         self.steps = steps
         self.state = state
@@ -216,25 +227,25 @@ class LavaSolver:
         self.hardware = forced.upper() != "CPU" and loihi.is_installed()
         self.backend = "Loihi2" if self.hardware else "CPU"
 
-    def run(self, problem: Problem, steps: int, seed: int) -> Run:
-        """Solve for `steps` algorithm steps with the noise seeded by `seed`."""
-        # The CPU model draws its noise from numpy's global generator in processes forked
-        # from this one: seeding here makes a CPU solve repeatable.
+    def build(self, problem: Problem, seed: int, max_steps: int) -> Network:
+        """Build, compile and start a network for `problem` (the SUT's load, outside any clock).
+
+        Lava's CPU model draws its noise from numpy's global generator in processes forked
+        when the runtime starts: seeding before that makes a CPU solve repeatable. The cost
+        probe holds `max_steps` values, the most steps a solve on this network may run.
+        """
+        from lava.magma.core.run_conditions import RunSteps
+
         np.random.seed(seed)
         config = self._config(
-            timeout=steps, target_cost=problem.unreachable, backend=self.backend,
+            timeout=max_steps, target_cost=problem.unreachable, backend=self.backend,
             hyperparameters=dict(HYPERPARAMETERS), probe_cost=True,
             probe_time=self.hardware, probe_energy=self.hardware,
         )
         solver = self._solver(self._qubo(problem.q))
-        start = time.perf_counter_ns()
-        report = solver.solve(config)
-        elapsed = time.perf_counter_ns() - start
-        series = np.asarray(report.cost_timeseries, dtype=np.int64).ravel()
-        state = np.asarray(report.best_state).ravel()[: problem.n_vars] > 0.5
-        step_times, energy = self._profile(report.profiler, len(series))
-        return Run(elapsed, len(series), state, int(report.best_timestep),
-                   series // problem.scale, step_times, energy)
+        _, run_cfg = solver._prepare_solver(config)
+        solver.solver_process.create_runtime(run_cfg=run_cfg)
+        return Network(solver, config, max_steps, RunSteps)
 
     @staticmethod
     def _profile(profiler: object, steps: int) -> tuple[np.ndarray | None, float | None]:
@@ -254,20 +265,79 @@ class LavaSolver:
             energy = float(np.sum(profiler.energy))
         return step_times, None if energy is None else float(energy)
 
-    def calibrate(self, problem: Problem) -> tuple[float, float]:
-        """(setup_s, step_s): Lava's fixed cost per solve and its time per step, measured."""
-        (n_short, n_long), (short, long) = CALIBRATION_STEPS, (
-            self.run(problem, n, 0) for n in CALIBRATION_STEPS)
-        upper = long.elapsed_ns / 1e9 / n_long  # as if there were no setup at all
-        step_s = (long.elapsed_ns - short.elapsed_ns) / 1e9 / (n_long - n_short)
-        if step_s < upper / 4:
-            # A busy host can make the short run as slow as the long one; an estimate near
-            # zero would turn a timeout into millions of steps: take the safe bound instead.
-            step_s = upper
-        setup_s = max(short.elapsed_ns / 1e9 - n_short * step_s, 0.0)
-        print(f"calibration: {short.elapsed_ns / 1e9:.3f} s for {n_short} steps, "
-              f"{long.elapsed_ns / 1e9:.3f} s for {n_long}", file=sys.stderr)
-        return setup_s, step_s
+    def calibrate(self, problem: Problem) -> float:
+        """The time per step [s], measured on a network built for `problem` (at `qload`)."""
+        network = self.build(problem, 0, CALIBRATION_STEPS + 1)
+        try:
+            network.advance(1)  # the first run of a network also starts its processes
+            start = time.perf_counter_ns()
+            network.advance(CALIBRATION_STEPS)
+            step_s = (time.perf_counter_ns() - start) / 1e9 / CALIBRATION_STEPS
+        finally:
+            network.stop()
+        print(f"calibration: {step_s * 1e3:.3f} ms/step", file=sys.stderr)
+        return step_s
+
+
+class Network:
+    """A built and started Lava network: run it chunk by chunk, then read what it found."""
+
+    def __init__(self, solver: object, config: object, max_steps: int, run_steps: type) -> None:
+        self.solver = solver
+        self.config = config
+        self.max_steps = max_steps
+        self.steps = 0
+        self._run_steps = run_steps
+        self._stopped = False
+
+    def advance(self, steps: int) -> None:
+        """Run `steps` more algorithm steps (blocking)."""
+        self.solver.solver_process.run(condition=self._run_steps(num_steps=steps, blocking=True))
+        self.steps += steps
+
+    def result(self, problem: Problem) -> tuple[np.ndarray, int, np.ndarray,
+                                                 np.ndarray | None, float | None]:
+        """(best state, best step, cost per step, per-step times, energy) of the steps run."""
+        solver = self.solver
+        best_state, _, best_step = solver._get_results(self.config)
+        series, _ = solver._get_probing(self.config)
+        series = np.asarray(series, dtype=np.int64).ravel()[: self.steps]
+        state = np.asarray(best_state).ravel()[: problem.n_vars] > 0.5
+        step_times, energy = LavaSolver._profile(solver._profiler, len(series))
+        return state, int(best_step), series // problem.scale, step_times, energy
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self.solver.solver_process.stop()
+
+
+def solve_until(network: Network, timeout_s: float, step_s: float,
+                clock=time.perf_counter_ns) -> tuple[int, list[tuple[int, int]], float]:
+    """Run `network` in chunks until `timeout_s` has passed on `clock` (ns).
+
+    Each chunk is sized from the step time measured so far to end before the deadline
+    (at most half of what is left, so a slow chunk cannot overshoot far); the solve stops
+    when less than half a step is left, or when the cost probe is full. Returns (elapsed
+    ns, [(steps done, ns since start)] at each chunk boundary, the step time measured).
+    """
+    start = clock()
+    deadline = start + int(timeout_s * 1e9)
+    bounds = [(0, 0), (network.steps, 0)] if network.steps else [(0, 0)]
+    while network.steps < network.max_steps:
+        left_s = (deadline - clock()) / 1e9
+        if left_s < 0.5 * step_s:
+            break
+        # Most of the budget in big chunks; near the end, chunks of a few steps.
+        k = int(max(1, min(left_s * CHUNK_FRACTION / step_s, left_s / step_s - 0.5)))
+        k = min(k, network.max_steps - network.steps)
+        t0 = clock()
+        network.advance(k)
+        t1 = clock()
+        bounds.append((network.steps, t1 - start))
+        chunk_step_s = (t1 - t0) / 1e9 / k
+        step_s = chunk_step_s if k >= CHUNK_LEARN_STEPS else 0.5 * (step_s + chunk_step_s)
+    return clock() - start, bounds, step_s
 
 
 class Result:
@@ -275,7 +345,9 @@ class Result:
 
     def __init__(self, cost: int, time_us: int, state: np.ndarray,
                  improvements: list[tuple[int, int]], energy_j: float | None,
-                 elapsed_us: int) -> None:
+                 elapsed_us: int, load_us: int = 0, steps: int = 0) -> None:
+        self.load_us = load_us
+        self.steps = steps
         self.cost = cost
         self.time_us = time_us
         self.state = state
@@ -288,20 +360,19 @@ def timeline(problem: Problem, run: Run) -> Result:
     """The best state's true cost and the improvement timeline in µs after the solve started.
 
     The cost is recomputed from the terms (the cost tracking belongs to the SUT, and a very
-    short Lava run can report a cost its state does not have). Step k ends at
-    setup + (k + 1) x step time, both from this run: setup from the calibration (Lava's build
-    and start), the step time from the rest of the run; on Loihi 2 the profiler's per-step
-    times replace the estimate. Probe values below the best state's cost are not trusted.
+    short Lava run can report a cost its state does not have). The network was built and
+    started before the clock (the load), so step k ends at the time the solve's clock read
+    when k + 1 steps were done, interpolated inside the chunk that ran it; on Loihi 2 the
+    profiler's per-step times replace the interpolation. Probe values below the best state's
+    cost are not trusted.
     """
-    elapsed_s = run.elapsed_ns / 1e9
     best = qubo_cost(problem.terms, run.state)
     steps = max(run.steps, 1)
     if run.step_times_s is not None:
-        setup_s = max(elapsed_s - float(run.step_times_s.sum()), 0.0)
-        ends = setup_s + np.cumsum(run.step_times_s)
+        ends = np.cumsum(run.step_times_s)
     else:
-        setup_s = min(problem.timing[0] if problem.timing else 0.0, elapsed_s)
-        ends = setup_s + np.arange(1, steps + 1) * ((elapsed_s - setup_s) / steps)
+        done, at_ns = (np.array(v, dtype=np.float64) for v in zip(*run.bounds, strict=True))
+        ends = np.interp(np.arange(1, steps + 1), done, at_ns) / 1e9
     ends_us = np.minimum(np.round(ends * 1e6).astype(np.int64), run.elapsed_ns // 1000)
     best_step = min(max(run.best_step, 0), steps - 1)
     series = run.cost_series[: best_step + 1]
@@ -314,7 +385,7 @@ def timeline(problem: Problem, run: Run) -> Result:
     if not improvements or improvements[-1][1] != best:
         improvements.append((int(ends_us[best_step]), best))
     return Result(best, improvements[-1][0], run.state, improvements, run.energy_j,
-                  int(run.elapsed_ns // 1000))
+                  int(run.elapsed_ns // 1000), int(run.load_ns // 1000), run.steps)
 
 
 class Shim:
@@ -402,7 +473,12 @@ class Shim:
         payload = receive(self.port, n, crc, "qload")
         self.problem, self.result = None, None
         n_vars, terms = decode_terms(payload)
-        self.problem = Problem(n_vars, terms)
+        problem = Problem(n_vars, terms)
+        try:  # a network built for the graph measures the time per step
+            problem.step_s = self.solver.calibrate(problem)
+        except Exception as exc:  # Lava's own failures: report them, keep serving
+            raise Rejected(f"qload failed: {type(exc).__name__}: {exc}") from exc
+        self.problem = problem
         self.port.send(f"m-qload-done-{n_vars}-{len(terms)}")
 
     def do_qsolve(self, args: list[str]) -> None:
@@ -413,24 +489,36 @@ class Shim:
             raise Rejected("qsolve no graph loaded")
         timeout_s, seed = int(args[0]) / 1e6, int(args[1])
         problem = self.problem
+        step_s = problem.step_s or 0.0
+        if timeout_s < step_s:
+            raise Rejected(f"qsolve timeout {int(args[0])} us is shorter than one step "
+                           f"({step_s * 1e6:.0f} us on this graph)")
+        self.result = None
+        max_steps = int(min(timeout_s / step_s * PROBE_FACTOR + PROBE_SPARE_STEPS, MAX_STEPS))
+        network = None
         try:
-            if problem.timing is None:  # once per graph, before the solve's clock starts
-                problem.timing = self.solver.calibrate(problem)
-            setup_s, step_s = problem.timing
-            steps = int(min(max((timeout_s - setup_s) / step_s, MIN_STEPS), MAX_STEPS))
-            self.result = None
+            # The load: build, compile and start the seeded network, before the clock. Lava's
+            # processes finish starting during the first run (4-12 ms more than a step here),
+            # so the load runs the network's first step too: the solve's clock then pays steps
+            # only, and that one step is reported at time 0.
+            load_start = time.perf_counter_ns()
+            network = self.solver.build(problem, seed, max_steps)
+            network.advance(WARMUP_STEPS)
+            load_ns = time.perf_counter_ns() - load_start
             self.port.send("m-qsolve-start")
-            run = self.solver.run(problem, steps, seed)
+            elapsed_ns, bounds, measured = solve_until(network, timeout_s, step_s)
+            state, best_step, series, step_times, energy = network.result(problem)
         except Exception as exc:  # Lava's own failures: report them, keep serving
             raise Rejected(f"qsolve failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if network is not None:
+                network.stop()
+        run = Run(elapsed_ns, network.steps, state, best_step, series, step_times, energy,
+                  bounds, load_ns)
         self.result = timeline(problem, run)
-        if run.step_times_s is None and run.steps > 0:
-            # Lava's speed drifts with the host's load: let each solve correct the step time.
-            measured = (run.elapsed_ns / 1e9 - setup_s) / run.steps
-            if measured > 0:
-                problem.timing = (setup_s, 0.5 * (step_s + measured))
-        print(f"qsolve: {steps} steps in {run.elapsed_ns / 1e9:.3f} s "
-              f"(setup {setup_s:.3f} s, {step_s * 1e3:.3f} ms/step)", file=sys.stderr)
+        problem.step_s = 0.5 * (step_s + measured)  # Lava's speed drifts with the host's load
+        print(f"qsolve: {run.steps} steps in {elapsed_ns / 1e9:.4f} s of {timeout_s:.4f} s "
+              f"(load {load_ns / 1e9:.3f} s, {measured * 1e3:.3f} ms/step)", file=sys.stderr)
         self.port.send(f"m-qsolve-done-{self.result.elapsed_us}")
 
     def do_qresult(self, args: list[str]) -> None:
@@ -442,6 +530,8 @@ class Shim:
         lines += [f"m-qstate-{k}-[{packed[k:k + QSTATE_BYTES_PER_LINE].hex()}]"
                   for k in range(0, len(packed), QSTATE_BYTES_PER_LINE)]
         lines += [f"m-qimprove-{t}-{c}" for t, c in result.improvements]
+        # Not in SPEC.md yet (plain messages): the load before the clock, the steps run.
+        lines += [f"m-qload-us-{result.load_us}", f"m-qsteps-{result.steps}"]
         if result.energy_j is not None and result.elapsed_us > 0:
             # Loihi 2 only (caps `power`): not in SPEC.md yet, decoded as plain messages.
             lines += [f"m-qenergy-uj-{round(result.energy_j * 1e6)}",

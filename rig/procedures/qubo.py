@@ -185,6 +185,7 @@ def fixed_timeout_point(
         "power_status": reading.status,
         "improvements": [[float(t), int(c)] for t, c in result.improvements],
         "tts": time_to_solution(result, target_cost, power_w=reading.power_w),
+        "load_s": None if result.load_s is None else float(result.load_s),
         "result": result,
     }
 

@@ -14,7 +14,8 @@ class QuboPointMeasured(Event):
 
     `power_w` is None when power was not measured; `power_status` then says why (never 0.0).
     `improvements` are [t_s, cost] pairs by the SUT's clock; `tts` maps each gap threshold
-    (as text) to {"latency_s", "energy_j", "cost"} or None when it was not reached.
+    (as text) to {"latency_s", "energy_j", "cost"} or None when it was not reached. `load_s` is
+    the SUT's load before the solve's clock started (None if not measured), never in `elapsed_s`.
     """
 
     kind: ClassVar[str] = "qubo_point"
@@ -35,6 +36,7 @@ class QuboPointMeasured(Event):
     power_status: str = ""
     improvements: list[list[float]] = field(default_factory=list)
     tts: dict[str, Any] = field(default_factory=dict)
+    load_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,9 @@ class SolveResult:
 
     `improvements` are (seconds after the solve started, cost) in time order, by the SUT's own
     clock; `elapsed_s` is how long the solver ran; `timer` says which clock ("sut");
-    `steps` counts algorithm steps where the SUT has them (sweeps, Lava time steps).
+    `steps` counts algorithm steps where the SUT has them (sweeps, Lava time steps);
+    `load_s` is the SUT's load before this solve's clock started (Lava: building, compiling and
+    starting the seeded network), by the SUT's clock, None where the SUT does not say.
     """
 
     best_cost: int
@@ -76,6 +78,7 @@ class SolveResult:
     elapsed_s: float = 0.0
     timer: str = "sut"
     steps: int | None = None
+    load_s: float | None = None
 
 
 class QuboSut(Protocol):
@@ -356,6 +359,8 @@ class CpuSut:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Connection | None = None
         self.workload: Workload | None = None
+        #: How long the last load took (host clock: sending the graph, building, calibrating).
+        self._load_s: float | None = None
 
     @property
     def pid(self) -> int | None:
@@ -381,8 +386,10 @@ class CpuSut:
         """Start the worker if needed, send the graph, wait until it is built and calibrated."""
         self.workload = None
         conn = self._start()
+        started = time.perf_counter()
         conn.send(("load", workload))
         reply = self._receive(time.monotonic() + self.load_timeout_s, "load")
+        self._load_s = time.perf_counter() - started
         if reply is None:
             self._stop_worker()
             raise SutHung(
@@ -426,7 +433,7 @@ class CpuSut:
                            hint="the worker is broken: report this")
         best_cost = improvements[-1][1]
         return SolveResult(best_cost, best_state, improvements, float(elapsed), "sut",
-                           int(steps) if self._algorithm == "sa" else None)
+                           int(steps) if self._algorithm == "sa" else None, self._load_s)
 
     def _receive(self, deadline: float, what: str) -> tuple | None:
         """The worker's next message, or None if it sent none by `deadline`."""
@@ -483,7 +490,8 @@ class Loihi2Sut:
     """The Lava shim as a SUT, over the DUT protocol's ``qload`` / ``qsolve`` / ``qresult``.
 
     `margin_s` is how long past the timeout the rig waits for ``qsolve`` to finish (Lava builds
-    and starts its processes inside a solve) before the watchdog kills the shim's process group.
+    and starts a seeded network before each solve's clock starts: that load is reported as
+    `load_s`) before the watchdog kills the shim's process group.
     """
 
     name = "loihi2"
@@ -548,8 +556,11 @@ class Loihi2Sut:
                 hint="Lava's scif model can hang in a child process: start the SUT again",
             ) from exc
         improvements = [(t / 1e6, int(c)) for t, c in result.improvements]
+        said = {m.rsplit("-", 1)[0]: int(m.rsplit("-", 1)[1]) for m in result.messages
+                if m.startswith(("qload-us-", "qsteps-")) and m.rsplit("-", 1)[1].isdigit()}
+        load_us = said.get("qload-us")
         return SolveResult(int(result.best_cost), result.state, improvements, elapsed_us / 1e6,
-                           "sut", None)
+                           "sut", said.get("qsteps"), None if load_us is None else load_us / 1e6)
 
     def close(self) -> None:
         """Stop the shim (terminate, then kill its group)."""
