@@ -27,9 +27,6 @@ pytestmark = pytest.mark.skipif(
 #: The workload: 20 nodes, density 0.25 (NeuroBench's m = 0.5 * density * n^2 edges), graph seed
 #: 2; with solver seed 2 the CPU backend finds the optimum at step 60 (seeded, so repeatable).
 NODES, EDGES, GRAPH_SEED, SOLVER_SEED = 20, 50, 2, 2
-#: Enough steps to pass step 60 however slow the host is (the solve's steps come from its
-#: wall-clock timeout, which a loaded host would turn into fewer steps).
-MIN_STEPS = 150
 
 
 def mis_terms(nodes: int, edges: np.ndarray) -> np.ndarray:
@@ -47,7 +44,7 @@ def all_costs(nodes: int, edges: np.ndarray) -> np.ndarray:
 
 
 def open_shim() -> DutClient:
-    env = dict(os.environ, RIG_LOIHI2_BACKEND="CPU", RIG_LOIHI2_MIN_STEPS=str(MIN_STEPS))
+    env = dict(os.environ, RIG_LOIHI2_BACKEND="CPU")
     transport = ProcessTransport([str(LAVA_PYTHON), str(SHIM)], name="loihi2", env=env)
     client = DutClient(transport, name="loihi2 shim")
     try:
@@ -82,6 +79,7 @@ def test_a_20_node_mis_is_solved_to_its_exact_optimum(shim: DutClient) -> None:
 
     shim.qubo_load(NODES, mis_terms(NODES, edges))
     try:
+        # 2 s is ~1000 steps here (step 60 is needed), load excluded.
         elapsed_us = shim.qubo_solve(2_000_000, SOLVER_SEED, deadline_s=60)
     except DeviceTimeout:
         pytest.fail(f"the shim hung; its stderr: {shim._transport.stderr_tail}")
