@@ -316,27 +316,36 @@ def solve_until(network: Network, timeout_s: float, step_s: float,
                 clock=time.perf_counter_ns) -> tuple[int, list[tuple[int, int]], float]:
     """Run `network` in chunks until `timeout_s` has passed on `clock` (ns).
 
-    Each chunk is sized from the step time measured so far to end before the deadline
-    (at most half of what is left, so a slow chunk cannot overshoot far); the solve stops
-    when less than half a step is left, or when the cost probe is full. Returns (elapsed
-    ns, [(steps done, ns since start)] at each chunk boundary, the step time measured).
+    The first chunk is one step, which measures the step time on this network (the one
+    `step_s` from calibration can be off by 2x); each further chunk is sized from the step time
+    measured so far to end before the deadline (at most half of what is left, so a slow chunk
+    cannot overshoot far; short chunks only raise the estimate, as a step slower than thought
+    is what overshoots); the solve stops when less than half a step is left, or when the cost
+    probe is full. Returns (elapsed ns, [(steps done, ns since start)] at each chunk boundary,
+    the step time measured).
     """
     start = clock()
     deadline = start + int(timeout_s * 1e9)
     bounds = [(0, 0), (network.steps, 0)] if network.steps else [(0, 0)]
+    first = len(bounds)
     while network.steps < network.max_steps:
         left_s = (deadline - clock()) / 1e9
         if left_s < 0.5 * step_s:
             break
         # Most of the budget in big chunks; near the end, chunks of a few steps.
         k = int(max(1, min(left_s * CHUNK_FRACTION / step_s, left_s / step_s - 0.5)))
+        if len(bounds) == first:
+            k = 1
         k = min(k, network.max_steps - network.steps)
         t0 = clock()
         network.advance(k)
         t1 = clock()
         bounds.append((network.steps, t1 - start))
         chunk_step_s = (t1 - t0) / 1e9 / k
-        step_s = chunk_step_s if k >= CHUNK_LEARN_STEPS else 0.5 * (step_s + chunk_step_s)
+        if len(bounds) == first + 1 or k >= CHUNK_LEARN_STEPS:
+            step_s = chunk_step_s
+        else:
+            step_s = max(chunk_step_s, 0.5 * (step_s + chunk_step_s))
     return clock() - start, bounds, step_s
 
 
