@@ -90,6 +90,19 @@ class SweepSpec:
     #: Options handed to `open_sut(name, **options)`, per SUT.
     sut_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     name: str = "sweep"
+    #: A `rig qubo tune` file's content (rig/qubo/tuning.py): its SUT's points get the
+    #: hyperparameters of the nearest (nodes, density) entry; recorded in the manifest.
+    tuning: dict[str, Any] | None = None
+    tuning_file: str | None = None
+    tuning_sha256: str | None = None
+
+    def hyperparameters(self, point: SweepPoint) -> dict[str, Any] | None:
+        """The tuned parameters for `point`, or None (no tuning, or another SUT)."""
+        if self.tuning is None or point.sut != self.tuning["sut"]:
+            return None
+        from rig.qubo.tuning import parameters_for
+
+        return parameters_for(self.tuning, point.nodes, point.density)
 
     def points(self) -> list[SweepPoint]:
         """Every point, in the fixed order (sut, nodes, density, timeout, seed)."""
@@ -127,7 +140,7 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
         raise ConfigError(f"{path}: sweep: expected a table, found {type(table).__name__}",
                           hint="write it as a [sweep] section")
     known = {"suts", "nodes", "densities", "seeds", "timeouts", "solver_seed", "targets",
-             "sut_options", "name"}
+             "sut_options", "name", "tuning", "tuning_file", "tuning_sha256"}
     _no_unknown(table, known, path, "sweep")
     suts = _list(table, "suts", path, str, "SUT names", lambda v: v in KNOWN_SUTS,
                  f"one of {', '.join(KNOWN_SUTS)}")
@@ -160,12 +173,50 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
         if not isinstance(opts, dict):
             raise ConfigError(f"{path}: [sweep.sut_options] {sut}: expected a table, "
                               f"found {opts!r}")
+    tuning, tuning_file = _tuning(table, suts, path)
     return SweepSpec(
         suts=tuple(suts), nodes=tuple(nodes), densities=tuple(densities),
         timeouts=tuple(timeouts), seeds=tuple(seeds), solver_seed=int(solver_seed),
         targets=targets, sut_options={k: dict(v) for k, v in options.items()},
-        name=str(table.get("name", name)),
+        name=str(table.get("name", name)), tuning=tuning, tuning_file=tuning_file,
+        tuning_sha256=None if tuning is None else _tuning_digest(tuning),
     )
+
+
+def _tuning(table: dict[str, Any], suts: list[str], path: Path
+            ) -> tuple[dict[str, Any] | None, str | None]:
+    """[sweep] tuning: a file name (relative to the sweep file's folder unless it exists as
+    given), or the content itself (as a run folder's manifest records it)."""
+    from rig.qubo.tuning import load_tuning, validate
+
+    value = table.get("tuning")
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        file = Path(value)
+        if not file.exists() and not file.is_absolute():
+            file = path.parent / value
+        content, where = load_tuning(file), str(file)
+    else:
+        content, where = validate(value, f"{path}: [sweep] tuning"), table.get("tuning_file")
+    if content["sut"] not in suts:
+        raise ConfigError(f"{path}: [sweep] tuning is for {content['sut']!r}, which is not one "
+                          f"of the sweep's suts ({', '.join(suts)})")
+    return content, None if where is None else str(where)
+
+
+def with_tuning(spec: SweepSpec, path: Path) -> SweepSpec:
+    """`spec` with the tuning file at `path` (`rig sweep qubo --tuning FILE`; validated)."""
+    from dataclasses import replace
+
+    content, where = _tuning({"tuning": str(path)}, list(spec.suts), Path(spec.name))
+    return replace(spec, tuning=content, tuning_file=where, tuning_sha256=_tuning_digest(content))
+
+
+def _tuning_digest(content: dict[str, Any]) -> str:
+    from rig.qubo.tuning import digest
+
+    return digest(content)
 
 
 def _is(value: Any, expected: type) -> bool:
@@ -504,23 +555,37 @@ class QuboPointFunction:
                               hint="install the qubo extra: pip install -e '.[qubo]'") from exc
         workload = self._workload(point)
         target = self._target(point)
-        sut, power = self._open(point.sut)
+        hyper = self.spec.hyperparameters(point)
+        sut, power = self._open(point.sut, hyper)
         result = fixed_timeout_point(sut, workload, point.timeout_s, self.spec.solver_seed,
                                      target, power)
+        if hyper is not None:
+            result["hyperparameters"] = hyper
         # The SolveResult holds the best state (n booleans): the cost, gap and improvement
         # timeline are what the sweep keeps, so a 100000-node night stays a small file.
         result.pop("result", None)
         return plain(result)
 
-    def _open(self, name: str) -> tuple[Any, Any]:
-        if self._sut is not None and self._sut_name == name:
+    def _open(self, name: str, hyper: dict[str, Any] | None = None) -> tuple[Any, Any]:
+        key = name if hyper is None else f"{name} {json.dumps(hyper, sort_keys=True)}"
+        if self._sut is not None and self._sut_name == key:
             return self._sut, self._power
         self.close()
         from rig.procedures.qubo import open_power_meter
         from rig.qubo.suts import open_sut
 
-        self._sut = open_sut(name, **self.spec.sut_options.get(name, {}))
-        self._sut_name = name
+        options = dict(self.spec.sut_options.get(name, {}))
+        if hyper is not None:
+            options["hyperparameters"] = hyper
+        try:
+            self._sut = open_sut(name, **options)
+        except TypeError as exc:
+            if hyper is None or "hyperparameters" not in str(exc):
+                raise
+            raise RigError(f"{name} takes no hyperparameters yet, but the sweep's tuning file "
+                           f"gives it {hyper}",
+                           hint="run the sweep without the tuning file") from exc
+        self._sut_name = key
         self._power = open_power_meter(self._sut.power_source)
         return self._sut, self._power
 

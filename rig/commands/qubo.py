@@ -58,6 +58,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     size.add_argument("--json", action="store_true", help="print the result as JSON")
     size.set_defaults(run=run_max_size)
 
+    tune = actions.add_parser(
+        "tune", help="search a SUT's hyperparameters on the tuning seeds 0-4",
+        description="For each (nodes, density), score every candidate of the SUT's small grid by "
+        "its mean BKS gap over the tuning seeds (0-4 only: rules.md) at a fixed timeout, and write "
+        "a tuning file: parameters per (nodes, density), never per seed, with the search record. "
+        "Sweeps use it with [sweep] tuning = \"FILE\" or `rig sweep qubo --tuning FILE` (nearest "
+        "(nodes, density) entry).",
+    )
+    tune.add_argument("--sut", required=True, choices=["loihi2"])
+    tune.add_argument("--nodes", required=True, type=_ints, help="e.g. 25,100")
+    tune.add_argument("--densities", required=True, type=_floats, help="e.g. 0.05,0.1")
+    tune.add_argument("--seeds", type=_ints, default=None, help="subset of 0,1,2,3,4 (default all)")
+    tune.add_argument("--timeout", type=float, default=1.0, metavar="S",
+                      help="solve time per point (default 1 s)")
+    tune.add_argument("--out", type=Path, required=True, metavar="FILE", help="tuning.toml")
+    tune.add_argument("--json", action="store_true", help="print the tuning as JSON")
+    tune.set_defaults(run=run_tune)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas: "
+                                         f"{text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas: "
+                                         f"{text!r}") from None
+
 
 def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, required=True, help="number of nodes (e.g. 100)")
@@ -127,4 +161,29 @@ def run_max_size(args: argparse.Namespace) -> int:
         print(f"{mark} {row['nodes']:>7} nodes  cost {row['cost']}  {row['reason']}")
     print(f"largest: {result['max_nodes']} nodes at density {args.density:g} "
           f"({result['stopped_by']})")
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from rig.qubo import tuning
+
+    seeds = tuning.check_seeds(args.seeds if args.seeds is not None else tuning.TUNING_SEEDS)
+    if any(n < 1 for n in args.nodes) or any(not 0 < d <= 1 for d in args.densities):
+        raise WorkloadError("--nodes must be >= 1 and --densities in (0, 1]")
+    if not args.out.parent.is_dir():
+        raise WorkloadError(f"{args.out}: folder {args.out.parent} does not exist")
+    measure, close = tuning.sut_measure(args.sut, args.timeout)
+    try:
+        content = tuning.search(args.sut, args.nodes, args.densities, measure, seeds=seeds,
+                                timeout_s=args.timeout,
+                                progress=None if args.json else print)
+    finally:
+        close()
+    tuning.write_tuning(content, args.out)
+    if args.json:
+        print_json(content)
+    else:
+        for e in content["entry"]:
+            print(f"{e['nodes']} nodes, density {e['density']:g}: {e['parameters']}")
+        print(f"-> {args.out}")
     return 0

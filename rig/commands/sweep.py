@@ -30,6 +30,7 @@ from rig.sweep import (
     power_line,
     resume_sweep,
     start_sweep,
+    with_tuning,
 )
 
 
@@ -42,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--runs-dir", type=Path, default=Path("runs"),
                    help="where run folders go (default: ./runs)")
     q.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    q.add_argument("--tuning", type=Path, default=None, metavar="FILE",
+                   help="a `rig qubo tune` file: its SUT gets the parameters of the nearest "
+                        "(nodes, density) entry (overrides [sweep] tuning)")
     # Hidden: a closed-form point function, for tests of checkpoint and resume.
     q.add_argument("--stand-in", action="store_true", help=argparse.SUPPRESS)
     q.set_defaults(run=run)
@@ -59,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.sweep_action == "qubo":
             spec = load_sweep(args.sweep_file)
+            if args.tuning is not None:
+                spec = with_tuning(spec, args.tuning)
             outcome = start_sweep(spec, runs_root=args.runs_dir, stand_in=args.stand_in,
                                   subscribers=subscribers)
         else:
