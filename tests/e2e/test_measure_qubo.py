@@ -1,0 +1,89 @@
+"""`rig measure qubo` (issue 14.4): one fixed-timeout point as a one-point sweep folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rig.cli import main
+from rig.sweep import read_sweep
+
+POINT = ["--nodes", "25", "--density", "0.05", "--seed", "0", "--timeout", "0.05"]
+
+
+def rig_json(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 0) -> dict:
+    assert main(list(argv)) == code
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("sut", ["cpu-tabu", "cpu-sa"])
+def test_point_is_a_one_point_sweep(sut: str, tmp_path: Path, capsys) -> None:
+    data = rig_json(capsys, "measure", "qubo", "--sut", sut, *POINT,
+                    "--runs-dir", str(tmp_path / "m"), "--json")
+    assert set(data) >= {"run", "status", "point_status", "sut", "nodes", "density", "seed",
+                         "timeout_s", "gap", "cost", "target", "target_method", "elapsed_s",
+                         "load_s", "power_w", "power_status"}
+    assert data["status"] == "complete" and data["point_status"] == "ok"
+    assert (data["sut"], data["nodes"], data["density"], data["seed"], data["timeout_s"]) == (
+        sut, 25, 0.05, 0, 0.05)
+    assert isinstance(data["cost"], int) and isinstance(data["target"], int)
+    assert data["gap"] >= 0.0
+    assert data["power_w"] is not None or data["power_status"]
+    run = Path(data["run"])
+    assert run.name.endswith(f"_sweep_qubo-{sut}-n25")
+
+    # The same point through `rig sweep qubo`.
+    sweep_file = tmp_path / "one.toml"
+    sweep_file.write_text(f'[sweep]\nsuts = ["{sut}"]\nnodes = [25]\ndensities = [0.05]\n'
+                          'seeds = [0]\ntimeouts = [0.05]\n')
+    swept = rig_json(capsys, "sweep", "qubo", str(sweep_file), "--runs-dir",
+                     str(tmp_path / "s"), "--json")
+    shown = rig_json(capsys, "show", str(run), "--json")
+    shown_sweep = rig_json(capsys, "show", swept["run"], "--json")
+    assert shown["status"] == "complete" and shown["points_done"] == shown["points_total"] == 1
+    for key in ("gap_mean", "sut", "nodes", "density", "timeout_s", "seeds", "failed"):
+        assert shown["summary"][0][key] == shown_sweep["summary"][0][key], key
+    assert shown["summary"][0]["gap_mean"] == data["gap"]
+    (mine,) = read_sweep(run).done.values()
+    (theirs,) = read_sweep(swept["run"]).done.values()
+    assert mine.key == theirs.key
+    for key in ("gap", "cost", "target", "target_method"):
+        assert mine.result[key] == theirs.result[key] == data[key], key
+
+
+def test_console_output(tmp_path: Path, capsys) -> None:
+    assert main(["measure", "qubo", "--sut", "cpu-tabu", *POINT,
+                 "--runs-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "gap: " in out and "vs target" in out and "solve time:" in out
+    assert "power" in out and "run folder:" in out
+    assert "\n".join(out.split()).count("sweep_qubo-cpu-tabu-n25") == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--sut", "gpu", *POINT], "--sut 'gpu'"),
+    (["--sut", "cpu-sa", "--nodes", "1", *POINT[2:]], "--nodes 1"),
+    (["--sut", "cpu-sa", *POINT[:2], "--density", "0", *POINT[4:]], "--density 0"),
+    (["--sut", "cpu-sa", *POINT[:2], "--density", "1.5", *POINT[4:]], "--density 1.5"),
+    (["--sut", "cpu-sa", *POINT[:4], "--seed", "-1", *POINT[6:]], "--seed -1"),
+    (["--sut", "cpu-sa", *POINT[:6], "--timeout", "0"], "--timeout 0"),
+    (["--sut", "cpu-sa", *POINT[:6], "--timeout", "-2"], "--timeout -2"),
+])
+def test_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
+    assert main(["measure", "qubo", *argv, "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rig: error: ") and message in err
+    assert err.strip().count("\n") == 0
+    assert not any(tmp_path.iterdir())  # no run folder for bad input
+
+
+def test_asc_arguments_not_needed_for_qubo_and_vice_versa(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["measure", "qubo", "--device", "sim", *POINT])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["measure", "asc", "--sut", "cpu-sa"])
+    assert exc.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
