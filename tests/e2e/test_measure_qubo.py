@@ -87,3 +87,17 @@ def test_asc_arguments_not_needed_for_qubo_and_vice_versa(tmp_path: Path, capsys
         main(["measure", "asc", "--sut", "cpu-sa"])
     assert exc.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_clean(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rig.sweep
+
+    def interrupted(self, point):  # Ctrl-C while the point is being measured
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rig.sweep.QuboPointFunction, "__call__", interrupted)
+    assert main(["measure", "qubo", "--sut", "cpu-sa", *POINT, "--runs-dir", str(tmp_path),
+                 "--json"]) == 130
+    assert "rig sweep resume" in capsys.readouterr().err
+    (run,) = tmp_path.iterdir()
+    assert read_sweep(run).status == "interrupted"
