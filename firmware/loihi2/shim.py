@@ -15,6 +15,7 @@ with its time and energy profiler. RIG_LOIHI2_BACKEND=CPU forces the CPU backend
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -226,6 +227,8 @@ class LavaSolver:
         # lava-loihi (not public) brings the Loihi 2 compiler and its profiler.
         self.hardware = forced.upper() != "CPU" and loihi.is_installed()
         self.backend = "Loihi2" if self.hardware else "CPU"
+        #: NEBM settings of every network built (main() puts a tuning file's entry over them).
+        self.hyperparameters = dict(HYPERPARAMETERS)
 
     def build(self, problem: Problem, seed: int, max_steps: int) -> Network:
         """Build, compile and start a network for `problem` (the SUT's load, outside any clock).
@@ -239,7 +242,7 @@ class LavaSolver:
         np.random.seed(seed)
         config = self._config(
             timeout=max_steps, target_cost=problem.unreachable, backend=self.backend,
-            hyperparameters=dict(HYPERPARAMETERS), probe_cost=True,
+            hyperparameters=dict(self.hyperparameters), probe_cost=True,
             probe_time=self.hardware, probe_energy=self.hardware,
         )
         solver = self._solver(self._qubo(problem.q))
@@ -570,10 +573,26 @@ def exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> threading.Th
     return thread
 
 
+def tuned(argv: list[str]) -> dict:
+    """HYPERPARAMETERS with `--hyperparameters JSON` (from `rig qubo tune`/a tuning file) over
+    them; only the names already there are accepted."""
+    merged = dict(HYPERPARAMETERS)
+    if "--hyperparameters" in argv:
+        given = json.loads(argv[argv.index("--hyperparameters") + 1])
+        unknown = sorted(set(given) - set(HYPERPARAMETERS))
+        if unknown:
+            raise SystemExit(f"loihi2 shim: unknown hyperparameters {unknown}; "
+                             f"known: {sorted(HYPERPARAMETERS)}")
+        merged.update(given)
+    return merged
+
+
 def main() -> int:
+    hyperparameters = tuned(sys.argv[1:])
     exit_with_parent(os.getppid())
     port = Port()
     solver = LavaSolver()  # imports Lava before the banner: `m-ready` means ready to solve
+    solver.hyperparameters = hyperparameters
     shim = Shim(port, solver)
     print(f"loihi2 shim: Lava {solver.backend} backend", file=sys.stderr)
     try:

@@ -503,7 +503,10 @@ class Loihi2Sut:
         shim: str | os.PathLike[str] = LOIHI2_SHIM,
         margin_s: float = 60.0,
         boot_timeout_s: float = 120.0,
+        hyperparameters: dict[str, Any] | None = None,
     ) -> None:
+        import json
+
         from drivers.dut.client import DutClient
         from drivers.process import ProcessTransport
 
@@ -513,8 +516,12 @@ class Loihi2Sut:
                 hint="run `make lava-env` (Python 3.10, lava-nc 0.9.0, lava-optimization 0.4.0)",
             )
         self.margin_s = margin_s
-        self._transport = ProcessTransport([os.fspath(python), os.fspath(shim)], name="loihi2",
-                                           cwd=REPO)
+        #: Over the shim's defaults (a tuning file's entry); recorded with each point.
+        self.hyperparameters = dict(hyperparameters or {})
+        argv = [os.fspath(python), os.fspath(shim)]
+        if self.hyperparameters:
+            argv += ["--hyperparameters", json.dumps(self.hyperparameters, sort_keys=True)]
+        self._transport = ProcessTransport(argv, name="loihi2", cwd=REPO)
         self._client = DutClient(self._transport, name="loihi2 shim")
         try:
             self._client.wait_for_boot(boot_timeout_s)
