@@ -27,9 +27,10 @@ TRUTH = {
 }
 
 
-def bench_variant(tmp_path: Path, name: str = "bench", **replace: str) -> Path:
-    """benches/sim.toml with text replacements (old=new given as pairs)."""
-    text = (REPO / "benches" / "sim.toml").read_text()
+def bench_variant(tmp_path: Path, name: str = "bench", *, base: str = "sim",
+                  **replace: tuple[str, str]) -> Path:
+    """benches/<base>.toml with text replacements (old=new given as pairs)."""
+    text = (REPO / "benches" / f"{base}.toml").read_text()
     for old, new in replace.values():
         assert old in text, old
         text = text.replace(old, new)
