@@ -21,7 +21,7 @@ from rig.errors import ConfigError
 VIRTUAL_PORT = "virtual"
 
 DUT_KINDS = ("mlperf-tiny", "xylo")
-EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "rapl", "nvml", "none")
+EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "rapl", "nvml", "none")
 #: "<driver>-sim" is shorthand for that driver on the virtual bench (port = "virtual").
 SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")

@@ -14,6 +14,7 @@ spelling the driver sends, or says what the driver accepts instead. Pure: no ins
   largest range; the instrument selects its smallest range that holds the value. ``auto`` keeps
   the driver's fixed default range (`KEYSIGHT_DEFAULT_RANGE_A`): autoranging during a timed
   capture is not used (see drivers/emon/keysight.py).
+- ``ppk2``: only ``auto``. The PPK2 picks one of its five ranges for every sample by itself.
 - ``rapl``, ``nvml``, ``none``: only ``auto`` (nothing to range).
 """
 
@@ -48,6 +49,8 @@ KEYSIGHT_MAX_RANGE_A = {"n6705": 3.06, "34465a": 3.0}
 _WHY_AUTO_ONLY = {
     "lpm01a": "the PowerShield auto-ranges by itself in its dynamic acquisition mode "
               "(acqmode dyn); it has no fixed range to choose",
+    "ppk2": "the PPK2 switches among its five ranges by itself, per sample; it has no fixed "
+            "range to choose",
     "rapl": "a RAPL counter reads power; it has no current range",
     "nvml": "an NVML counter reads power; it has no current range",
     "none": "there is no energy monitor to range",

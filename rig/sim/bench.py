@@ -26,6 +26,7 @@ from rig.sim.joulescope import WorldSource, serve_source
 from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
+from rig.sim.ppk2 import SimPpk2
 from rig.sim.world import PowerParams, World
 
 
@@ -65,6 +66,9 @@ class VirtualBench:
             self.emon = Sim34465A(self.world)
         elif self.emon_driver == "joulescope":
             self.emon = JoulescopeBridge(self.world, int(bench.emon.sample_rate_hz))
+        elif self.emon_driver == "ppk2":
+            # Source mode supplies the DUT itself; in ampere mode the bench's supply does.
+            self.emon = SimPpk2(self.world, ampere_supply_v=bench.emon.supply_voltage_v)
         if self.emon_driver in ("34465a", "none", "joulescope"):
             # The monitor does not source the supply: a bench supply does. It stays on, except
             # that a Joulescope connects and disconnects the DUT with its current range.
@@ -78,7 +82,7 @@ class VirtualBench:
     def ports(self) -> dict[str, str]:
         """The pty paths the rig opens: {"dut", "emon"[, "io_manager"]}."""
         ports = {"dut": self.dut.path}
-        if isinstance(self.emon, SimLpm01a):
+        if isinstance(self.emon, SimLpm01a | SimPpk2):
             ports["emon"] = self.emon.path
         elif isinstance(self.emon, JoulescopeBridge):
             ports["emon"] = self.emon.address

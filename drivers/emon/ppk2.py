@@ -1,0 +1,394 @@
+"""Driver for the Nordic Power Profiler Kit II (PPK2), speaking its serial protocol itself.
+
+The PPK2 is a USB CDC serial device (`protocols.ppk2` has the bytes). In source-meter mode it
+supplies the DUT from its regulator (800..5000 mV, never above the bench's voltage limit: checked
+before any byte goes out); in ampere-meter mode the bench's supply feeds the DUT through the
+PPK2's shunt and the regulator setting is the supply voltage the rig reports power with (and
+the calibration's supply term uses). In both modes ``DEVICE_RUNNING_SET`` switches the DUT's
+output on and off (OUR READING of the modes, from Nordic's app and ppk2-api: confirm the ampere
+mode's output switch on hardware).
+
+It streams 100 000 samples per second, each with its five-range auto-ranged current and the
+eight digital inputs D0..D7: the DUT's timestamp GPIO goes to D0 (bit 0 of `Chunk.gpio`, the
+other inputs in bits 1..7), sampled with the current, so every edge is seen. A lower
+`sample_rate` (100 kHz / N) averages N samples on the host (energy is kept; a low pulse on an
+input anywhere in a block marks the block low).
+
+Nothing is acked by the PPK2, so commands are written and not waited for; the metadata reply
+(calibration) at connect proves the port is a PPK2. Lost samples show as jumps of the words'
+6-bit counter: the sample ids jump with them (the recorder fails a window across them) and the
+loss is noted; a port that fails mid-run (USB unplugged) ends the reader, and `fault` says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.errors import DeviceError, DeviceTimeout, VoltageLimitError
+from drivers.transport import SerialTransport
+from protocols.errors import ProtocolError, RigError
+from protocols.ppk2 import (
+    METADATA_END,
+    SAMPLE_RATE_HZ,
+    VDD_MAX_MV,
+    VDD_MIN_MV,
+    Calibration,
+    Cmd,
+    WordAssembler,
+    counter_gaps,
+    device_running,
+    encode,
+    parse_metadata,
+    regulator_set,
+    set_power_mode,
+    split_words,
+)
+
+log = logging.getLogger(__name__)
+
+#: Ignored by a USB CDC port; what Nordic's app opens it with.
+BAUDRATE = 115_200
+MODES = ("source", "ampere")
+#: At connect and stop: the stream counts as over after this long without a byte.
+QUIET_S = 0.1
+#: ... but a PPK2 that never goes quiet is not waited for longer than this.
+QUIET_MAX_S = 2.0
+#: How long the metadata reply may take.
+METADATA_TIMEOUT_S = 3.0
+#: Bytes asked for per read while streaming (100 kS/s is 400 kB/s).
+READ_BYTES = 1 << 20
+_CABLE_HINT = "check the USB cable (the PPK2's USB DATA/POWER port) and that it is switched on"
+
+
+class ByteTransport(Protocol):
+    """What the driver needs from a transport (`SerialTransport` or a test double)."""
+
+    def write(self, data: bytes) -> None: ...
+    def read(self, max_bytes: int = ...) -> bytes: ...
+    def reset_input(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Ppk2(EnergyMonitor):
+    """A PPK2 over its USB serial port, in source-meter or ampere-meter mode."""
+
+    driver = "ppk2"
+
+    def __init__(self, transport: ByteTransport, *, voltage_limit_v: float,
+                 simulated: bool = False, mode: str = "source") -> None:
+        if mode not in MODES:
+            raise DeviceError(f"PPK2: unknown mode {mode!r}",
+                              hint="use \"source\" (the PPK2 supplies the DUT) or \"ampere\"")
+        super().__init__(voltage_limit_v=voltage_limit_v)
+        self.transport = transport
+        self.simulated = simulated
+        self.mode = mode
+        self.calibration: Calibration | None = None
+        self._vdd_mv: int | None = None
+        self._decimation = 1
+        self._dut_on = False
+        self._connected = False
+        self._closed = False
+        self._running = False
+        self._on_chunk: ChunkCallback | None = None
+        self._callback_error: BaseException | None = None
+        self._reader: threading.Thread | None = None
+        self._reader_stop = threading.Event()
+        self._reader_error: BaseException | None = None
+        self._fault: DeviceError | None = None
+        self._last_rx = time.monotonic()
+        self._words = WordAssembler()
+        self._last_counter: int | None = None
+        self._raw_next = 0  # raw sample id of the next word
+        self._carry: tuple[int, np.ndarray, np.ndarray] | None = None  # a partial block
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, port: str, *, voltage_limit_v: float, simulated: bool = False,
+             mode: str = "source", baudrate: int = BAUDRATE) -> Ppk2:
+        """Open `port` and read the PPK2's calibration."""
+        if mode not in MODES:  # before the port is opened
+            raise DeviceError(f"PPK2: unknown mode {mode!r}",
+                              hint="use \"source\" (the PPK2 supplies the DUT) or \"ampere\"")
+        transport = SerialTransport(port, baudrate, name="PPK2")
+        monitor = cls(transport, voltage_limit_v=voltage_limit_v, simulated=simulated, mode=mode)
+        try:
+            monitor.connect()
+        except BaseException:
+            monitor.close()
+            raise
+        return monitor
+
+    def connect(self) -> None:
+        """Stop a stream a previous session left running, then read the metadata."""
+        self.transport.write(encode(Cmd.AVERAGE_STOP))
+        self._connected = True
+        self._wait_quiet(lambda: self.transport.read(READ_BYTES))
+        self.transport.reset_input()
+        self.transport.write(encode(Cmd.GET_METADATA))
+        deadline = time.monotonic() + METADATA_TIMEOUT_S
+        reply = b""
+        while METADATA_END not in reply:
+            if time.monotonic() > deadline:
+                raise DeviceTimeout(
+                    "PPK2: no metadata reply (calibration) in time"
+                    + (f"; got {reply[:40]!r}" if reply else ""),
+                    hint=_CABLE_HINT + "; is this port a PPK2? (`rig devices` lists ports)")
+            reply += self.transport.read(4096)
+        try:
+            self.calibration = parse_metadata(reply.decode("ascii", "replace"))
+        except ProtocolError as exc:
+            raise DeviceError(f"PPK2: {exc.message}", hint=exc.hint or _CABLE_HINT) from None
+
+    def close(self) -> None:
+        """Stop, switch the DUT off, release the port. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._running:
+            self._stop_while_closing()
+        if self._connected:
+            self.power_off()
+        self._stop_reader()
+        try:
+            self.transport.close()
+        except Exception as exc:
+            log.warning("PPK2: closing the port failed: %s", exc)
+
+    # -- EnergyMonitor ------------------------------------------------------------------------
+    @property
+    def sample_rate(self) -> float:
+        """Samples per second delivered: 100 kHz / the host-side averaging."""
+        return SAMPLE_RATE_HZ / self._decimation
+
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Supply (source mode) or report (ampere mode) `voltage` [V]; deliver `sample_rate` [Hz]
+        (100 kHz, or 100 kHz / N averaged on the host). Checked before any byte goes out."""
+        check_voltage(voltage, self.voltage_limit_v, who="PPK2")
+        mv = round(voltage * 1000)
+        if not VDD_MIN_MV <= mv <= VDD_MAX_MV:
+            raise VoltageLimitError(
+                f"PPK2: its regulator sets {VDD_MIN_MV / 1000:g}..{VDD_MAX_MV / 1000:g} V, "
+                f"not {voltage:g} V",
+                hint="set a supply voltage the PPK2 can deliver in the bench file")
+        ratio = SAMPLE_RATE_HZ / sample_rate if sample_rate > 0 else 0.0
+        if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
+            raise DeviceError(
+                f"PPK2: {sample_rate:g} Hz is not 100 kHz divided by a whole number",
+                hint="use 100000 (the PPK2's rate) or e.g. 50000, 10000, 1000 (averaged)")
+        if self._running:
+            raise DeviceError("PPK2: configure() during an acquisition", hint="stop() first")
+        self.transport.write(set_power_mode(source=self.mode == "source"))
+        self.transport.write(regulator_set(mv))
+        self._vdd_mv = mv
+        self._decimation = round(ratio)
+
+    def power_on(self) -> None:
+        """Switch the DUT's output on."""
+        if self._vdd_mv is None:
+            raise DeviceError("PPK2: power_on() before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        self._send(device_running(True))
+        self._dut_on = True
+
+    def power_off(self) -> None:
+        """Switch the DUT's output off; only logs when the port is already gone."""
+        if self._reader_error is not None:
+            log.info("PPK2: DUT off not sent: the port failed earlier")
+            return
+        try:
+            self.transport.write(device_running(False))
+            self._dut_on = False
+        except Exception as exc:  # on error paths: never mask the original error
+            log.warning("PPK2: switching the DUT off failed: %s", exc)
+
+    def start(self, on_chunk: ChunkCallback) -> None:
+        """Start streaming; chunks go to `on_chunk` on the reader thread."""
+        if self._vdd_mv is None:
+            raise DeviceError("PPK2: start() before configure()",
+                              hint="call configure(voltage, sample_rate) first")
+        if self._running:
+            raise DeviceError("PPK2: start() while already streaming", hint="stop() first")
+        self.transport.reset_input()
+        self._words.reset()
+        self._last_counter = None
+        self._raw_next = 0
+        self._carry = None
+        self._callback_error = None
+        self._on_chunk = on_chunk
+        self._reader_stop.clear()
+        self._reader = threading.Thread(target=self._read_loop, name="ppk2-reader", daemon=True)
+        self._reader.start()
+        try:
+            self._send(encode(Cmd.AVERAGE_START))
+        except BaseException:
+            self._stop_reader()
+            self._on_chunk = None
+            raise
+        self._running = True
+
+    def stop(self) -> None:
+        """Stop streaming; returns once the PPK2 went quiet and every sample was delivered."""
+        if not self._running:
+            return
+        try:
+            if self._reader_error is None:
+                self._send(encode(Cmd.AVERAGE_STOP))
+                self._wait_quiet(None)
+        finally:
+            self._running = False
+            self._stop_reader()
+            self._on_chunk = None
+            if self._carry is not None:
+                self.stats.note(f"{len(self._carry[1])} sample(s) after the last whole "
+                                f"{self._decimation}-sample average were left out")
+                self._carry = None
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+
+    @property
+    def fault(self) -> DeviceError | None:
+        """Why the stream ended mid-acquisition (the port failed: USB unplugged), else None."""
+        error = self._reader_error
+        if error is None or not self._running:
+            return None
+        if self._fault is None:
+            what = error.message if isinstance(error, RigError) else str(error)
+            self._fault = DeviceError(
+                f"PPK2: {what}; its stream stopped after {self.stats.samples:,} samples",
+                hint="reconnect the PPK2 and run again; it supplied the DUT, so the DUT lost "
+                "power with it")
+        return self._fault
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting sent, plus the calibration's identity, for the manifest."""
+        extra = self.calibration.extra if self.calibration else {}
+        return {
+            "driver": self.driver,
+            "port": getattr(self.transport, "url", None),
+            "simulated": self.simulated,
+            "mode": self.mode,
+            "voltage_v": None if self._vdd_mv is None else self._vdd_mv / 1000,
+            "sample_rate_hz": self.sample_rate,
+            "device_sample_rate_hz": SAMPLE_RATE_HZ,
+            "averaged_samples": self._decimation,
+            "voltage_limit_v": self.voltage_limit_v,
+            "current_range": "auto",
+            "timestamp_input": "D0",
+            "hw": extra.get("hw"),
+            "calibrated": extra.get("calibrated"),
+        }
+
+    def self_test(self) -> dict[str, Any]:
+        """What the metadata said at connect (the PPK2 answers nothing else)."""
+        extra = self.calibration.extra if self.calibration else {}
+        return {"driver": self.driver, "hw": extra.get("hw"),
+                "port": getattr(self.transport, "url", None), "simulated": self.simulated}
+
+    # -- internals ----------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        if self._reader_error is not None:
+            raise DeviceError(f"PPK2: cannot send {data.hex()}: the port failed earlier: "
+                              f"{self._reader_error}", hint=_CABLE_HINT)
+        self.transport.write(data)
+
+    def _wait_quiet(self, read: Any) -> None:
+        """Until no byte came for `QUIET_S` (read here with `read`, else by the reader)."""
+        self._last_rx = time.monotonic()
+        give_up = self._last_rx + QUIET_MAX_S
+        while time.monotonic() - self._last_rx < QUIET_S and time.monotonic() < give_up:
+            if read is not None:
+                if read():
+                    self._last_rx = time.monotonic()
+            elif self._reader_error is not None:
+                return
+            else:
+                time.sleep(0.01)
+
+    def _stop_reader(self) -> None:
+        self._reader_stop.set()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=2.0)
+        self._reader = None
+
+    def _read_loop(self) -> None:
+        while not self._reader_stop.is_set():
+            try:
+                data = self.transport.read(READ_BYTES)
+            except (RigError, OSError) as exc:
+                if not self._reader_stop.is_set():
+                    log.info("PPK2: reader stopped: %s", exc)  # `fault` reports it
+                    self._reader_error = exc
+                return
+            if not data:
+                continue
+            self._last_rx = time.monotonic()
+            whole = self._words.feed(data)
+            if not whole:
+                continue
+            on_chunk = self._on_chunk
+            for chunk in self._chunks(whole):
+                if on_chunk is None:
+                    break
+                try:
+                    on_chunk(chunk)
+                except Exception as exc:  # surfaced by stop(); the stream must keep draining
+                    log.exception("PPK2: on_chunk callback failed")
+                    if self._callback_error is None:
+                        self._callback_error = exc
+
+    def _chunks(self, raw: bytes) -> list[Chunk]:
+        """Decode whole words into chunks: one per run of consecutive samples."""
+        assert self.calibration is not None and self._vdd_mv is not None
+        words = split_words(raw)
+        n = len(words)
+        gaps = counter_gaps(words.counter, self._last_counter)
+        self._last_counter = int(words.counter[-1])
+        current = self.calibration.current(words.adc, words.rng, self._vdd_mv / 1000)
+        ids = self._raw_next + np.arange(n, dtype=np.int64) + np.cumsum(gaps)
+        self._raw_next = int(ids[-1]) + 1
+        lost_at = np.flatnonzero(gaps)
+        for k in lost_at.tolist():
+            self.stats.note(f"{int(gaps[k])} sample(s) lost before sample {int(ids[k])} "
+                            "(the PPK2's sample counter jumped)")
+        cuts = [0, *(k for k in lost_at.tolist() if k > 0), n]
+        chunks = []
+        for a, b in itertools.pairwise(cuts):
+            chunk = self._block(int(ids[a]), current[a:b], words.logic[a:b])
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
+
+    def _block(self, first: int, current: np.ndarray, logic: np.ndarray) -> Chunk | None:
+        """A chunk of consecutive raw samples, averaged `_decimation` at a time."""
+        n_avg = self._decimation
+        if n_avg > 1:
+            carry = self._carry
+            if carry is not None and carry[0] + len(carry[1]) == first:
+                first = carry[0]
+                current = np.concatenate((carry[1], current))
+                logic = np.concatenate((carry[2], logic))
+            else:  # start on a whole block of the delivered rate (after a loss, too)
+                if carry is not None:
+                    self.stats.note(f"a partial {n_avg}-sample average before sample "
+                                    f"{first} was left out (samples lost after it)")
+                skip = (-first) % n_avg
+                first, current, logic = first + skip, current[skip:], logic[skip:]
+            m = len(current) // n_avg * n_avg
+            self._carry = (first + m, current[m:], logic[m:]) if m < len(current) else None
+            if m == 0:
+                return None
+            current = current[:m].reshape(-1, n_avg).mean(axis=1)
+            logic = np.bitwise_and.reduce(logic[:m].reshape(-1, n_avg), axis=1)
+            first //= n_avg
+        self.stats.samples += len(current)
+        voltage = np.full(len(current), self._vdd_mv / 1000 if self._vdd_mv else np.nan)
+        return Chunk(first, current, voltage, logic.astype(np.uint8, copy=False))

@@ -1,0 +1,248 @@
+"""A simulated Nordic PPK2 on a pty, measuring the shared `World`'s DUT.
+
+It takes the PPK2's opcode commands (`protocols.ppk2`) like the real one, silently: the only
+replies are the metadata text (its own calibration, deliberately not the defaults, so that a
+driver that ignores the calibration reads wrong currents) and, while averaging runs, the
+100 kS/s stream of 4-byte words. Sample k covers simulated [t0 + k*10 us, t0 + (k+1)*10 us); its
+current is the exact mean of the world's power model over that period divided by the DUT's
+supply voltage, turned into the (ADC value, range) the calibration maps back to it: the most
+sensitive range that holds it, rounded to the nearest ADC count as the real ADC quantises. D0
+carries the DUT's timestamp GPIO (its level at the sample's start), D1..D7 read 0; the 6-bit
+counter steps by one per sample. Simulated, not measured.
+
+Source mode (``SET_POWER_MODE 2``): ``REGULATOR_SET`` is the DUT's supply and
+``DEVICE_RUNNING_SET`` switches it. Ampere mode (1): the bench's supply (`ampere_supply_v`)
+feeds the DUT through the PPK2, ``DEVICE_RUNNING_SET`` connects it.
+
+Test hooks: `drop_samples` loses samples in the stream (the counter jumps, as when USB drops
+data), `unplug` takes the port away and the DUT's power with it; `max_regulator_mv` is the
+highest voltage the regulator was ever asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+
+import numpy as np
+
+from protocols.ppk2 import (
+    COUNTER_MOD,
+    POWER_MODE_AMPERE,
+    POWER_MODE_SOURCE,
+    SAMPLE_RATE_HZ,
+    VDD_MAX_MV,
+    VDD_MIN_MV,
+    Calibration,
+    Cmd,
+    encode_words,
+    parse_command,
+)
+from rig.sim.pty import Pty
+from rig.sim.world import NS, World
+
+log = logging.getLogger(__name__)
+
+#: The simulated unit's calibration: offsets and gains a real unit might have.
+SIM_CALIBRATION = Calibration(
+    r=(1010.2, 100.9, 10.08, 0.951, 0.0442),
+    gs=(0.0, 0.012, 0.0021, 0.0, 0.0),
+    gi=(0.985, 1.012, 0.996, 1.003, 0.998),
+    o=(64.5, 71.25, 66.0, 73.5, 67.0),
+    s=(2.5e-8, 1.1e-7, 0.0, 0.0, 0.0),
+    i=(-1.2e-8, 3.0e-8, 0.0, 0.0, 0.0),
+    ug=(1.0, 1.0, 1.0, 1.0, 1.0),
+    extra={"calibrated": "1", "hw": "9173", "ia": "56"},
+)
+#: Host seconds between two bursts of streamed samples.
+STREAM_PERIOD_S = 0.005
+#: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
+WRITE_PATIENCE_S = 1.0
+#: Most samples encoded in one go.
+_MAX_BURST = 200_000
+_PERIOD_NS = NS // SAMPLE_RATE_HZ
+
+
+class SimPpk2:
+    """The PPK2: opcodes in, metadata and sample words out, on `.path` (a pty)."""
+
+    def __init__(self, world: World, *, ampere_supply_v: float = 3.3,
+                 calibration: Calibration = SIM_CALIBRATION) -> None:
+        self.world = world
+        self.calibration = calibration
+        self.ampere_supply_v = ampere_supply_v
+        self._pty = Pty()
+        self.path = self._pty.path
+        os.set_blocking(self._pty.master, False)
+        self.dropped_bytes = 0
+        self.mode = POWER_MODE_AMPERE  # what a PPK2 starts in
+        self.vdd_mv = 3000
+        self.max_regulator_mv = 0
+        self.dut_on = False
+        #: Every command taken, in order: (opcode, argument bytes).
+        self.received: list[tuple[int, tuple[int, ...]]] = []
+        self.running = False
+        self.acquisition_t0_ns: int | None = None
+        self._next_k = 0
+        self._skip = 0
+        self._last_forget_ns = 0
+        self._write_lock = threading.Lock()
+        self._acq_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the command and streaming threads."""
+        if self._threads:
+            return
+        for target, name in ((self._command_loop, "ppk2-sim-cmd"),
+                             (self._stream_loop, "ppk2-sim-stream")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop every thread and close the pty; safe to call twice."""
+        self._closing.set()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._threads.clear()
+        self._pty.close()
+
+    def __enter__(self) -> SimPpk2:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- faults (test hooks) ------------------------------------------------------------------
+    def unplug(self) -> None:
+        """The USB cable comes out: the port goes away and the DUT loses its supply."""
+        self.close()
+        self.world.power(False)
+
+    def drop_samples(self, count: int) -> None:
+        """Lose `count` samples at the next burst (their counter values go missing)."""
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        with self._acq_lock:
+            self._skip += count
+
+    # -- commands -----------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        with self._write_lock:
+            self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
+                                                  stop=self._closing)
+
+    def _command_loop(self) -> None:
+        pending = b""
+        fd = self._pty.master
+        while not self._closing.is_set():
+            try:
+                readable, _, _ = select.select([fd], [], [], 0.05)
+                if not readable:
+                    continue
+                pending += os.read(fd, 4096)
+            except BlockingIOError:
+                continue
+            except (OSError, ValueError):
+                if self._closing.wait(0.05):
+                    return
+                continue
+            while True:
+                command, used = parse_command(pending)
+                if command is None:
+                    break
+                pending = pending[used:]
+                try:
+                    self._handle(*command)
+                except Exception:  # a simulator bug must not leave the PPK2 mute
+                    log.exception("PPK2 simulator: command %r failed", command)
+
+    def _handle(self, op: Cmd | int, args: tuple[int, ...]) -> None:
+        self.received.append((int(op), args))
+        if op == Cmd.GET_METADATA:
+            extra = {**self.calibration.extra, "vdd": str(self.vdd_mv), "mode": str(self.mode)}
+            cal = Calibration(**{k: getattr(self.calibration, k) for k in Calibration.KEYS},
+                              extra=extra)
+            self._write(cal.to_metadata())
+        elif op == Cmd.SET_POWER_MODE:
+            if args[0] in (POWER_MODE_AMPERE, POWER_MODE_SOURCE):
+                self.mode = args[0]
+                self._apply_supply()
+        elif op == Cmd.REGULATOR_SET:
+            mv = args[0] << 8 | args[1]
+            self.max_regulator_mv = max(self.max_regulator_mv, mv)
+            if VDD_MIN_MV <= mv <= VDD_MAX_MV:  # the firmware ignores what it cannot set
+                self.vdd_mv = mv
+                self._apply_supply()
+        elif op == Cmd.DEVICE_RUNNING_SET:
+            self.dut_on = args[0] == 1
+            self.world.power(self.dut_on)
+        elif op == Cmd.AVERAGE_START:
+            with self._acq_lock:
+                t0 = self.world.clock.now_ns()
+                self.acquisition_t0_ns = t0
+                self._next_k = 0
+                self._last_forget_ns = t0
+                self.running = True
+        elif op == Cmd.AVERAGE_STOP:
+            with self._acq_lock:
+                if self.running:
+                    self._emit_until(self.world.observable_ns())
+                self.running = False
+        elif op == Cmd.RESET:
+            with self._acq_lock:
+                self.running = False
+            self.dut_on = False
+            self.world.power(False)
+        # Other opcodes (spike filter, user gains) change nothing the simulation models.
+
+    def _apply_supply(self) -> None:
+        volts = self.vdd_mv / 1000 if self.mode == POWER_MODE_SOURCE else self.ampere_supply_v
+        self.world.set_supply(volts)
+
+    # -- streaming ----------------------------------------------------------------------------
+    def _stream_loop(self) -> None:
+        while not self._closing.wait(STREAM_PERIOD_S):
+            with self._acq_lock:
+                if not self.running:
+                    continue
+                try:
+                    self._emit_until(self.world.observable_ns())
+                except Exception:  # a simulator bug must not hang the rig: stop streaming
+                    log.exception("PPK2 simulator: streaming failed")
+                    self.running = False
+
+    def _emit_until(self, now_ns: int) -> None:
+        """Write every sample whose period ended by `now_ns` (caller holds `_acq_lock`)."""
+        t0 = self.acquisition_t0_ns
+        assert t0 is not None
+        end = (now_ns - t0) // _PERIOD_NS
+        if self._skip and self._next_k < end:
+            self._next_k += self._skip
+            self._skip = 0
+        while self._next_k < end and not self._closing.is_set():
+            stop = min(end, self._next_k + _MAX_BURST)
+            self._emit_samples(self._next_k, stop)
+            self._next_k = stop
+        if now_ns - self._last_forget_ns >= NS:
+            self.world.forget_before(t0 + self._next_k * _PERIOD_NS)
+            self._last_forget_ns = now_ns
+
+    def _emit_samples(self, k: int, end: int) -> None:
+        t0 = self.acquisition_t0_ns
+        assert t0 is not None
+        idx = np.arange(k, end + 1, dtype=np.int64)
+        bounds = t0 + idx * _PERIOD_NS
+        energy = self.world.energy_between(bounds)
+        with self.world.lock:
+            volts = self.world.supply_v
+        amps = energy / (volts * (_PERIOD_NS / NS))
+        adc, rng = self.calibration.adc_for(amps, self.vdd_mv / 1000)
+        logic = self.world.gpio_levels(bounds[:-1])  # D0; D1..D7 unconnected
+        self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
