@@ -1,7 +1,7 @@
 """Xylo Audio 2 DUT shim: runs a network specification on XyloSim (or an HDK) and speaks the
 rig's DUT protocol (protocols/dut/SPEC.md) on stdin/stdout, answering like the C shim.
 
-    python firmware/xylo/shim.py --spec NET.npz [--hdk] [--power-frequency HZ]
+    python firmware/xylo/shim.py --spec NET.npz|GRAPH.nir [--hdk] [--power-frequency HZ]
 
 Run it with the rig's Python (it imports the installed `protocols` package); the rig starts it
 through `drivers.process.ProcessTransport`. Performance timestamp mode only. The lap counter
@@ -30,8 +30,9 @@ if __package__ in (None, ""):
     # Run as a script: make `firmware.xylo` importable (the repository root).
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from firmware.xylo.nir_graph import load_network
 from firmware.xylo.rockpool_import import XyloUnavailable, find_xylo_audio2_hdk, xylo_audio2
-from firmware.xylo.spec import SpecError, XyloSpec, load_spec
+from firmware.xylo.spec import SpecError, XyloSpec
 from protocols.dut.codec import CAP_BLOAD, CAP_SIMTIME, MAX_COMMAND, payload_crc
 
 PROFILE = "ULPMark for tinyML Firmware V0.0.1"
@@ -428,7 +429,9 @@ def _atoi(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, load the spec, start the backend, serve until stdin closes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", required=True, type=Path, help="network specification .npz")
+    parser.add_argument("--spec", required=True, type=Path,
+                        help="network specification .npz, or a NIR graph (.nir, mapped and "
+                        "quantised for Xylo Audio 2 on load)")
     parser.add_argument("--hdk", action="store_true",
                         help="run on an attached Xylo Audio 2 HDK (needs SynSense's samna)")
     parser.add_argument("--power-frequency", type=float, default=5.0, metavar="HZ",
@@ -437,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.power_frequency > 0:
         parser.error("--power-frequency must be positive")
     try:
-        spec = load_spec(args.spec)
+        spec = load_network(args.spec)
         stand_in = os.environ.get("RIG_XYLO_STAND_IN_RAILS")
         if args.hdk and stand_in:
             backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
