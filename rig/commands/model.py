@@ -1,5 +1,5 @@
-"""`rig model train xylo|c-shim`, `rig model info`: train the models the DUTs run, and say how a
-model file was trained.
+"""`rig model train xylo|c-shim`, `rig model export`, `rig model info`: train the models the DUTs
+run, write a Xylo model as a NIR graph, and say how a model file was trained.
 
 `train xylo` writes the Xylo shim's spec file (default: the shipped
 firmware/xylo/models/asc_synthetic.npz), its settings chosen on a validation split of the train
@@ -87,6 +87,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "10; 0 reads no test data)")
     c.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     c.set_defaults(run=run_train_c_shim)
+
+    e = actions.add_parser(
+        "export", help="write a trained Xylo spec file in a portable format (NIR)",
+        description="Write a Xylo spec file (from `rig model train xylo`) as a NIR graph "
+        "(HDF5, nir.write): Input -> Linear -> recurrent CubaLIF -> Linear -> CubaLIF -> Output "
+        "with dt, model id and class names in its metadata. The file is then read back with "
+        "nir.read, mapped and quantised for Xylo Audio 2 as the shim does, and compared with "
+        "the spec. The shim (and a bench's [dut] spec) takes the .nir file as it is.")
+    e.add_argument("model", type=Path, metavar="MODEL", help="a Xylo network spec (.npz)")
+    e.add_argument("--format", choices=("nir",), default="nir",
+                   help="output format (nir, the default and only one)")
+    e.add_argument("-o", "--out", type=Path, metavar="FILE",
+                   help="file to write (default: MODEL with the suffix .nir)")
+    e.add_argument("--no-check", action="store_true",
+                   help="skip reading the graph back through the Xylo mapper")
+    e.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    e.set_defaults(run=run_export)
 
     i = actions.add_parser("info", help="a Xylo spec file's model and how it was trained")
     i.add_argument("file", type=Path, metavar="FILE", help="a Xylo network spec (.npz)")
@@ -194,6 +211,34 @@ def run_train_c_shim(args: argparse.Namespace) -> int:
     if w.test_accuracy is not None:
         out.print(f"test accuracy {w.test_accuracy:.4f} ({args.test_per_class} per class, "
                   f"seed {args.seed})")
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    if not args.model.is_file():
+        raise ConfigError(f"{args.model} does not exist",
+                          hint="give a spec file written by `rig model train xylo`")
+    from rig.model.nir_export import export_nir  # Rockpool, jax and nir only for this command
+
+    done = export_nir(args.model, args.out or args.model.with_suffix(".nir"),
+                      check=not args.no_check)
+    if args.json:
+        print_json(done.record())
+        return 0
+    out = Console()
+    s = done.spec
+    out.print(f"wrote {done.path}: NIR graph of {s.model_id}, {s.n_input}-{s.n_hidden}-"
+              f"{s.n_output}, dt {s.dt} s; nodes "
+              f"{', '.join(f'{k} ({v})' for k, v in done.nodes.items())}", soft_wrap=True)
+    if not done.checked:
+        out.print("not read back (--no-check)")
+    elif done.identical:
+        out.print("read back with nir.read and mapped for Xylo Audio 2: identical to the spec "
+                  "(every array, dt, classes, model id)", soft_wrap=True)
+    else:
+        out.print(f"read back and mapped for Xylo Audio 2: differs from the spec in "
+                  f"{', '.join(done.differences)} (weight shifts are folded into the weights "
+                  "and re-quantised)", soft_wrap=True)
     return 0
 
 
