@@ -21,7 +21,8 @@ from rig.errors import ConfigError
 VIRTUAL_PORT = "virtual"
 
 DUT_KINDS = ("mlperf-tiny", "xylo")
-EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "rapl", "nvml", "none")
+EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "otii", "rapl",
+                "nvml", "none")
 #: "<driver>-sim" is shorthand for that driver on the virtual bench (port = "virtual").
 SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")
@@ -376,7 +377,7 @@ _NO_AUX = {
 def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
     """``[emon] timestamp_input``: one of `TIMESTAMP_INPUTS`; "aux" only on an N6705."""
     _choice(emon.timestamp_input, TIMESTAMP_INPUTS, path, "emon.timestamp_input")
-    if emon.timestamp_input != "aux" or emon.driver == "n6705":
+    if emon.timestamp_input != "aux" or emon.driver in ("n6705", "otii"):
         return
     why, hint = _NO_AUX.get(emon.driver, (f"the {emon.driver} monitor has no auxiliary voltage "
                                           "input", 'use timestamp_input = "gpio"'))

@@ -1,0 +1,466 @@
+"""The PPK2: its codec (table tests), the driver in conversation with a scripted port (exact
+bytes out, canned bytes in), then over a pty against the simulated PPK2 sharing a `World`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from drivers.emon import ppk2 as ppk2_driver
+from drivers.emon.base import Chunk
+from drivers.emon.ppk2 import Ppk2
+from drivers.errors import DeviceError, DeviceTimeout, VoltageLimitError
+from protocols.errors import ProtocolError
+from protocols.ppk2 import (
+    ADC_MAX,
+    ADC_MULT,
+    Calibration,
+    Cmd,
+    WordAssembler,
+    counter_gaps,
+    device_running,
+    encode,
+    encode_words,
+    parse_command,
+    parse_metadata,
+    regulator_set,
+    set_power_mode,
+    split_words,
+)
+from rig.sim.ppk2 import SIM_CALIBRATION, SimPpk2
+from rig.sim.world import NS, PowerParams, World
+
+# -- codec ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (regulator_set(1800), b"\x0d\x07\x08"),
+    (regulator_set(800), b"\x0d\x03\x20"),
+    (regulator_set(5000), b"\x0d\x13\x88"),
+    (device_running(True), b"\x0c\x01"),
+    (device_running(False), b"\x0c\x00"),
+    (set_power_mode(source=True), b"\x11\x02"),
+    (set_power_mode(source=False), b"\x11\x01"),
+    (encode(Cmd.AVERAGE_START), b"\x06"),
+    (encode(Cmd.AVERAGE_STOP), b"\x07"),
+    (encode(Cmd.GET_METADATA), b"\x19"),
+    (encode(Cmd.RESET), b"\x20"),
+])
+def test_commands_are_the_ppk2_bytes(data: bytes, expected: bytes) -> None:
+    assert data == expected
+
+
+@pytest.mark.parametrize("mv", [799, 5001, 0, 65535])
+def test_the_regulator_refuses_what_the_ppk2_cannot_set(mv: int) -> None:
+    with pytest.raises(ProtocolError, match=r"800\.\.5000 mV"):
+        regulator_set(mv)
+
+
+def test_commands_parse_back_split_at_every_boundary() -> None:
+    stream = regulator_set(1800) + device_running(True) + b"\x99" + encode(Cmd.AVERAGE_START)
+    for cut in range(len(stream) + 1):
+        got, pending = [], b""
+        for piece in (stream[:cut], stream[cut:]):
+            pending += piece
+            while True:
+                command, used = parse_command(pending)
+                if command is None:
+                    break
+                got.append(command)
+                pending = pending[used:]
+        assert got == [(Cmd.REGULATOR_SET, (7, 8)), (Cmd.DEVICE_RUNNING_SET, (1,)),
+                       (0x99, ()), (Cmd.AVERAGE_START, ())]
+        assert pending == b""
+
+
+def test_metadata_round_trip_and_what_keeps_the_default() -> None:
+    assert parse_metadata(SIM_CALIBRATION.to_metadata().decode()) == SIM_CALIBRATION
+    cal = parse_metadata("Calibrated: 0\nR0: 0\nR1: 99.5\nGS2: -nan\nO3: 12.5\nVDD: 3000\n"
+                         "HW: 9173\nmode: 2\nEND\n")
+    assert cal.r[0] == 1031.64 and cal.r[1] == 99.5  # a zero shunt keeps the default
+    assert cal.gs[2] == 1.0 and cal.o[3] == 12.5  # -nan keeps the default
+    assert cal.extra == {"calibrated": "0", "vdd": "3000", "hw": "9173", "mode": "2"}
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("R0: 1000\nGS0: 1\n", "without its END"),
+    ("hello\nEND\n", "no calibration values"),
+    ("R0: abc\nEND\n", "'R0: abc' is not a number"),
+])
+def test_bad_metadata_is_refused(text: str, words: str) -> None:
+    with pytest.raises(ProtocolError, match=words):
+        parse_metadata(text)
+
+
+def test_current_of_a_word_is_the_calibration_formula() -> None:
+    # Default calibration (GS = GI = 1), range 0: r = 4 * adc * 1.8 / 163840 / 1031.64,
+    # I = r * (r + 1).
+    cal = Calibration()
+    amps = cal.current(np.array([1000]), np.array([0]), 1.8)
+    r = 4000 * 1.8 / 163840 / 1031.64
+    assert amps[0] == pytest.approx(r * (r + 1), rel=1e-12)
+    # Every term of the formula: UG * (r * (GS * r + GI) + S * VDD + I0).
+    c = Calibration(r=(1, 2, 3, 4, 5), gs=(0, 0, 0.5, 0, 0), gi=(1, 1, 2, 1, 1),
+                    o=(0, 0, 8, 0, 0), s=(0, 0, 1e-6, 0, 0), i=(0, 0, 2e-6, 0, 0),
+                    ug=(1, 1, 1.5, 1, 1))
+    r = (4 * 100 - 8) * ADC_MULT / 3
+    assert c.current(np.array([100]), np.array([2]), 3.0)[0] == pytest.approx(
+        1.5 * (r * (0.5 * r + 2) + 1e-6 * 3.0 + 2e-6), rel=1e-12)
+
+
+def test_adc_for_is_the_inverse_within_one_count() -> None:
+    cal = SIM_CALIBRATION
+    amps = np.geomspace(1e-6, 0.9, 400)
+    adc, rng = cal.adc_for(amps, 1.8)
+    back = cal.current(adc, rng, 1.8)
+    lsb = cal.current(adc + 1, rng, 1.8) - back
+    assert np.all(np.abs(back - amps) <= 0.5 * lsb * 1.001)
+    assert np.all(np.diff(rng) >= 0)  # the most sensitive range that holds it
+    fs0 = cal.full_scale_a(0, 1.8)
+    assert rng[amps < 0.99 * fs0].max() == 0 and rng[amps > fs0].min() == 1
+    # Beyond the top range: clipped at its full scale.
+    assert cal.adc_for(np.array([100.0]), 1.8) == (np.array([ADC_MAX]), np.array([4]))
+
+
+def test_sample_words_round_trip_and_reassemble() -> None:
+    adc, rng = np.array([0, 16383, 1234]), np.array([0, 4, 2])
+    counter, logic = np.array([62, 63, 0]), np.array([0xFF, 0x01, 0x80])
+    raw = encode_words(adc, rng, counter, logic)
+    assert raw[:4] == (0 | 62 << 18 | 0xFF << 24).to_bytes(4, "little")
+    assembler, got = WordAssembler(), b""
+    for k in range(len(raw)):
+        got += assembler.feed(raw[k : k + 1])
+    w = split_words(got)
+    assert w.adc.tolist() == [0, 16383, 1234] and w.rng.tolist() == [0, 4, 2]
+    assert w.counter.tolist() == [62, 63, 0] and w.logic.tolist() == [0xFF, 0x01, 0x80]
+    assert counter_gaps(w.counter, None).tolist() == [0, 0, 0]
+    assert counter_gaps(np.array([5, 9, 10]), 3).tolist() == [1, 3, 0]
+    assert counter_gaps(np.array([1]), 62).tolist() == [2]  # across the wrap
+
+
+# -- the driver in conversation -------------------------------------------------------------------
+METADATA = SIM_CALIBRATION.to_metadata()
+
+
+class ScriptedPort:
+    """Each write must be the next expected bytes; its reply is queued for reading (a few
+    bytes at a time, so the driver must reassemble). `feed` streams bytes on its own."""
+
+    url = "scripted://ppk2"
+
+    def __init__(self, script: list[tuple[bytes, bytes]]) -> None:
+        self.script = list(script)
+        self.written: list[bytes] = []
+        self.errors: list[str] = []
+        self._inbox = bytearray()
+        self._cond = threading.Condition()
+        self.resets = 0
+        self.closed = False
+
+    def expect(self, *entries: tuple[bytes, bytes]) -> None:
+        self.script += entries
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+        if not self.script:
+            self.errors.append(f"unexpected write {data!r}")
+            return
+        expected, reply = self.script.pop(0)
+        if data != expected:
+            self.errors.append(f"wrote {data!r}, expected {expected!r}")
+        self.feed(reply)
+
+    def feed(self, data: bytes) -> None:
+        with self._cond:
+            self._inbox += data
+            self._cond.notify_all()
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        with self._cond:
+            if not self._inbox:
+                self._cond.wait(0.01)
+            data = bytes(self._inbox[: min(max_bytes, 13)])
+            del self._inbox[: len(data)]
+            return data
+
+    def reset_input(self) -> None:
+        self.resets += 1
+        with self._cond:
+            self._inbox.clear()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+CONNECT = [(b"\x07", encode_words([5], [0], [9], [1])[:3]),  # a previous session's leftovers
+           (b"\x19", METADATA)]
+SOURCE_1V8 = [(b"\x11\x02", b""), (b"\x0d\x07\x08", b"")]
+
+
+def connected(extra=(), *, mode: str = "source", limit: float = 3.3) -> tuple[Ppk2,
+                                                                               ScriptedPort]:
+    port = ScriptedPort(CONNECT + list(extra))
+    monitor = Ppk2(port, voltage_limit_v=limit, mode=mode)
+    monitor.connect()
+    return monitor, port
+
+
+def close(monitor: Ppk2, port: ScriptedPort) -> None:
+    port.expect((b"\x0c\x00", b""))
+    monitor.close()
+    assert port.errors == [] and port.closed
+
+
+def words_for(amps: list[float], *, first_counter: int = 0, logic=None) -> bytes:
+    adc, rng = SIM_CALIBRATION.adc_for(np.array(amps), 1.8)
+    n = len(amps)
+    counter = (first_counter + np.arange(n)) % 64
+    return encode_words(adc, rng, counter, np.ones(n, np.uint8) if logic is None else logic)
+
+
+def collect(monitor: Ppk2) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    monitor.start(chunks.append)
+    return chunks
+
+
+def test_connect_stops_a_stream_flushes_and_reads_the_calibration() -> None:
+    monitor, port = connected()
+    assert port.errors == [] and port.written == [b"\x07", b"\x19"]
+    assert port.resets == 1  # the leftover half word is gone before the metadata is asked
+    assert monitor.calibration == SIM_CALIBRATION
+    assert monitor.self_test()["hw"] == "9173"
+    close(monitor, port)
+
+
+def test_configure_source_mode_sends_mode_then_regulator() -> None:
+    monitor, port = connected(SOURCE_1V8)
+    monitor.configure(1.8, 100_000)
+    assert port.written[2:] == [b"\x11\x02", b"\x0d\x07\x08"]
+    s = monitor.settings()
+    assert s["mode"] == "source" and s["voltage_v"] == 1.8 and s["sample_rate_hz"] == 100_000
+    assert s["current_range"] == "auto" and s["timestamp_input"] == "D0"
+    close(monitor, port)
+
+
+def test_configure_ampere_mode() -> None:
+    monitor, port = connected([(b"\x11\x01", b""), (b"\x0d\x0c\xe4", b"")], mode="ampere")
+    monitor.configure(3.3, 100_000)  # 3300 mV = 0x0CE4
+    assert port.written[2:] == [b"\x11\x01", b"\x0d\x0c\xe4"]
+    assert monitor.settings()["mode"] == "ampere"
+    close(monitor, port)
+
+
+@pytest.mark.parametrize(("volts", "limit", "words"), [
+    (3.5, 3.3, "3.5 V is above the bench voltage limit of 3.3 V"),
+    (5.2, 5.5, "its regulator sets 0.8..5 V, not 5.2 V"),
+    (0.7, 3.3, "its regulator sets 0.8..5 V, not 0.7 V"),
+    (0.0, 3.3, "must be positive"),
+])
+def test_a_voltage_the_bench_or_the_ppk2_cannot_take_sends_nothing(volts, limit, words) -> None:
+    monitor, port = connected(limit=limit)
+    with pytest.raises(VoltageLimitError, match=words):
+        monitor.configure(volts, 100_000)
+    assert port.written == [b"\x07", b"\x19"]  # not one byte after the handshake
+    close(monitor, port)
+
+
+def test_a_refused_voltage_leaves_a_powered_dut_as_it_was_and_close_powers_it_off() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x0c\x01", b"")])
+    monitor.configure(1.8, 100_000)
+    monitor.power_on()
+    with pytest.raises(VoltageLimitError):
+        monitor.configure(3.4, 100_000)
+    assert port.written[-1] == b"\x0c\x01"
+    close(monitor, port)
+    assert port.written[-1] == b"\x0c\x00"
+
+
+@pytest.mark.parametrize("rate", [30_000, 200_000, 99_999.5, 0])
+def test_a_rate_that_is_not_100k_over_n_is_refused(rate) -> None:
+    monitor, port = connected()
+    with pytest.raises(DeviceError, match="not 100 kHz divided by a whole number"):
+        monitor.configure(1.8, rate)
+    assert port.written == [b"\x07", b"\x19"]
+    close(monitor, port)
+
+
+def test_no_metadata_is_a_timeout_naming_the_port(monkeypatch) -> None:
+    monkeypatch.setattr(ppk2_driver, "METADATA_TIMEOUT_S", 0.2)
+    port = ScriptedPort([(b"\x07", b""), (b"\x19", b"PowerShield > ")])
+    monitor = Ppk2(port, voltage_limit_v=3.3)
+    with pytest.raises(DeviceTimeout, match="no metadata reply") as info:
+        monitor.connect()
+    assert "is this port a PPK2" in info.value.hint
+
+
+def test_stream_decodes_currents_and_d0_with_the_calibration() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b""), (b"\x0c\x01", b"")])
+    monitor.configure(1.8, 100_000)
+    chunks = collect(monitor)
+    monitor.power_on()
+    amps = [666.67e-6] * 5 + [2e-3] * 5
+    logic = np.array([1, 1, 0, 1, 1, 1, 1, 1, 0xFE, 1], np.uint8)
+    port.feed(words_for(amps, first_counter=60, logic=logic))
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    assert port.written[-3:] == [b"\x06", b"\x0c\x01", b"\x07"]
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    assert chunks[0].first_sample_id == 0 and len(current) == 10
+    assert current[:5] == pytest.approx(666.67e-6, abs=3e-8)  # half a count of range 0
+    assert current[5:] == pytest.approx(2e-3, abs=3e-7)  # half a count of range 1
+    assert gpio.tolist() == logic.tolist()  # D0 is bit 0
+    assert np.all(np.concatenate([c.voltage for c in chunks]) == 1.8)
+    assert monitor.stats.samples == 10 and monitor.stats.notes == []
+    close(monitor, port)
+
+
+def test_a_counter_jump_becomes_a_gap_in_the_sample_ids() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 100_000)
+    chunks = collect(monitor)
+    port.feed(words_for([1e-3] * 4, first_counter=0))
+    port.feed(words_for([1e-3] * 3, first_counter=7))  # counters 4, 5, 6 never came
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    spans = [(c.first_sample_id, c.end_sample_id) for c in chunks]
+    assert spans[0][0] == 0 and spans[-1][1] == 10
+    ids = np.concatenate([np.arange(a, b) for a, b in spans])
+    assert ids.tolist() == [0, 1, 2, 3, 7, 8, 9]
+    assert monitor.stats.notes == ["3 sample(s) lost before sample 7 (the PPK2's sample "
+                                   "counter jumped)"]
+    close(monitor, port)
+
+
+def test_a_lower_rate_averages_blocks_and_keeps_a_pulse() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 25_000)  # 4 samples per delivered sample
+    assert monitor.sample_rate == 25_000
+    chunks = collect(monitor)
+    amps = [1e-3, 1e-3, 3e-3, 3e-3, 0.5e-3, 0.5e-3, 0.5e-3, 0.5e-3, 1e-3, 1e-3]
+    logic = np.array([1, 1, 1, 1, 1, 0, 1, 1, 1, 1], np.uint8)
+    port.feed(words_for(amps, logic=logic))
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    assert current == pytest.approx([2e-3, 0.5e-3], rel=2e-4)
+    assert gpio.tolist() == [1, 0]
+    assert "2 sample(s) after the last whole 4-sample average" in monitor.stats.notes[0]
+    close(monitor, port)
+
+
+# -- over a pty against the simulated PPK2 --------------------------------------------------------
+FS = 100_000
+
+
+def wait_until(condition, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.fixture
+def sim():
+    world = World(PowerParams(), speed=1.0)
+    with SimPpk2(world, ampere_supply_v=2.5) as device:
+        yield device
+
+
+def capture(sim: SimPpk2, monitor: Ppk2, *, window_ns: int = 12_500_000) -> tuple[
+        list[Chunk], int]:
+    """Stream, power on, one window of activity with pulses at both ends; returns the chunks
+    and the window's start in sample ids."""
+    world = sim.world
+    chunks: list[Chunk] = []
+    monitor.start(chunks.append)
+    monitor.power_on()
+    assert wait_until(lambda: world.powered)
+    with world.lock:  # a window on sample boundaries, 50 ms from now
+        t0 = sim.acquisition_t0_ns
+        k1 = (world.clock.now_ns() + 50_000_000 - t0) * FS // NS
+        t = t0 + k1 * NS // FS
+        world.add_activity(t, t + window_ns)
+        world.add_pulse(t)
+        world.add_pulse(t + window_ns)
+    assert wait_until(lambda: sum(map(len, chunks)) > k1 + 2 * window_ns * FS // NS)
+    monitor.stop()
+    return chunks, k1
+
+
+def test_the_sim_measures_the_closed_form_power_and_window(sim: SimPpk2) -> None:
+    monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
+    try:
+        monitor.configure(1.8, FS)
+        assert wait_until(lambda: sim.vdd_mv == 1800 and sim.world.supply_v == 1.8)
+        chunks, k1 = capture(sim, monitor)
+    finally:
+        monitor.close()
+    assert wait_until(lambda: not sim.world.powered)  # close switched the DUT off
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    assert ids.tolist() == list(range(len(ids)))  # nothing lost
+    current = np.concatenate([c.current for c in chunks])
+    gpio = np.concatenate([c.gpio for c in chunks])
+    falls = np.flatnonzero((gpio[1:] & 1) < (gpio[:-1] & 1)) + 1
+    assert falls.tolist() == [k1, k1 + 1250]  # 12.5 ms at 100 kS/s, to the sample
+    lsb1 = SIM_CALIBRATION.current(np.array([4001]), np.array([1]), 1.8)[0] - \
+        SIM_CALIBRATION.current(np.array([4000]), np.array([1]), 1.8)[0]
+    window_w = current[k1 : k1 + 1250].mean() * 1.8
+    assert window_w == pytest.approx(3.6e-3, abs=0.5 * lsb1 * 1.8)
+    idle = current[k1 + 1300 :]
+    assert idle.mean() * 1.8 == pytest.approx(1.2e-3, rel=1e-4)
+
+
+def test_ampere_mode_measures_at_the_bench_supply(sim: SimPpk2) -> None:
+    monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True, mode="ampere")
+    try:
+        monitor.configure(2.5, FS)
+        assert wait_until(lambda: sim.mode == 1)
+        chunks, k1 = capture(sim, monitor)
+    finally:
+        monitor.close()
+    current = np.concatenate([c.current for c in chunks])
+    assert current[k1 : k1 + 1250].mean() * 2.5 == pytest.approx(3.6e-3, rel=3e-4)
+    assert chunks[0].voltage[0] == 2.5
+
+
+def test_samples_lost_on_the_link_are_a_gap_not_a_shift(sim: SimPpk2) -> None:
+    monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
+    try:
+        monitor.configure(1.8, FS)
+        chunks: list[Chunk] = []
+        monitor.start(chunks.append)
+        assert wait_until(lambda: sum(map(len, chunks)) > 1000)
+        sim.drop_samples(5)
+        seen = sum(map(len, chunks))
+        assert wait_until(lambda: sum(map(len, chunks)) > seen + 1000)
+        monitor.stop()
+    finally:
+        monitor.close()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    assert ids[-1] + 1 - len(ids) == 5  # 5 ids missing, every sample after at its own time
+    assert any("5 sample(s) lost" in note for note in monitor.stats.notes)
+
+
+def test_an_unplugged_ppk2_is_a_fault_and_powering_off_does_not_raise(sim: SimPpk2) -> None:
+    monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
+    try:
+        monitor.configure(1.8, FS)
+        chunks: list[Chunk] = []
+        monitor.start(chunks.append)
+        monitor.power_on()
+        assert wait_until(lambda: sum(map(len, chunks)) > 1000)
+        sim.unplug()
+        assert wait_until(lambda: monitor.fault is not None)
+        assert "its stream stopped after" in monitor.fault.message
+        monitor.power_off()  # logs, never raises
+    finally:
+        monitor.close()
+    assert sim.world.powered is False
