@@ -32,7 +32,8 @@ from rig.errors import ConfigError
 
 #: Drivers the form offers: the real ones, then their virtual-bench stand-ins.
 DRIVER_CHOICES = (*EMON_DRIVERS, *(f"{d}{SIM_SUFFIX}" for d in ("lpm01a", "joulescope",
-                                                                 "n6705", "34465a", "ppk2")))
+                                                                 "n6705", "34465a", "ppk2",
+                                                                 "otii")))
 SAMPLE_RATES = ("1000", "10000", "100000", "1000000", "2000000")
 OPEN_FILE = "Open a bench file…"
 NEW_BENCH = "New bench…"

@@ -23,6 +23,7 @@ DRIVERS = {
     "joulescope": "drivers.emon.joulescope:Joulescope",
     "n6705": "drivers.emon.keysight:N6705",
     "34465a": "drivers.emon.keysight:Keysight34465A",
+    "otii": "drivers.emon.otii:Otii",
     "ppk2": "drivers.emon.ppk2:Ppk2",
     "rapl": "drivers.emon.host_power:RaplMonitor",
     "nvml": "drivers.emon.host_power:NvmlMonitor",

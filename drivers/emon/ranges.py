@@ -15,6 +15,7 @@ spelling the driver sends, or says what the driver accepts instead. Pure: no ins
   the driver's fixed default range (`KEYSIGHT_DEFAULT_RANGE_A`): autoranging during a timed
   capture is not used (see drivers/emon/keysight.py).
 - ``ppk2``: only ``auto``. The PPK2 picks one of its five ranges for every sample by itself.
+- ``otii``: only ``auto``: the Otii auto-ranges (``arc_set_range low``, see drivers/emon/otii.py).
 - ``rapl``, ``nvml``, ``none``: only ``auto`` (nothing to range).
 """
 
@@ -51,6 +52,8 @@ _WHY_AUTO_ONLY = {
               "(acqmode dyn); it has no fixed range to choose",
     "ppk2": "the PPK2 switches among its five ranges by itself, per sample; it has no fixed "
             "range to choose",
+    "otii": "the Otii Arc/Ace auto-ranges by itself (arc_set_range low, what the driver sets); "
+            "forcing its high range only loses the low range's resolution",
     "rapl": "a RAPL counter reads power; it has no current range",
     "nvml": "an NVML counter reads power; it has no current range",
     "none": "there is no energy monitor to range",

@@ -25,7 +25,8 @@ def add_override_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--port", help="the DUT's serial port")
     group.add_argument("--baud", type=int, help="the DUT's baud rate")
     group.add_argument("--emon", metavar="DRIVER",
-                       help="energy monitor driver (lpm01a, joulescope, n6705, 34465a, none)")
+                       help="energy monitor driver (lpm01a, joulescope, n6705, 34465a, "
+                       "ppk2, otii, none)")
     group.add_argument("--emon-port", metavar="ADDRESS",
                        help="the energy monitor's port, device path or VISA resource")
     group.add_argument("--voltage", type=float, help="DUT supply voltage [V]")

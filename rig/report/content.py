@@ -312,7 +312,8 @@ def _instrument_identity(m: dict[str, Any]) -> str:
         return "none"
     driver = emon.get("driver", bench_emon.get("driver", "?"))
     model = {"lpm01a": "ST X-NUCLEO-LPM01A (PowerShield)", "joulescope": "Joulescope",
-             "n6705": "Keysight N6705", "34465a": "Keysight 34465A"}.get(driver, driver)
+             "n6705": "Keysight N6705", "34465a": "Keysight 34465A",
+             "otii": "Qoitech Otii"}.get(driver, driver)
     parts = [model]
     if emon.get("model"):
         parts.append(f"model {emon['model']}")
@@ -610,6 +611,8 @@ def _asc_power_lines(run: ReportRun) -> list[str]:
             "n6705": "a DC power analyzer that sources the DUT's supply and digitises its "
                      "current",
             "34465a": "a digital multimeter in series with the DUT's supply",
+            "otii": "a supply and current meter (Otii Arc/Ace) that sources the DUT's supply "
+                    "and measures its current and voltage",
         }.get(str(driver), "an external analyzer")
         rate = emon.get("sample_rate_hz")
         lines += [

@@ -26,6 +26,7 @@ from rig.sim.joulescope import WorldSource, serve_source
 from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
+from rig.sim.otii import SimOtii
 from rig.sim.ppk2 import SimPpk2
 from rig.sim.world import PowerParams, World
 
@@ -64,6 +65,8 @@ class VirtualBench:
             self.emon = SimN6705(self.world)
         elif self.emon_driver == "34465a":
             self.emon = Sim34465A(self.world)
+        elif self.emon_driver == "otii":
+            self.emon = SimOtii(self.world)  # the Otii app's TCP server, on 127.0.0.1
         elif self.emon_driver == "joulescope":
             self.emon = JoulescopeBridge(self.world, int(bench.emon.sample_rate_hz))
         elif self.emon_driver == "ppk2":
