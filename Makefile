@@ -25,8 +25,10 @@ sim: $(STAMP)  ## Start a virtual bench in the foreground and print its ports.
 # Debian packages the tests need: poppler-utils reads the report PDF back (pdftotext, pdftoppm);
 # WeasyPrint renders with pango and needs a font; xvfb and Qt's xcb plugin libraries run the GUI
 # screenshot tests on a real X server (facts.md: without them Qt aborts). Installed with apt-get
-# when missing (as root).
-DEB_TOOLS := pdftotext:poppler-utils pdftoppm:poppler-utils fc-list:fontconfig xvfb-run:xvfb
+# when missing (as root). mosquitto (a real MQTT broker) and openssl (its TLS certificates) for
+# the telemetry tests; Debian puts mosquitto in /usr/sbin, hence the PATH below.
+DEB_TOOLS := pdftotext:poppler-utils pdftoppm:poppler-utils fc-list:fontconfig xvfb-run:xvfb \
+	mosquitto:mosquitto mosquitto_passwd:mosquitto openssl:openssl
 DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libharfbuzz-subset0 \
 	libxcb-cursor.so.0:libxcb-cursor0 libxcb-icccm.so.4:libxcb-icccm4 \
 	libxcb-keysyms.so.1:libxcb-keysyms1 libxcb-image.so.0:libxcb-image0 \
@@ -35,7 +37,7 @@ DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libh
 	libxcb-shape.so.0:libxcb-shape0 libxcb-xinerama.so.0:libxcb-xinerama0 libEGL.so.1:libegl1
 system-deps:
 	@missing=""; \
-	for pair in $(DEB_TOOLS); do command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	for pair in $(DEB_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	for pair in $(DEB_LIBS); do ldconfig -p | grep -q "$${pair%%:*}" || missing="$$missing $${pair#*:}"; done; \
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$$missing fonts-dejavu-core"; \
 	if [ -n "$$missing" ]; then \

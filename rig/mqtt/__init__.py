@@ -1,0 +1,11 @@
+"""MQTT telemetry and remote control: one more subscriber of the event bus.
+
+- `settings`: where the broker is and who the rig is (URL, rig name, password source, TLS).
+- `topics`: the topic layout under `neurobench/<rig>/`.
+- `telemetry`: `MqttTelemetry`, the subscriber that publishes events, status and power
+  summaries from its own thread, never in the way of a measurement.
+- `commands`: the schema-checked command channel of `rig serve` (start, stop, status).
+- `board`: what `rig mqtt watch` shows, folded from status and run messages.
+
+Only `telemetry` and the commands that talk to a broker import aiomqtt (the `mqtt` extra).
+"""

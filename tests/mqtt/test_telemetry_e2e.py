@@ -1,0 +1,121 @@
+"""`rig measure asc --mqtt` on the virtual bench, through a real mosquitto broker."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from tests.e2e.runs import RIG, TRUTH, bench_variant, events, only_run
+from tests.mqtt.broker import USERS
+from tests.mqtt.listener import Listener
+
+pytestmark = pytest.mark.slow
+
+SMALL = {  # a short ASC run: 2 timed runs of 2 s, 2 samples per class
+    "runs": ("runs = 5", "runs = 2"),
+    "min_run": ("min_run_s = 10.0", "min_run_s = 2.0"),
+    "samples": ("samples_per_class = 10", "samples_per_class = 2"),
+}
+
+
+def rig_env(password: str = USERS["rig-a"]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["RIG_MQTT_PASSWORD"] = password
+    return env
+
+
+def measure(bench, runs_dir, *extra: str, env=None, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
+                           str(runs_dir), "--json", *extra],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=env or rig_env())
+
+
+def test_run_publishes_exactly_its_events_in_order(broker, tmp_path):
+    bench = bench_variant(tmp_path, **SMALL)
+    with Listener(broker) as listener:
+        done = measure(bench, tmp_path / "runs", "--mqtt", broker.url("rig-a"),
+                       "--mqtt-power-rate", "10")
+        assert done.returncode == 0, done.stderr
+        listener.wait_for(lambda ms: any(m.topic.endswith("/run_finished") for m in ms)
+                          and listener.statuses("rig-a")[-1:] == ["offline"])
+    run = only_run(tmp_path / "runs")
+    on_disk = events(run)
+    run_id = on_disk[0]["run_id"]
+    prefix = f"neurobench/rig-a/run/{run_id}/"
+    published = [m for m in listener.received(prefix) if not m.topic.endswith("/power")]
+    # the same records, in the same order, each on the topic of its kind
+    assert [m.json() for m in published] == on_disk
+    assert [m.topic for m in published] == [prefix + e["event"] for e in on_disk]
+    # status: idle -> running ... -> idle, then offline when the process ended
+    states = listener.statuses("rig-a")
+    assert states[0] == "idle" and "running" in states and states[-1] == "offline"
+    assert states[states.index("running"):].count("idle") >= 1
+    assert states[-2] == "idle"
+    # the manifest says what telemetry delivered, and never the password
+    manifest = json.loads((run / "manifest.json").read_text())
+    tele = manifest["telemetry"]["mqtt"]
+    assert tele["dropped"] == 0 and tele["pending"] == 0
+    assert tele["published"] == tele["offered"] > len(on_disk) - 2
+    assert tele["broker"] == f"mqtt://rig-a@127.0.0.1:{broker.port}"
+    assert tele["password_from"] == "env"
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert USERS["rig-a"].encode() not in path.read_bytes(), path
+    assert USERS["rig-a"] not in done.stdout + done.stderr
+    # power summaries: at most 10 a second, tiling the stream without gaps, within the
+    # simulated idle..active levels
+    power = [m.json() for m in listener.received(prefix) if m.topic.endswith("/power")]
+    assert len(power) >= 3, "no power summaries"
+    assert all(b["at"] - a["at"] >= 0.1 - 1e-3 for a, b in itertools.pairwise(power))
+    for a, b in itertools.pairwise(power):
+        assert b["t_s"] == pytest.approx(a["t_s"] + a["interval_s"], abs=1e-9)
+        assert a["samples"] == round(a["interval_s"] * 1000)  # 1 kS/s LPM01A
+    assert all(p["min_w"] <= p["mean_w"] <= p["max_w"] for p in power)
+    lo, hi = TRUTH["idle_power_w"], TRUTH["active_power_w"]
+    assert all(p["min_w"] >= 0 and p["max_w"] <= hi * 1.01 for p in power)
+    # the DUT idled and computed (0 W only while it was powered off)
+    assert any(p["min_w"] == pytest.approx(lo, rel=0.01) for p in power)
+    assert any(p["max_w"] == pytest.approx(hi, rel=0.01) for p in power)
+    # a summary never carries samples
+    assert max(len(m.payload) for m in listener.received(prefix)
+               if m.topic.endswith("/power")) < 400
+
+
+def test_wrong_password_is_refused_before_anything_is_measured(broker, tmp_path):
+    bench = bench_variant(tmp_path, **SMALL)
+    done = measure(bench, tmp_path / "runs", "--mqtt", broker.url("rig-a"),
+                   env=rig_env("not-the-password"))
+    assert done.returncode == 2
+    assert "refused the login of rig-a" in done.stderr
+    assert "RIG_MQTT_PASSWORD" in done.stderr and "not-the-password" not in done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_killed_rig_leaves_offline_will(broker, tmp_path):
+    proc = subprocess.Popen(
+        [*RIG, "serve", "--mqtt", broker.url("rig-a"), "--benches-dir", str(tmp_path),
+         "--sweeps-dir", str(tmp_path), "--runs-dir", str(tmp_path / "runs")],
+        env=rig_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        with Listener(broker) as listener:
+            listener.wait_for(lambda ms: "idle" in listener.statuses("rig-a"))
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            # the broker notices the dead connection (socket closed) and sends the will
+            msgs = listener.wait_for(lambda ms: listener.statuses("rig-a")[-1:] == ["offline"])
+        offline = [m for m in msgs if m.topic == "neurobench/rig-a/status"][-1].json()
+        assert offline["state"] == "offline" and offline["rig"] == "rig-a"
+        # retained: a client that connects later still sees it
+        with Listener(broker) as late:
+            late.wait_for(lambda ms: late.statuses("rig-a") == ["offline"])
+            assert late.received("neurobench/rig-a/status")[0].retain
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
