@@ -20,7 +20,7 @@ from rig import __version__
 PLUGIN_GROUP = "neurobench_rig.commands"
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
 COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show",
-            "report", "dataset", "model"]
+            "report", "dataset", "model", "serve", "mqtt"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -123,6 +123,21 @@ class SimConfig:
 
 
 @dataclass(frozen=True)
+class MqttConfig:
+    """`[mqtt]`: the lab's broker (see `rig.mqtt.settings`). Never a password: that comes from
+    RIG_MQTT_PASSWORD or --mqtt-password-file."""
+
+    url: str = ""
+    #: The rig's name on the broker (default: the broker user name, else the host name).
+    rig: str = ""
+    #: PEM file of the CA that signed the broker's certificate (turns TLS on).
+    ca_file: str = ""
+    power_rate_hz: float = 2.0
+    #: Run events held while the broker is away; more are dropped (and counted).
+    queue: int = 1000
+
+
+@dataclass(frozen=True)
 class Bench:
     """A validated bench file."""
 
@@ -135,6 +150,7 @@ class Bench:
     asc: AscOptions = field(default_factory=AscOptions)
     sim: SimConfig | None = None
     io_manager: IoManagerConfig | None = None
+    mqtt: MqttConfig | None = None
     #: True for the virtual bench and for benches attached to one: every number is simulated.
     simulated: bool = False
 
@@ -151,6 +167,7 @@ _SECTIONS: dict[str, type] = {
     "dataset": DatasetConfig,
     "sim": SimConfig,
     "io_manager": IoManagerConfig,
+    "mqtt": MqttConfig,
 }
 
 
@@ -222,9 +239,11 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     for key, cls in _SECTIONS.items():
         table = raw.get(key)
         if table is None:
-            sections[key] = None if key in ("sim", "io_manager") else cls()
+            sections[key] = None if key in ("sim", "io_manager", "mqtt") else cls()
             continue
         _is_table(table, path, key)
+        if key == "mqtt":
+            _check_mqtt_table(table, path)
         if key == "emon":
             table = _range_as_text(table)
         sections[key] = _dataclass_from(cls, table, path, key)
@@ -328,6 +347,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         asc=asc,
         sim=sim,
         io_manager=io_manager,
+        mqtt=sections["mqtt"],
         simulated=simulated,
     )
 
@@ -392,6 +412,29 @@ def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {**table, "current_range": repr(value)}
     return table
+
+
+def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:
+    """Refuse a password in the file before anything else; check the URL and the rates."""
+    from rig.mqtt.settings import check_power_rate, check_rig_name, parse_url
+
+    for secret in ("password", "passwd", "pass"):
+        if secret in table:
+            raise ConfigError(f"{path}: [mqtt] {secret}: a bench file never holds the broker "
+                              "password (it is copied into every run's manifest)",
+                              hint="remove it; set RIG_MQTT_PASSWORD or pass "
+                              "--mqtt-password-file FILE")
+    if not table.get("url"):
+        raise ConfigError(f"{path}: [mqtt] url is missing",
+                          hint='e.g. url = "mqtt://rig-a@broker.lab:1883"')
+    parse_url(str(table["url"]), where=f"{path}: [mqtt] url")
+    if table.get("rig"):
+        check_rig_name(str(table["rig"]), where=f"{path}: [mqtt] rig")
+    if "power_rate_hz" in table:
+        rate = _coerce(table["power_rate_hz"], float, path, "mqtt", "power_rate_hz")
+        check_power_rate(rate, where=f"{path}: [mqtt] power_rate_hz")
+    if "queue" in table:
+        _positive(_coerce(table["queue"], int, path, "mqtt", "queue"), path, "mqtt.queue")
 
 
 # -- validation helpers ---------------------------------------------------------------------------

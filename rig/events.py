@@ -198,6 +198,22 @@ class RunFinished(Event):
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class TelemetryReport(Event):
+    """What a telemetry subscriber (MQTT) delivered of this run, published just before
+    RunFinished so the manifest records it: `dropped` messages never reached the broker,
+    `pending` were still queued for it."""
+
+    kind: ClassVar[str] = "telemetry"
+    sink: str = ""
+    #: Where it went (no password), e.g. the broker URL and rig name.
+    target: dict[str, Any] = field(default_factory=dict)
+    offered: int = 0
+    published: int = 0
+    dropped: int = 0
+    pending: int = 0
+
+
 Subscriber = Callable[[Event], None]
 
 
@@ -212,7 +228,19 @@ class EventBus:
         self._subscribers.append(subscriber)
 
     def publish(self, event: Event) -> None:
-        """Hand `event` to every subscriber (the run store is subscribed first)."""
+        """Hand `event` to every subscriber (the run store is subscribed first).
+
+        Before a RunFinished, subscribers with a `closing_events()` method (telemetry) get
+        to publish their own last events, so the run folder records them."""
+        if isinstance(event, RunFinished):
+            for subscriber in list(self._subscribers):
+                closing = getattr(subscriber, "closing_events", None)
+                if closing is not None:
+                    for extra in closing():
+                        self._deliver(extra)
+        self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
         for subscriber in self._subscribers:
             subscriber(event)
 

@@ -43,6 +43,7 @@ from rig.events import (
     RunFinished,
     RunStarted,
     SampleClassified,
+    TelemetryReport,
     TraceSaved,
     WindowMeasured,
 )
@@ -153,9 +154,8 @@ class RunStore:
                 self.close()
 
     def _record(self, event: Event) -> None:
-        record = event.to_record()
         self._writing = EVENTS
-        self._events.write(json.dumps(record, default=_json_default) + "\n")
+        self._events.write(event_line(event) + "\n")
         self._events.flush()
         os.fsync(self._events.fileno())
         if isinstance(event, RunStarted):
@@ -175,6 +175,12 @@ class RunStore:
             self._write_manifest()
         elif isinstance(event, InstrumentInfo):
             self.manifest.setdefault("instruments", {})[event.role] = event.info
+            self._write_manifest()
+        elif isinstance(event, TelemetryReport):
+            self.manifest.setdefault("telemetry", {})[event.sink] = {
+                **event.target, "offered": event.offered, "published": event.published,
+                "dropped": event.dropped, "pending": event.pending,
+            }
             self._write_manifest()
         elif isinstance(event, TraceSaved):
             self.manifest.setdefault("traces", []).append(
@@ -205,6 +211,11 @@ class RunStore:
         if not self._events.closed:
             with contextlib.suppress(OSError):
                 self._events.close()
+
+
+def event_line(event: Event) -> str:
+    """The events.jsonl line of `event` (no newline): telemetry publishes the same bytes."""
+    return json.dumps(event.to_record(), default=_json_default)
 
 
 def result_row(event: Event) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from rig.commands.common import (
     bench_from_args,
     print_json,
 )
+from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
 from rig.console import ConsoleView, summary_table, timing_label
 from rig.errors import ConfigError
 from rig.events import Event
@@ -59,16 +60,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs-dir", type=Path, default=Path("runs"),
                    help="where run folders go (default: ./runs)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_mqtt_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     bench, device = bench_from_args(args)
     view = None if args.json else ConsoleView()
     try:
-        outcome = measure_asc(
-            bench, device=device, runs_root=args.runs_dir,
-            subscribers=[view] if view else [], scope=args.scope,
-        )
+        with telemetry_for(args, bench.mqtt) as telemetry:
+            outcome = measure_asc(
+                bench, device=device, runs_root=args.runs_dir,
+                subscribers=[s for s in (view, telemetry) if s], scope=args.scope,
+                live=[telemetry.power] if telemetry else [],
+            )
     finally:
         if view:
             view.close()
@@ -125,7 +129,9 @@ def run_qubo(args: argparse.Namespace) -> int:
     if not args.json:
         status.print(f"measuring {spec.name}: density {args.density:g}, seed {args.seed}, "
                      f"timeout {args.timeout:g} s ...")
-    outcome = start_sweep(spec, runs_root=args.runs_dir, subscribers=[collect])
+    with telemetry_for(args) as telemetry:
+        outcome = start_sweep(spec, runs_root=args.runs_dir,
+                              subscribers=[collect, *([telemetry] if telemetry else [])])
     point = points[0] if points else None
     data: dict[str, Any] = {
         "run": str(outcome.run_path), "status": outcome.status,
