@@ -1,0 +1,178 @@
+"""The Nordic PPK2 end to end on the virtual bench (benches/sim-ppk2.toml): ASC energy through
+`rig measure asc` gives the closed-form answers within the PPK2's resolution, `rig emon record`
+writes its 100 kS/s stream into JLS, and a supply above the bench's limit is refused with the
+DUT off and, when a run had begun, the run marked failed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rig.cli import main
+from rig.config import load_bench
+from rig.runner import measure_asc
+from rig.sim.bench import VirtualBench
+from rig.sim.ppk2 import SIM_CALIBRATION
+from rig.sim.world import NS
+from rig.store import load_run
+from rig.traces import read_trace
+
+from .runs import REPO, TRUTH, bench_variant, only_run, run_rig
+
+pytestmark = pytest.mark.slow
+
+FS = 100_000
+SUPPLY_V = 1.8
+
+
+def half_count_w(k: int, amps: float) -> float:
+    """Half of one ADC count of the simulated PPK2's range `k` near `amps`, in watts at the
+    bench's supply: the most one sample is off by (its resolution)."""
+    adc, rng = SIM_CALIBRATION.adc_for(np.array([amps]), SUPPLY_V)
+    assert rng[0] == k
+    step = np.diff(SIM_CALIBRATION.current(adc + np.array([0, 1]), rng.repeat(2), SUPPLY_V))
+    return 0.5 * float(step[0]) * SUPPLY_V
+
+
+def short_bench(tmp_path: Path, **more: tuple[str, str]) -> Path:
+    """benches/sim-ppk2.toml with 2 runs of 1 s and 4 test samples."""
+    return bench_variant(tmp_path, "ppk2", base="sim-ppk2",
+                         spc=("samples_per_class = 2", "samples_per_class = 1"),
+                         runs=("runs = 5", "runs = 2"),
+                         run_s=("min_run_s = 10.0", "min_run_s = 1.0"), **more)
+
+
+def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: Path) -> None:
+    proc = run_rig("measure", "asc", "--bench", str(short_bench(tmp_path)),
+                   "--runs-dir", str(tmp_path / "r"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    s = out["summary"]
+    # Idle (0.667 mA) is in the PPK2's range 0, active (2 mA) in range 1: each sample is within
+    # half a count of the truth, so the means are too.
+    idle_tol = half_count_w(0, TRUTH["idle_power_w"] / SUPPLY_V)
+    active_tol = half_count_w(1, TRUTH["active_power_w"] / SUPPLY_V)
+    tolerance = {
+        "idle_power_w": idle_tol,
+        "active_power_w": active_tol,
+        "dynamic_power_w": idle_tol + active_tol,
+        "energy_per_inference_j": active_tol * 12.5e-3,
+        "dynamic_energy_per_inference_j": (idle_tol + active_tol) * 12.5e-3,
+    }
+    for key, tol in tolerance.items():
+        assert s[key] == pytest.approx(TRUTH[key], abs=tol), key
+    assert s["dynamic_power_w"] == pytest.approx(2.40e-3, abs=tolerance["dynamic_power_w"])
+    assert s["dynamic_energy_per_inference_j"] == pytest.approx(30e-6, rel=1e-3)
+    assert s["inferences_per_s"] == pytest.approx(80.0, rel=1e-3)
+    assert s["execution_time_mean_s"] == pytest.approx(12.5e-3, rel=1e-3)
+    assert s["latency_runs"] == 2 and s["energy_windows"] == 2 and s["latency_timer"] == "emon"
+    assert all(c["ok"] for c in s["checks"]), s["checks"]
+    run = Path(out["run"])
+    emon = json.loads((run / "manifest.json").read_text())["instruments"]["emon"]
+    assert emon["driver"] == "ppk2" and emon["simulated"] is True and emon["mode"] == "source"
+    assert emon["sample_rate_hz"] == FS and emon["voltage_v"] == SUPPLY_V
+    assert emon["timestamp_input"] == "D0" and emon["hw"] == "9173"
+    trace = read_trace(run / "traces" / "emon.jls")
+    assert trace.sample_rate == FS and trace.simulated and len(trace) > 4 * FS
+    assert (trace.gpio == 0).sum() >= 4  # both pulses of both energy runs, at least
+
+
+# -- rig emon record ----------------------------------------------------------------------------
+#: Simulated seconds per host second for the recording: slow enough that the helper thread
+#: registers the window long before simulated time reaches it.
+SPEED = 2.0
+K1, K2 = 30_000, 80_000  # the window, in samples of the capture
+
+
+def schedule_window(vb: VirtualBench, done: threading.Event, errors: list[str]) -> None:
+    """Once the DUT is powered: activity and timestamp pulses at sample starts K1 and K2."""
+    world = vb.world
+    deadline = time.monotonic() + 20.0
+    while not world.powered or vb.emon.acquisition_t0_ns is None:
+        if time.monotonic() > deadline or done.is_set():
+            errors.append("the rig never powered the DUT")
+            return
+        time.sleep(0.001)
+    with world.lock:
+        t0 = vb.emon.acquisition_t0_ns
+        t1, t2 = t0 + K1 * NS // FS, t0 + K2 * NS // FS
+        if world.clock.now_ns() >= t1:
+            errors.append("too late to schedule the window")
+            return
+        world.add_activity(t1, t2)
+        world.add_pulse(t1)
+        world.add_pulse(t2)
+
+
+def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "capture.jls"
+    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml"), speed=SPEED) as vb:
+        done, errors = threading.Event(), []
+        helper = threading.Thread(target=schedule_window, args=(vb, done, errors), daemon=True)
+        helper.start()
+        try:
+            code = main(["emon", "record", "--driver", "ppk2", "--port", vb.ports["emon"],
+                         "--duration", "1", "--voltage", "1.8", "--rate", str(FS),
+                         "--out", str(out), "--simulated", "--json"])
+        finally:
+            done.set()
+            helper.join(5.0)
+        assert not errors, errors
+        deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
+        while vb.world.powered and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert vb.world.powered is False  # switched off after the capture
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(captured.out)
+    assert report["samples"] == FS and report["requested_samples"] == FS
+    assert report["sample_rate_hz"] == FS and report["dropped"] == 0 and report["edges"] == 2
+    trace = read_trace(out)
+    assert len(trace) == FS and trace.simulated
+    falls = np.flatnonzero((trace.gpio[1:] & 1) < (trace.gpio[:-1] & 1)) + 1
+    assert falls.tolist() == [K1, K2]
+    window_w = float((trace.current[K1:K2].astype(float) * trace.voltage[K1:K2]).mean())
+    assert window_w == pytest.approx(TRUTH["active_power_w"],
+                                     abs=half_count_w(1, 2e-3) + 1e-9)  # float32 in the file
+
+
+# -- bad input: a supply above the bench's limit ------------------------------------------------
+def test_a_bench_supply_above_the_limit_is_refused_before_anything(tmp_path: Path) -> None:
+    bench = short_bench(tmp_path, v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.5"))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert "3.5 V is above the bench voltage limit of 3.3 V" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()  # no run folder, no virtual bench, no instrument
+
+
+def test_a_ppk2_asked_above_the_limit_mid_setup_powers_off_and_marks_the_run(
+        tmp_path: Path) -> None:
+    """A bench that reaches the runner unchecked (built in code, not loaded from a file) with
+    3.5 V on a 3.3 V bench: the PPK2 driver refuses before its regulator is set, the DUT is
+    off, and the run folder says failed with the reason."""
+    shipped = load_bench(short_bench(tmp_path))
+    with VirtualBench(shipped) as vb:
+        bench = dataclasses.replace(
+            shipped, sim=None,
+            dut=dataclasses.replace(shipped.dut, port=vb.ports["dut"]),
+            emon=dataclasses.replace(shipped.emon, port=vb.ports["emon"], supply_voltage_v=3.5))
+        outcome = measure_asc(bench, device="ppk2-over-limit", runs_root=tmp_path / "r")
+        received = vb.emon.received
+        deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
+        while (0x0C, (0,)) not in received and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (0x0C, (0,)) in received  # the rig switched the DUT's output off
+        assert (0x0C, (1,)) not in received and vb.world.powered is False
+        assert vb.emon.max_regulator_mv == 0  # the regulator was never set, let alone to 3.5 V
+    assert outcome.status == "failed"
+    assert "3.5 V is above the bench voltage limit of 3.3 V" in str(outcome.error)
+    run = load_run(only_run(tmp_path / "r"))
+    assert run.status == "failed"
+    assert "3.5 V is above the bench voltage limit of 3.3 V" in run.manifest["error"]
