@@ -1,0 +1,77 @@
+"""`rig model export --format nir`, through the CLI's own entry point."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rockpool")
+pytest.importorskip("xylosim")
+pytest.importorskip("nir")
+
+import nir
+
+from rig.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_XYLO = REPO / "firmware" / "xylo" / "models" / "asc_synthetic.npz"
+
+
+def test_export_writes_a_nir_graph_identical_to_the_spec(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "graphs" / "asc.nir"
+    assert main(["model", "export", "--format", "nir", str(SHIPPED_XYLO), "-o", str(out),
+                 "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["file"] == str(out) and record["format"] == "nir"
+    assert record["shape"] == [16, 1000, 4] and record["dt"] == 0.01
+    assert record["checked"] is True and record["identical"] is True
+    assert record["differences"] == []
+    graph = nir.read(out)  # an ordinary NIR file
+    assert graph.metadata["model_id"] == record["model_id"] == "xylo-asc-synth01"
+    assert graph.nodes["w_in"].weight.shape == (1000, 16)
+    assert out.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+
+
+def test_export_default_output_name_and_text_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "net.npz"
+    model.write_bytes(SHIPPED_XYLO.read_bytes())
+    assert main(["model", "export", str(model), "--no-check"]) == 0
+    text = capsys.readouterr().out
+    assert (tmp_path / "net.nir").is_file()
+    assert "NIR graph of xylo-asc-synth01, 16-1000-4" in text
+    assert "not read back (--no-check)" in text
+
+
+def test_export_refuses_what_it_cannot_write(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["model", "export", str(tmp_path / "missing.npz")]) == 2
+    assert "missing.npz does not exist" in capsys.readouterr().err
+    graph = tmp_path / "g.nir"
+    assert main(["model", "export", str(SHIPPED_XYLO), "-o", str(graph), "--no-check"]) == 0
+    capsys.readouterr()
+    assert main(["model", "export", str(graph), "-o", str(tmp_path / "h.nir")]) == 2
+    assert "is already a NIR graph" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["model", "export", "--format", "onnx", str(SHIPPED_XYLO)])
+    assert info.value.code == 2 and "invalid choice: 'onnx'" in capsys.readouterr().err
+
+
+def test_export_refuses_a_spec_using_the_second_synapse(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from firmware.xylo.spec import XyloSpec, load_spec, save_spec
+
+    spec = load_spec(SHIPPED_XYLO)
+    arrays = dict(spec.arrays)
+    for name in ("weights_in", "weights_rec"):
+        arrays[name] = np.concatenate([arrays[name], arrays[name]], axis=2)
+    two = save_spec(XyloSpec(arrays, spec.aliases, spec.dt, spec.class_names, spec.model_id),
+                    tmp_path / "syn2.npz")
+    assert main(["model", "export", str(two), "-o", str(tmp_path / "syn2.nir")]) == 2
+    err = capsys.readouterr().err
+    assert "second hidden synapse" in err and "no equivalent" in err
+    assert not (tmp_path / "syn2.nir").exists()
