@@ -10,6 +10,10 @@ resume. A point that was running when the process died has no event and is simpl
 The function that measures one point is injectable (`PointFunction`): the real one generates the
 workload, finds its target and runs the fixed-timeout procedure on the SUT; `stand_in_point` is a
 closed-form stand-in that lets the checkpoint logic be tested quickly and deterministically.
+
+A `PointDispatch` (rig/cluster: a Dask cluster) measures the points elsewhere instead of in this
+process: it yields each finished point's event, which this process checkpoints exactly as its own
+(it stays the folder's only writer), so resume, `rig show` and `rig report` do not change.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -279,6 +283,9 @@ class SweepPointDone(Event):
     error: str | None = None
     #: Host time the whole point took: only for the ETA, never a measurement.
     wall_s: float = 0.0
+    #: Measured on a cluster worker: its host, name, resources (the hardware it owns), software
+    #: versions and host start/end times of the point; None when measured by this process.
+    worker: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +297,8 @@ class SweepResumed(Event):
     total: int = 0
     bad_lines: int = 0
     host: str = ""
+    #: The Dask scheduler the points went to (`--cluster`), None: measured here.
+    cluster: str | None = None
 
 
 # -- the run folder ----------------------------------------------------------------------------
@@ -308,6 +317,7 @@ class SweepStore(RunStore):
                     timespec="seconds"),
                 "points_done": event.done, "points_total": event.total,
                 "bad_lines": event.bad_lines, "host": event.host,
+                **({"cluster": event.cluster} if event.cluster else {}),
             })
             self._write_manifest()
         super().__call__(event)
@@ -319,6 +329,9 @@ def point_row(event: SweepPointDone) -> dict[str, Any]:
     for key in ("index", "key", "sut", "nodes", "density", "timeout_s", "seed", "status",
                 "error", "wall_s"):
         row[key] = getattr(event, key)
+    if event.worker:  # measured on a cluster worker: which one (the event keeps the rest)
+        row["worker"] = event.worker.get("name")
+        row["worker_host"] = event.worker.get("host")
     for key, value in event.result.items():
         if key not in row:
             row[key] = json.dumps(value) if isinstance(value, list | dict) else value
@@ -547,6 +560,10 @@ class QuboPointFunction:
         self._power: Any = None
         self._sut_name = ""
 
+    def remember_target(self, workload: tuple, cost: int, method: str) -> None:
+        """A target recorded earlier for `workload` (nodes, density, seed): used, not computed."""
+        self._known[tuple(workload)] = (int(cost), str(method))
+
     def __call__(self, point: SweepPoint) -> dict[str, Any]:
         try:
             from rig.procedures.qubo import fixed_timeout_point
@@ -638,7 +655,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _known_targets(done: dict[str, SweepPointDone]) -> dict[tuple, tuple[int, str]]:
+def known_targets(done: dict[str, SweepPointDone]) -> dict[tuple, tuple[int, str]]:
     """Targets recorded by earlier points, by workload (nodes, density, seed)."""
     known: dict[tuple, tuple[int, str]] = {}
     for p in done.values():
@@ -649,6 +666,22 @@ def _known_targets(done: dict[str, SweepPointDone]) -> dict[tuple, tuple[int, st
 
 
 # -- running -----------------------------------------------------------------------------------
+class PointDispatch(Protocol):
+    """Measures points somewhere else (rig/cluster) and hands back their events.
+
+    `run` yields a `SweepPointDone` per finished point (in the order they finish, each point
+    once) and other events (notes) to publish; it checks `stop` while it waits and cleans up
+    when the generator is closed. `manifest` is what the run folder records about it.
+    """
+
+    def run(self, spec: SweepSpec, todo: list[SweepPoint], *, stand_in: bool,
+            known: dict[tuple, tuple[int, str]], stop: StopRequest | None) -> Iterator[Event]:
+        """Measure `todo`; stand-in points when `stand_in`; `known` targets by workload."""
+
+    def manifest(self) -> dict[str, Any]:
+        """Plain data about where the points went (the scheduler's address)."""
+
+
 @dataclass
 class SweepOutcome:
     """How a sweep session ended."""
@@ -670,15 +703,21 @@ def start_sweep(
     stand_in: bool = False,
     subscribers: list[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
+    dispatch: PointDispatch | None = None,
 ) -> SweepOutcome:
     """Create a run folder for `spec` and run every point; `stop` (set from another thread)
-    ends it like Ctrl-C after the point being measured."""
+    ends it like Ctrl-C after the point being measured. With `dispatch` the points are
+    measured by it (a cluster) and checkpointed here."""
     if point_function is not None:
+        if dispatch is not None:
+            raise ConfigError("a custom point function cannot be dispatched to a cluster",
+                              hint="use the real or the stand-in point function")
         kind = CUSTOM
     elif stand_in:
         kind, point_function = STAND_IN, stand_in_point
     else:
-        kind, point_function = REAL, QuboPointFunction(spec)
+        kind = REAL
+        point_function = None if dispatch is not None else QuboPointFunction(spec)
     store = SweepStore.create(runs_root, "sweep", spec.name)
     total = len(spec.points())
     with _exclusive(store.path):
@@ -687,9 +726,11 @@ def start_sweep(
             run_id=uuid.uuid4().hex, procedure=PROCEDURE, device=", ".join(spec.suts),
             simulated=kind == STAND_IN,
             manifest={"sweep": spec.snapshot(), "points_total": total,
-                      "point_function": kind, "run_folder": store.path.name},
+                      "point_function": kind, "run_folder": store.path.name,
+                      **({"cluster": dispatch.manifest()} if dispatch is not None else {})},
         ))
-        return _run(store, bus, spec, spec.points(), point_function, stop=stop)
+        return _run(store, bus, spec, spec.points(), point_function, stop=stop,
+                    dispatch=dispatch, stand_in=kind == STAND_IN)
 
 
 def resume_sweep(
@@ -699,18 +740,24 @@ def resume_sweep(
     retry_failed: bool = False,
     subscribers: list[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
+    dispatch: PointDispatch | None = None,
 ) -> SweepOutcome:
-    """Run the points of a sweep folder that are not on disk yet, appending to its events."""
+    """Run the points of a sweep folder that are not on disk yet, appending to its events;
+    with `dispatch` they are measured by it (a cluster), whoever measured the others."""
     run_path = Path(run_path)
     with _exclusive(run_path):
         _terminate_torn_line(run_path / EVENTS)
         record = read_sweep(run_path, check_running=False)
         kind = record.manifest.get("point_function", REAL)
-        if point_function is None:
+        if dispatch is not None and (point_function is not None or kind == CUSTOM):
+            raise ConfigError(f"{run_path} was measured with a custom point function, which "
+                              "cannot be dispatched to a cluster",
+                              hint="resume it from the code that started it")
+        if point_function is None and dispatch is None:
             if kind == STAND_IN:
                 point_function = stand_in_point
             elif kind == REAL:
-                point_function = QuboPointFunction(record.spec, _known_targets(record.done))
+                point_function = QuboPointFunction(record.spec, known_targets(record.done))
             else:
                 raise ConfigError(f"{run_path} was measured with a custom point function",
                                   hint="resume it from the code that started it")
@@ -720,10 +767,14 @@ def resume_sweep(
         store.manifest = dict(record.manifest)
         store._rows = [point_row(p) for k, p in record.done.items() if k in done]
         bus = _bus(store, subscribers)
-        bus.publish(SweepResumed(done=len(done), total=record.total,
-                                 bad_lines=record.bad_lines, host=socket.gethostname()))
+        bus.publish(SweepResumed(
+            done=len(done), total=record.total, bad_lines=record.bad_lines,
+            host=socket.gethostname(),
+            cluster=None if dispatch is None else str(dispatch.manifest().get("scheduler")),
+        ))
         return _run(store, bus, record.spec, todo, point_function, already=record.done,
-                    stop=stop)
+                    stop=stop, dispatch=dispatch, stand_in=kind == STAND_IN,
+                    known=known_targets(record.done))
 
 
 def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:
@@ -739,37 +790,36 @@ def _run(
     bus: EventBus,
     spec: SweepSpec,
     todo: list[SweepPoint],
-    point_function: PointFunction,
+    point_function: PointFunction | None,
     already: dict[str, SweepPointDone] | None = None,
     stop: StopRequest | None = None,
+    dispatch: PointDispatch | None = None,
+    stand_in: bool = False,
+    known: dict[tuple, tuple[int, str]] | None = None,
 ) -> SweepOutcome:
-    """Measure `todo` in order, one checkpoint per point; finish the session however it ends."""
+    """Measure `todo` (here in order, or by `dispatch`), one checkpoint per point; finish the
+    session however it ends."""
     from rig.runner import sigterm_as_interrupt  # the ASC runner's SIGTERM-as-Ctrl-C
 
     done = dict(already or {})
     status, error, interrupted, ran = "failed", None, False, 0
+    if dispatch is not None:
+        events = dispatch.run(spec, todo, stand_in=stand_in, known=dict(known or {}), stop=stop)
+    else:
+        assert point_function is not None
+        events = _measure_here(todo, point_function, stop)
+    recorded: set[str] = set()
     try:
         with sigterm_as_interrupt():
-            for point in todo:
-                if stop is not None:
-                    stop.check()
-                started = time.monotonic()
-                result, state, why = {}, "ok", None
-                try:
-                    result = plain(point_function(point))
-                except ConfigError:
-                    raise  # bad setup fails every point: stop the sweep
-                except RigError as exc:  # one point failed: record it, the night goes on
-                    state, why = "failed", str(exc)
-                event = SweepPointDone(
-                    index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
-                    density=point.density, timeout_s=point.timeout_s, seed=point.seed,
-                    status=state, result=result, error=why,
-                    wall_s=time.monotonic() - started,
-                )
+            for event in events:
+                if isinstance(event, SweepPointDone):
+                    if event.key in recorded:
+                        continue  # a point handed back twice (a cluster) is recorded once
+                    recorded.add(event.key)
                 bus.publish(event)
-                done[point.key] = event
-                ran += 1
+                if isinstance(event, SweepPointDone):
+                    done[event.key] = event
+                    ran += 1
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
@@ -779,6 +829,8 @@ def _run(
         status, error = "failed", RigError(f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        with contextlib.suppress(Exception):
+            events.close()  # a dispatcher cancels what is still out and disconnects
         close = getattr(point_function, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):
@@ -793,6 +845,27 @@ def _run(
         )
     return SweepOutcome(store.path, status, summary, ran, error,
                         simulated=bool(store.manifest.get("simulated")))
+
+
+def _measure_here(todo: list[SweepPoint], point_function: PointFunction,
+                  stop: StopRequest | None) -> Iterator[SweepPointDone]:
+    """Measure `todo` in this process, in order: one event per point."""
+    for point in todo:
+        if stop is not None:
+            stop.check()
+        started = time.monotonic()
+        result, state, why = {}, "ok", None
+        try:
+            result = plain(point_function(point))
+        except ConfigError:
+            raise  # bad setup fails every point: stop the sweep
+        except RigError as exc:  # one point failed: record it, the night goes on
+            state, why = "failed", str(exc)
+        yield SweepPointDone(
+            index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
+            density=point.density, timeout_s=point.timeout_s, seed=point.seed,
+            status=state, result=result, error=why, wall_s=time.monotonic() - started,
+        )
 
 
 @contextlib.contextmanager

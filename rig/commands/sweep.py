@@ -21,7 +21,8 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.commands.common import print_json
-from rig.events import Event, RunFinished, RunStarted
+from rig.errors import ConfigError
+from rig.events import Event, Note, RunFinished, RunStarted
 from rig.sweep import (
     SweepOutcome,
     SweepPointDone,
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--tuning", type=Path, default=None, metavar="FILE",
                    help="a `rig qubo tune` file: its SUT gets the parameters of the nearest "
                         "(nodes, density) entry (overrides [sweep] tuning)")
+    _add_cluster_arguments(q)
     # Hidden: a closed-form point function, for tests of checkpoint and resume.
     q.add_argument("--stand-in", action="store_true", help=argparse.SUPPRESS)
     q.set_defaults(run=run)
@@ -54,7 +56,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--retry-failed", action="store_true",
                    help="also measure again the points recorded as failed")
     r.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
+    _add_cluster_arguments(r)
     r.set_defaults(run=run)
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """--cluster: the points go to `rig worker`s through a Dask scheduler (rig/cluster)."""
+    parser.add_argument("--cluster", metavar="ADDRESS", default=None,
+                        help="measure the points on the rig workers of this Dask scheduler "
+                             "(tcp://HOST:8786); this process still writes the run folder")
+    parser.add_argument("--retries", type=int, default=None, metavar="N",
+                        help="with --cluster: tries again a point that failed on the rig up "
+                             "to N times before recording it as failed (default 1)")
+
+
+def _dispatch(args: argparse.Namespace) -> Any:
+    """The cluster dispatcher for --cluster, None without it."""
+    if args.cluster is None:
+        if args.retries is not None:
+            raise ConfigError("--retries needs --cluster",
+                              hint="a local sweep records a failed point at once")
+        return None
+    from rig.cluster.dispatch import DEFAULT_RETRIES, ClusterDispatch
+
+    retries = DEFAULT_RETRIES if args.retries is None else args.retries
+    return ClusterDispatch(args.cluster, retries=retries)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
             if args.tuning is not None:
                 spec = with_tuning(spec, args.tuning)
             outcome = start_sweep(spec, runs_root=args.runs_dir, stand_in=args.stand_in,
-                                  subscribers=subscribers)
+                                  subscribers=subscribers, dispatch=_dispatch(args))
         else:
             outcome = resume_sweep(args.run_folder, retry_failed=args.retry_failed,
-                                   subscribers=subscribers)
+                                   subscribers=subscribers, dispatch=_dispatch(args))
     finally:
         if view:
             view.close()
@@ -137,6 +163,8 @@ class _MeanEtaColumn(ProgressColumn):
     """ETA from the mean point time so far (rich's own ETA follows the recent speed)."""
 
     def render(self, task: Any) -> Text:
+        if task.fields.get("worker"):
+            return Text("")  # a cluster worker's line: its share of the points, no ETA
         eta = task.fields.get("eta_s")
         if eta is None:
             return Text("ETA --:--:--", style="progress.remaining")
@@ -146,7 +174,8 @@ class _MeanEtaColumn(ProgressColumn):
 
 
 class SweepProgressView:
-    """A subscriber that shows points done / total with an ETA, on stderr (console only)."""
+    """A subscriber that shows points done / total with an ETA, on stderr (console only); on a
+    cluster also the points each worker measured, and the dispatcher's notes."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
@@ -158,6 +187,8 @@ class SweepProgressView:
         self._times: list[float] = []
         self._done = 0
         self._total = 0
+        #: Per cluster worker: its progress task and how many points it measured.
+        self._workers: dict[str, list[Any]] = {}
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
@@ -169,11 +200,27 @@ class SweepProgressView:
             self._times.append(event.wall_s)
             eta = statistics.fmean(self._times) * max(0, self._total - self._done)
             self._progress.update(self._task, completed=self._done, eta_s=eta)
+            if event.worker:
+                self._count_worker(event.worker)
             if event.status != "ok":
                 self._progress.console.print(f"[yellow]point {event.key} failed: "
                                              f"{event.error}[/]")
+        elif isinstance(event, Note) and event.level == "warning":
+            self._progress.console.print(f"[yellow]{escape(event.text)}[/]")
         elif isinstance(event, RunFinished):
             self.close()
+
+    def _count_worker(self, worker: dict[str, Any]) -> None:
+        """One more point measured by `worker` (a line per worker under the bar)."""
+        name = f"{worker.get('name')} ({worker.get('host')})"
+        entry = self._workers.get(name)
+        if entry is None:
+            task = self._progress.add_task(f"  {escape(name)}", total=self._total or None,
+                                           worker=True)
+            entry = self._workers[name] = [task, 0]
+        entry[1] += 1
+        self._progress.update(entry[0], completed=entry[1],
+                              description=f"  {escape(name)}: {entry[1]} points")
 
     def _begin(self, label: str, done: int, total: int) -> None:
         self._done, self._total = done, total

@@ -1,0 +1,158 @@
+"""Worker resources: what hardware a rig host owns, and what each sweep point needs.
+
+A worker's resources are Dask worker resources, one unit per instrument: `cpu-tabu=1`,
+`cpu-sa=1` (the D-Wave samplers on that host), `loihi2=1` (the Lava shim, or the chip behind it),
+`xylo=1` (a Xylo bench), `host-power=1` (the host's power counters, RAPL or NVML). A point needs
+one unit of its SUT, and `host-power` too when its power is read from the host's counters: Dask
+then runs at most one point per instrument on a worker at a time, and never two power-measured
+points on one worker. One host must give `host-power` to one worker only (its counters see the
+whole host); `HostPowerLock` makes a second worker on the same host refuse it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rig.config import read_toml
+from rig.errors import ConfigError
+
+#: The host's power counters (RAPL, NVML): one reading for the whole host.
+HOST_POWER = "host-power"
+#: SUTs a sweep can measure (each one a resource of the same name).
+SUT_RESOURCES = ("cpu-tabu", "cpu-sa", "loihi2")
+#: Every resource name a worker may own (a typo such as cpu_tabu is refused, not ignored).
+KNOWN_RESOURCES = (*SUT_RESOURCES, "xylo", HOST_POWER)
+#: A CPU SUT's power source that reads the host's counters (rig.procedures.qubo.open_power_meter).
+HOST_POWER_SOURCES = ("rapl", "nvml")
+#: Where the per-host lock file lives (tests point it into their own folder).
+HOST_POWER_LOCK_ENV = "RIG_HOST_POWER_LOCK"
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def parse_resources(text: str, where: str = "--resources") -> dict[str, int]:
+    """`cpu-tabu=1,cpu-sa=1,host-power=1` -> {"cpu-tabu": 1, ...} (checked)."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, eq, count = part.partition("=")
+        name = name.strip()
+        if not eq:
+            count = "1"  # `loihi2` alone means one
+        try:
+            value = int(count.strip())
+        except ValueError:
+            raise ConfigError(f"{where}: {part!r}: expected NAME=1, found count {count!r}",
+                              hint="e.g. --resources cpu-tabu=1,cpu-sa=1,host-power=1") from None
+        out[name] = value
+    return check_resources(out, where)
+
+
+def check_resources(resources: dict[str, Any], where: str) -> dict[str, int]:
+    """Known names, one unit each (one instrument measures one point at a time)."""
+    if not resources:
+        raise ConfigError(f"{where}: no resources given",
+                          hint="name what this host owns, e.g. cpu-tabu=1,cpu-sa=1,host-power=1")
+    out: dict[str, int] = {}
+    for name, value in resources.items():
+        if not isinstance(name, str) or not _NAME.match(name) or name not in KNOWN_RESOURCES:
+            raise ConfigError(f"{where}: unknown resource {name!r}",
+                              hint=f"known resources: {', '.join(KNOWN_RESOURCES)}")
+        if isinstance(value, bool) or value != 1:
+            raise ConfigError(
+                f"{where}: {name} = {value!r}: expected 1",
+                hint="one instrument measures one point at a time; a second instrument of the "
+                     "same kind is a second worker (on its own host)",
+            )
+        out[name] = 1
+    return out
+
+
+def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:
+    """A bench file's `[worker]` table: (resources, name or None).
+
+    ```toml
+    [worker]
+    resources = { cpu-tabu = 1, cpu-sa = 1, host-power = 1 }
+    name = "cpu-baseline-1"   # optional; default: the host name
+    ```
+    """
+    raw = read_toml(path, "bench file does not exist",
+                    "pass an existing TOML file, e.g. benches/workers/cpu-baseline.toml")
+    table = raw.get("worker")
+    if table is None:
+        raise ConfigError(f"{path}: no [worker] table",
+                          hint="add [worker] resources = { cpu-tabu = 1, ... } naming what this "
+                               "host owns, or pass --resources")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: worker: expected a table, found {type(table).__name__}")
+    unknown = sorted(set(table) - {"resources", "name"})
+    if unknown:
+        raise ConfigError(f"{path}: [worker] unknown key {unknown[0]!r}",
+                          hint="known keys here: name, resources")
+    resources = table.get("resources")
+    if not isinstance(resources, dict):
+        raise ConfigError(f"{path}: [worker] resources: expected a table such as "
+                          f"{{ cpu-tabu = 1 }}, found {resources!r}")
+    name = table.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}")
+    return check_resources(resources, f"{path}: [worker] resources"), name
+
+
+def point_resources(sut: str, sut_options: dict[str, Any]) -> dict[str, int]:
+    """What a point of `sut` needs: its SUT, and the host's power counters when its power is
+    read from them (a CPU SUT's `power_source`, "rapl" unless the sweep's options say else)."""
+    needs = {sut: 1}
+    if sut in ("cpu-tabu", "cpu-sa"):
+        source = sut_options.get("power_source", "rapl")
+        if source in HOST_POWER_SOURCES:
+            needs[HOST_POWER] = 1
+    return needs
+
+
+def worker_threads(resources: dict[str, int]) -> int:
+    """One thread per SUT the worker owns: its instruments can measure side by side."""
+    return max(1, sum(1 for name in resources if name in SUT_RESOURCES))
+
+
+class HostPowerLock:
+    """Held by the worker that owns `host-power` for as long as it runs: a second worker on the
+    same host asking for it is refused (their points would share one power reading)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        default = Path(tempfile.gettempdir()) / "rig-host-power.lock"
+        self.path = path or Path(os.environ.get(HOST_POWER_LOCK_ENV) or default)
+        self._handle: Any = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ConfigError naming the worker that holds it."""
+        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ConfigError(
+                f"host-power is already owned by another rig worker on this host ({holder})",
+                hint="give host-power to one worker per host: its power counters see the whole "
+                     "host, so two workers would share one reading",
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        """Give the lock back (also done by the kernel when the process dies)."""
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
