@@ -313,7 +313,8 @@ def _instrument_identity(m: dict[str, Any]) -> str:
     driver = emon.get("driver", bench_emon.get("driver", "?"))
     model = {"lpm01a": "ST X-NUCLEO-LPM01A (PowerShield)", "joulescope": "Joulescope",
              "n6705": "Keysight N6705", "34465a": "Keysight 34465A",
-             "otii": "Qoitech Otii"}.get(driver, driver)
+             "otii": "Qoitech Otii", "ppk2": "Nordic Power Profiler Kit II (PPK2)"}.get(
+                 driver, driver)
     parts = [model]
     if emon.get("model"):
         parts.append(f"model {emon['model']}")
@@ -613,6 +614,9 @@ def _asc_power_lines(run: ReportRun) -> list[str]:
             "34465a": "a digital multimeter in series with the DUT's supply",
             "otii": "a supply and current meter (Otii Arc/Ace) that sources the DUT's supply "
                     "and measures its current and voltage",
+            "ppk2": "a source meter that supplies the DUT from its regulator (or, in ampere "
+                    "mode, an ammeter in series with the bench's supply) and measures the "
+                    "current at 100 kS/s",
         }.get(str(driver), "an external analyzer")
         rate = emon.get("sample_rate_hz")
         lines += [
