@@ -270,8 +270,10 @@ class GpiLine:
         out = np.ones(n, dtype=np.uint8)
         if not low.any():
             return out
-        k0 = np.floor((seg_t[low] - start) / self.dt).astype(np.int64)
-        k1 = np.ceil((seg_end[low] - start) / self.dt).astype(np.int64)
+        # Sample positions from the grid's origin (not from `start`, which carries the rounding
+        # of first x dt); an event within a millionth of a sample of a boundary is on it.
+        k0 = np.floor((seg_t[low] - self.t0) / self.dt + 1e-6).astype(np.int64) - first
+        k1 = np.ceil((seg_end[low] - self.t0) / self.dt - 1e-6).astype(np.int64) - first
         # [k0, k1): the samples a low segment overlaps (a zero-length one, an event pair at
         # one time, still marks the sample that holds it).
         k1 = np.maximum(k1, k0 + 1)
