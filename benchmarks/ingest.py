@@ -10,6 +10,8 @@ pipeline falls behind, so `dropped` shows whether it keeps up.
 
 Prints `samples_per_s`, `dropped` (goal 0), `cpu_fraction` (process CPU time / signal duration:
 goal < 0.5), `peak_rss_mb_at_10s` and `peak_rss_mb_at_60s` (goal: flat), then a few checks.
+Then the Nordic PPK2 at its full 100 kS/s through its real driver from the simulated PPK2 on a
+pty, in real time (`run_ppk2`, `--ppk2-seconds`): `ppk2_dropped` (goal 0) and its CPU share.
 """
 
 from __future__ import annotations
@@ -136,10 +138,66 @@ def run(seconds: float, realtime: bool) -> dict[str, float]:
     }
 
 
+def run_ppk2(seconds: float) -> dict[str, float]:
+    """The PPK2 at its full rate, in real time: the simulated PPK2 streams 100 kS/s of 4-byte
+    words over a pty (World at speed 1, a 60 %-active period with a pulse every 10 ms), the
+    real driver decodes them and `EmonRecorder` writes the JLS trace. `ppk2_dropped` counts
+    samples lost anywhere (counter jumps, bytes the pty could not take, shortfall): goal 0.
+    `ppk2_cpu_fraction` is this process's CPU (simulator included) per signal second."""
+    from drivers.emon.ppk2 import Ppk2
+    from protocols.ppk2 import SAMPLE_RATE_HZ
+    from rig.sim.ppk2 import SimPpk2
+    from rig.sim.world import NS, World
+
+    fs, period_ns = SAMPLE_RATE_HZ, NS // 100
+    count = round(seconds * fs)
+    world = World()
+    folder = Path(tempfile.mkdtemp(prefix="rig-ingest-ppk2-"))
+    try:
+        with SimPpk2(world) as sim:
+            monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
+            recorder = EmonRecorder(fs, folder / "ppk2.jls", simulated=True, stop_after=count)
+            try:
+                monitor.configure(1.8, fs)
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                monitor.start(recorder.on_chunk)
+                monitor.power_on()
+                while not world.powered:  # the PPK2 acks nothing; powering on resets the DUT
+                    time.sleep(0.001)
+                with world.lock:  # the DUT's whole schedule, from 0.1 s after now
+                    t = world.clock.now_ns() + NS // 10
+                    for k in range(round(seconds * 100)):
+                        start = t + k * period_ns
+                        world.add_activity(start, start + period_ns * 6 // 10)
+                        world.add_pulse(start)
+                recorder.wait_for_samples(count, timeout_s=seconds * 3 + 10)
+                wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            finally:
+                monitor.power_off()
+                monitor.stop()
+                monitor.close()
+                recorder.close()
+            lost_bytes = sim.dropped_bytes
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if recorder.error is not None:
+        raise recorder.error
+    return {
+        "ppk2_samples": recorder.samples,
+        "ppk2_dropped": recorder.dropped + monitor.stats.dropped + lost_bytes // 4
+        + max(0, count - recorder.samples),
+        "ppk2_edges": recorder.edge_count,
+        "ppk2_samples_per_s": recorder.samples / wall,
+        "ppk2_cpu_fraction": cpu / seconds,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="signal length (>= 60)")
     parser.add_argument("--realtime", action="store_true", help="pace the stream at 2 MS/s")
+    parser.add_argument("--ppk2-seconds", type=float, default=10.0,
+                        help="seconds of the simulated PPK2 at its full 100 kS/s (0: skip)")
     args = parser.parse_args()
     result = run(args.seconds, args.realtime)
     for key in ("samples_per_s", "dropped", "cpu_fraction", "peak_rss_mb_at_10s",
@@ -148,6 +206,9 @@ def main() -> None:
         print(f"{key} {value:.0f}" if key in ("samples_per_s", "dropped") else f"{key} {value:.3f}")
     for key, value in result.items():
         print(f"{key} {value:.6g}")
+    if args.ppk2_seconds > 0:
+        for key, value in run_ppk2(args.ppk2_seconds).items():
+            print(f"{key} {value:.6g}")
 
 
 if __name__ == "__main__":
