@@ -601,7 +601,7 @@ class Otii(EnergyMonitor):
         """The device's versions again, and whether its main output is on."""
         return {"driver": self.driver, "address": self.address, "simulated": self.simulated,
                 "device": self.device, "version": self._arc("arc_get_version"),
-                "main": self._arc("arc_get_main").get("value"),
+                "output_on": self._arc("arc_get_main").get("value"),
                 "server": self.conn.server_info}
 
     # -- recording -----------------------------------------------------------------------------
@@ -610,6 +610,12 @@ class Otii(EnergyMonitor):
             self._record()
         except BaseException as exc:  # surfaced by stop() and `fault`
             log.warning("otii: recording failed: %s", exc)
+            if isinstance(exc, DeviceError) and self.conn.closed:
+                exc = DeviceError(
+                    f"otii: the Otii TCP server at {self.conn.where} closed the connection "
+                    f"mid-recording, after {self.stats.samples} samples",
+                    hint="is the Otii app still running and reachable? The rig switched the "
+                    "output off over a new connection when it could; what was measured is kept")
             self._worker_error = exc
 
     def _count(self, channel: str) -> int:
