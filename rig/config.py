@@ -29,6 +29,7 @@ TIMESTAMP_MODES = ("energy", "performance")
 #: Where the DUT's timestamp line enters the monitor: "gpio" its own logic/trigger input (LPM01A
 #: D7, Joulescope GPI0, a Keysight trigger), "aux" an N6781A/N6785A auxiliary voltage input.
 TIMESTAMP_INPUTS = ("gpio", "aux")
+PPK2_MODES = ("source", "ampere")
 DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
@@ -68,6 +69,9 @@ class EmonConfig:
     #: "gpio", or "aux": an N6705 logs the line on its N6781A/N6785A's auxiliary voltage input
     #: beside the current (drivers/emon/keysight.py), so it sees every edge (ASC energy).
     timestamp_input: str = "gpio"
+    #: A PPK2's meter mode: "source" (it supplies the DUT from its regulator) or "ampere" (the
+    #: bench's supply feeds the DUT through it; `supply_voltage_v` is that supply's voltage).
+    ppk2_mode: str = "source"
 
     @property
     def address(self) -> str:
@@ -274,6 +278,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
     emon = replace(emon, current_range=_current_range(emon, path))
     _check_timestamp_input(emon, path)
+    _check_ppk2_mode(emon, path)
     _choice(dataset.name, DATASETS, path, "dataset.name")
     _positive(dut.baud, path, "dut.baud")
     _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
@@ -404,6 +409,15 @@ def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
     raise ConfigError(
         f'{path}: [emon] timestamp_input = "aux" needs an N6705 with an N6781A/N6785A SMU (its '
         f"auxiliary voltage input): {why}", hint=hint)
+
+
+def _check_ppk2_mode(emon: EmonConfig, path: Path) -> None:
+    """``[emon] ppk2_mode``: one of `PPK2_MODES`; "ampere" only on a PPK2."""
+    _choice(emon.ppk2_mode, PPK2_MODES, path, "emon.ppk2_mode")
+    if emon.ppk2_mode != "source" and emon.driver != "ppk2":
+        raise ConfigError(
+            f'{path}: [emon] ppk2_mode = "{emon.ppk2_mode}" is a PPK2 setting, but the monitor '
+            f"is {emon.driver!r}", hint='drop ppk2_mode, or use driver = "ppk2"')
 
 
 def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:

@@ -373,6 +373,8 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)
     aux = {"timestamp_input": "aux"} if bench.emon.timestamp_input == "aux" else {}
+    if bench.emon.driver == "ppk2":
+        aux["mode"] = bench.emon.ppk2_mode
     return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
                         simulated=bench.simulated, current_range=bench.emon.current_range, **aux)
 

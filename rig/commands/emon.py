@@ -49,6 +49,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rec.add_argument("--range", default="auto", metavar="R", dest="current_range",
                      help='current range: "auto" (default), a Joulescope range such as "18 mA", '
                      'or amps for a Keysight, e.g. 0.1')
+    rec.add_argument("--ppk2-mode", choices=("source", "ampere"), default="source",
+                     help="PPK2 only: source meter (it supplies the DUT, default) or ampere meter "
+                     "(the bench's supply at --voltage feeds the DUT through it)")
     rec.add_argument(
         "--bench-limit", type=float, default=DEFAULT_BENCH_LIMIT_V, metavar="V",
         help=f"refuse supply voltages above this (default {DEFAULT_BENCH_LIMIT_V:g} V)",
@@ -81,6 +84,9 @@ def _check_args(args: argparse.Namespace) -> None:
                        hint="create it first or pick another path")
     check_voltage(args.voltage, args.bench_limit, who=args.driver)
     args.current_range = check_current_range(args.driver, args.current_range)
+    if args.ppk2_mode != "source" and args.driver != "ppk2":
+        raise RigError(f"--ppk2-mode {args.ppk2_mode} is a PPK2 setting, not one of the "
+                       f"{args.driver}'s", hint="drop --ppk2-mode, or use --driver ppk2")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -94,9 +100,10 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(f"rig: warning: {warning}", file=sys.stderr)
     address = args.port if args.port is not None else args.resource
+    options = {"mode": args.ppk2_mode} if args.driver == "ppk2" else {}
     monitor = open_monitor(
         args.driver, address, voltage_limit_v=args.bench_limit, simulated=args.simulated,
-        current_range=args.current_range,
+        current_range=args.current_range, **options,
     )
     recorder: EmonRecorder | None = None
     try:

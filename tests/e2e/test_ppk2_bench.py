@@ -176,3 +176,38 @@ def test_a_ppk2_asked_above_the_limit_mid_setup_powers_off_and_marks_the_run(
     run = load_run(only_run(tmp_path / "r"))
     assert run.status == "failed"
     assert "3.5 V is above the bench voltage limit of 3.3 V" in run.manifest["error"]
+
+
+# -- ampere mode ----------------------------------------------------------------------------------
+def test_asc_in_ampere_mode_on_the_bench_supply(tmp_path: Path) -> None:
+    """`ppk2_mode = "ampere"`: the bench's 3.0 V supply feeds the DUT through the PPK2; the
+    same closed form comes out (powers are watts, whatever the supply)."""
+    bench = short_bench(tmp_path, mode=('driver = "ppk2-sim"',
+                                        'driver = "ppk2-sim"\nppk2_mode = "ampere"'),
+                        v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.0"))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
+                   "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key, truth in TRUTH.items():
+        assert out["summary"][key] == pytest.approx(truth, rel=1e-3), key
+    emon = json.loads((Path(out["run"]) / "manifest.json").read_text())["instruments"]["emon"]
+    assert emon["mode"] == "ampere" and emon["voltage_v"] == 3.0
+
+
+def test_ppk2_mode_on_another_monitor_is_refused_when_the_bench_loads(tmp_path: Path) -> None:
+    bench = bench_variant(tmp_path, mode=('driver = "lpm01a"',
+                                          'driver = "lpm01a"\nppk2_mode = "ampere"'))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert '[emon] ppk2_mode = "ampere" is a PPK2 setting, but the monitor is \'lpm01a\'' \
+        in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_emon_record_refuses_ppk2_mode_on_another_driver(capsys, tmp_path: Path) -> None:
+    code = main(["emon", "record", "--driver", "lpm01a", "--port", "/dev/nonexistent-rig-port",
+                 "--duration", "1", "--voltage", "1.8", "--rate", "1000", "--ppk2-mode",
+                 "ampere", "--out", str(tmp_path / "x.jls")])
+    assert code == 2
+    assert "--ppk2-mode ampere is a PPK2 setting" in capsys.readouterr().err
