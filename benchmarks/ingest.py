@@ -12,6 +12,9 @@ Prints `samples_per_s`, `dropped` (goal 0), `cpu_fraction` (process CPU time / s
 goal < 0.5), `peak_rss_mb_at_10s` and `peak_rss_mb_at_60s` (goal: flat), then a few checks.
 Then the Nordic PPK2 at its full 100 kS/s through its real driver from the simulated PPK2 on a
 pty, in real time (`run_ppk2`, `--ppk2-seconds`): `ppk2_dropped` (goal 0) and its CPU share.
+Then the Qoitech Otii at its full rate through its real driver from the simulated Otii TCP server
+on 127.0.0.1, in real time (`run_otii`, `--otii-seconds`): an Arc at 4 kS/s and an Ace at 50 kS/s
+(the simulator's top rate), `otii_arc_dropped` / `otii_ace_dropped` (goal 0) and CPU shares.
 """
 
 from __future__ import annotations
@@ -192,12 +195,67 @@ def run_ppk2(seconds: float) -> dict[str, float]:
     }
 
 
+def run_otii(seconds: float, device_type: str) -> dict[str, float]:
+    """The Otii at its full rate, in real time: the simulated Otii server (World at speed 1, a
+    60 %-active period with a pulse every 10 ms) serves its recording as JSON over loopback TCP,
+    the real driver polls it and `EmonRecorder` writes the JLS trace. `dropped` counts samples
+    the recording held that never reached the recorder: goal 0. `cpu_fraction` is this
+    process's CPU (server included) per signal second."""
+    from drivers.emon.otii import ARC_RATE_HZ, Otii
+    from rig.sim.otii import ACE_RATES, SimOtii
+    from rig.sim.world import NS, World
+
+    fs = ARC_RATE_HZ if device_type == "Arc" else ACE_RATES[-1]
+    period_ns = NS // 100
+    count = round(seconds * fs)
+    world = World()
+    folder = Path(tempfile.mkdtemp(prefix="rig-ingest-otii-"))
+    prefix = f"otii_{device_type.lower()}"
+    try:
+        with SimOtii(world, device_type=device_type) as sim:
+            monitor = Otii.open(sim.address, voltage_limit_v=3.3, simulated=True)
+            recorder = EmonRecorder(fs, folder / "otii.jls", simulated=True, stop_after=count)
+            try:
+                monitor.configure(1.8, fs)
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                monitor.start(recorder.on_chunk)
+                monitor.power_on()
+                with world.lock:  # the DUT's whole schedule, from 0.1 s after now
+                    t = world.clock.now_ns() + NS // 10
+                    for k in range(round(seconds * 100)):
+                        start = t + k * period_ns
+                        world.add_activity(start, start + period_ns * 6 // 10)
+                        world.add_pulse(start)
+                recorder.wait_for_samples(count, timeout_s=seconds * 3 + 10)
+                wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            finally:
+                monitor.power_off()
+                monitor.stop()
+                monitor.close()
+                recorder.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if recorder.error is not None:
+        raise recorder.error
+    return {
+        f"{prefix}_rate_hz": fs,
+        f"{prefix}_samples": recorder.samples,
+        f"{prefix}_dropped": recorder.dropped + monitor.stats.dropped
+        + max(0, count - recorder.samples),
+        f"{prefix}_edges": recorder.edge_count,
+        f"{prefix}_samples_per_s": recorder.samples / wall,
+        f"{prefix}_cpu_fraction": cpu / seconds,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="signal length (>= 60)")
     parser.add_argument("--realtime", action="store_true", help="pace the stream at 2 MS/s")
     parser.add_argument("--ppk2-seconds", type=float, default=10.0,
                         help="seconds of the simulated PPK2 at its full 100 kS/s (0: skip)")
+    parser.add_argument("--otii-seconds", type=float, default=10.0,
+                        help="seconds of each simulated Otii (Arc 4 kS/s, Ace 50 kS/s; 0: skip)")
     args = parser.parse_args()
     result = run(args.seconds, args.realtime)
     for key in ("samples_per_s", "dropped", "cpu_fraction", "peak_rss_mb_at_10s",
@@ -209,6 +267,10 @@ def main() -> None:
     if args.ppk2_seconds > 0:
         for key, value in run_ppk2(args.ppk2_seconds).items():
             print(f"{key} {value:.6g}")
+    if args.otii_seconds > 0:
+        for device_type in ("Arc", "Ace"):
+            for key, value in run_otii(args.otii_seconds, device_type).items():
+                print(f"{key} {value:.6g}")
 
 
 if __name__ == "__main__":
