@@ -20,12 +20,14 @@ from protocols.dut.codec import DutDecoder, Name, Ready, cmd_name, encode_comman
 #: USB ids of instruments and boards the rig knows.
 KNOWN_USB = {
     (0x0483, 0x5740): "ST X-NUCLEO-LPM01A (PowerShield)",
+    (0x1915, 0xC00A): "Nordic Power Profiler Kit II (PPK2)",
     (0x2341, 0x805A): "Arduino Nano 33 BLE",
     (0x2341, 0x0043): "Arduino UNO (IO manager)",
     (0x2341, 0x0001): "Arduino UNO (IO manager)",
 }
-#: Instruments that are not sent a DUT handshake (they speak another protocol).
-NOT_PROBED = {(0x0483, 0x5740)}
+#: Instruments that are not sent a DUT handshake (they speak another protocol; a PPK2 would take
+#: the bytes of ``name%`` as opcodes).
+NOT_PROBED = {(0x0483, 0x5740), (0x1915, 0xC00A)}
 PROBE_BAUD = 115200
 PROBE_TIMEOUT_S = 1.0
 

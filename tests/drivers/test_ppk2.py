@@ -464,3 +464,15 @@ def test_an_unplugged_ppk2_is_a_fault_and_powering_off_does_not_raise(sim: SimPp
     finally:
         monitor.close()
     assert sim.world.powered is False
+
+
+def test_rig_devices_knows_a_ppk2_and_never_sends_it_a_dut_handshake() -> None:
+    from types import SimpleNamespace
+
+    from rig.ports import scan_ports
+
+    ppk2 = SimpleNamespace(device="/dev/ttyACM7", vid=0x1915, pid=0xC00A, description="PPK2",
+                           serial_number="C1E2")
+    [entry] = scan_ports(probe=True, lister=lambda: [ppk2])  # /dev/ttyACM7 is never opened
+    assert entry["looks_like"] == "Nordic Power Profiler Kit II (PPK2)"
+    assert entry["state"] == "instrument" and entry["handshake"] == {"answer": "skipped"}
