@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  energy monitor ({vb.emon_driver}):{'':<19}{vb.ports['emon']}")
             if "io_manager" in vb.ports:
                 print(f"  IO manager (Arduino UNO pass-through):      {vb.ports['io_manager']}")
-            power = "on" if vb.world.powered else "off until the LPM01A says `pwr on`"
+            power = "on" if vb.world.powered else (
+                "off until the LPM01A says `pwr on`" if vb.emon_driver == "lpm01a"
+                else f"off until the {vb.emon_driver} switches it on")
             print(f"  DUT supply: {power}; Ctrl-C stops the bench")
         with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
             threading.Event().wait()
