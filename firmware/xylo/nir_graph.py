@@ -9,7 +9,7 @@ output``, the layout snnTorch and Rockpool use for recurrent layers. Parameters 
 equations under forward Euler at dt, which is exactly Xylo's arithmetic:
 ``tau = dt * 2**dash``, ``w_in = tau_syn / dt`` and ``r = tau_mem / dt`` (unit gain per step),
 ``v_leak = bias * tau_mem / dt``, ``v_threshold = threshold``, ``v_reset = 0``. The graph's
-metadata carries ``dt``, the model id and the class names.
+metadata carries ``dt``, the model id, the class names and the training record (JSON).
 
 `nir_to_spec` reads any NIR graph Xylo can hold -- a chain ``Input -> Linear -> CubaLIF ->
 (Linear -> CubaLIF)* -> Output``, each CubaLIF optionally recurrent through a Linear, nested
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,11 @@ def spec_to_nir(spec: XyloSpec) -> Any:
             v_reset=np.zeros(len(a[threshold])))
 
     n_in, n_hid, n_out = spec.n_input, spec.n_hidden, spec.n_output
+    metadata: dict[str, Any] = {
+        "format": FORMAT, "version": FORMAT_VERSION, "device": DEVICE, "dt": float(spec.dt),
+        "model_id": spec.model_id, "class_names": json.dumps(list(spec.class_names))}
+    if spec.training:  # how the spec was trained, for people and reports (JSON)
+        metadata["training"] = json.dumps(spec.training)
     hidden = nir.NIRGraph(
         nodes={"input": nir.Input(input_type={"input": np.array([n_hid])}),
                "lif": cuba("threshold", "bias", "dash_mem", "dash_syn"),
@@ -140,9 +145,7 @@ def spec_to_nir(spec: XyloSpec) -> Any:
                "output": nir.Output(output_type={"output": np.array([n_out])})},
         edges=[("input", "w_in"), ("w_in", "hidden"), ("hidden", "w_out"),
                ("w_out", "output_lif"), ("output_lif", "output")],
-        metadata={"format": FORMAT, "version": FORMAT_VERSION, "device": DEVICE,
-                  "dt": float(spec.dt), "model_id": spec.model_id,
-                  "class_names": json.dumps(list(spec.class_names))})
+        metadata=metadata)
 
 
 def write_nir(spec: XyloSpec, path: str | Path) -> Path:
@@ -206,13 +209,14 @@ def nir_to_spec(graph: Any, *, default_model_id: str = DEFAULT_MODEL_ID,
         model_id = default_model_id
     net = _rockpool_net(layers, dt)
     try:
-        return build_spec(net, class_names=class_names, model_id=model_id, dt=dt)
+        spec = build_spec(net, class_names=class_names, model_id=model_id, dt=dt)
     except SpecError as exc:
         raise NirGraphError(f"{where}: after mapping and quantising: {exc.message}",
                             hint=exc.hint) from exc
     except ValueError as exc:  # Rockpool's DRCError is a ValueError
         raise NirGraphError(f"{where}: Rockpool's Xylo Audio 2 mapper refused the graph: "
                             f"{' '.join(str(exc).split())}", hint=_HINT_NODES) from exc
+    return replace(spec, training=_training(metadata))
 
 
 def _why_not(nir: Any, node: Any) -> str:
@@ -428,6 +432,15 @@ def _class_names(metadata: dict[str, Any], n_out: int, where: str) -> tuple[str,
         raise NirGraphError(f"{where}: metadata class_names {names!r} is not {n_out} distinct "
                             "names, one per output neuron", hint="fix the metadata")
     return tuple(f"class{i}" for i in range(n_out))
+
+
+def _training(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The training record `spec_to_nir` stores (information only: {} when absent or bad)."""
+    try:
+        record = json.loads(metadata.get("training", "{}"))
+    except (TypeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _rockpool_net(layers: list[Layer], dt: float) -> Any:

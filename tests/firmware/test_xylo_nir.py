@@ -110,6 +110,7 @@ def test_graph_maps_back_to_the_same_integers(spec: XyloSpec, from_graph: XyloSp
         np.testing.assert_array_equal(from_graph.arrays[name], value, err_msg=name)
     assert (from_graph.dt, from_graph.class_names, from_graph.model_id, from_graph.aliases) == (
         spec.dt, spec.class_names, spec.model_id, spec.aliases)
+    assert from_graph.training == spec.training  # carried as JSON in the graph's metadata
 
 
 def test_same_predictions_as_the_spec_on_synthetic_test_scenes(
@@ -212,6 +213,24 @@ def test_two_hidden_layers_share_xylos_hidden_neurons() -> None:
     assert np.count_nonzero(w_in[:, 6:]) == 0  # the input feeds only the first layer
     assert np.count_nonzero(w_rec[:6, 6:]) > 0  # layer 1 -> layer 2 lies in the recurrent matrix
     assert np.count_nonzero(w_rec[:, :6]) == 0 and np.count_nonzero(w_rec[6:, :]) == 0
+
+
+def test_edges_may_name_nodes_inside_a_nested_graph() -> None:
+    """``hidden.lif`` in an outer edge is the node inside the subgraph, as in NIR's own files."""
+    g = chain(recurrent=False)
+    inner = nir.NIRGraph(nodes={"input": nir.Input(input_type={"input": np.array([6])}),
+                                "lif": g.nodes.pop("h0"), "w_rec": nir.Linear(weight=np.eye(6)),
+                                "output": nir.Output(output_type={"output": np.array([6])})},
+                         edges=[("input", "lif"), ("lif", "w_rec"), ("w_rec", "lif"),
+                                ("lif", "output")], type_check=False)
+    g.nodes["hidden"] = inner
+    g.edges = [("w0", "hidden.lif") if e == ("w0", "h0") else ("hidden", "w1")
+               if e == ("h0", "w1") else e for e in g.edges]
+    s = nir_to_spec(g)
+    assert s.n_hidden == 6
+    assert np.count_nonzero(s.arrays["weights_rec"][:, :, 0] - np.diag(
+        np.diag(s.arrays["weights_rec"][:, :, 0]))) == 0  # the identity recurrence only
+    assert np.all(np.diag(s.arrays["weights_rec"][:, :, 0]) > 0)
 
 
 def test_dt_from_tau_mem_over_r_without_metadata() -> None:

@@ -75,3 +75,24 @@ def test_export_refuses_a_spec_using_the_second_synapse(
     err = capsys.readouterr().err
     assert "second hidden synapse" in err and "no equivalent" in err
     assert not (tmp_path / "syn2.nir").exists()
+
+
+def test_report_describes_a_bench_running_the_nir_graph(tmp_path: Path) -> None:
+    from rig.report.models import describe_asc_model
+
+    graph = tmp_path / "asc.nir"
+    assert main(["model", "export", str(SHIPPED_XYLO), "-o", str(graph), "--no-check",
+                 "--json"]) == 0
+    manifest = {"bench": {"dut": {"kind": "xylo", "spec": str(graph)}},
+                "instruments": {"dut": {"model": "xylo-asc-synth01"}}}
+    rows = describe_asc_model(manifest)
+    npz_rows = describe_asc_model({**manifest, "bench": {"dut": {"kind": "xylo",
+                                                                 "spec": str(SHIPPED_XYLO)}}})
+    assert rows["Architecture"].startswith(
+        "16 inputs -> CubaLIF layers 1000 (hidden.lif), 4 (output_lif); dt 10 ms")
+    assert rows["Classes"] == npz_rows["Classes"] == "airport, street_traffic, bus, park"
+    # The same synaptic weights, counted from the graph's Linear nodes.
+    assert rows["Parameters"].split(" of ")[0] == npz_rows["Parameters"].split(" of ")[0]
+    assert rows["Training"] == npz_rows["Training"]  # the record travels in the metadata
+    graph.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(32))
+    assert "NIR graph unreadable" in describe_asc_model(manifest)["Architecture"]
