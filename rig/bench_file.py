@@ -59,6 +59,8 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
         tables.append(("sim", bench.sim))
     if bench.io_manager is not None:
         tables.append(("io_manager", bench.io_manager))
+    if bench.mqtt is not None:
+        tables.append(("mqtt", bench.mqtt))
     for name, table in tables:
         lines += ["", f"[{name}]"]
         for f in fields(table):

@@ -49,13 +49,16 @@ SCHEMA: dict[str, Any] = {
         {"if": {"properties": {"action": {"const": "start"}}},
          "then": {"required": ["procedure"]}},
         {"if": {"properties": {"procedure": {"const": "asc"}}, "required": ["procedure"]},
-         "then": {"required": ["bench"], "not": {"required": ["sweep"]}}},
+         "then": {"required": ["bench"], "not": {"required": ["sweep"]},
+                  "description": "an asc start names a bench, not a sweep"}},
         {"if": {"properties": {"procedure": {"const": "sweep"}}, "required": ["procedure"]},
          "then": {"required": ["sweep"], "not": {"anyOf": [{"required": ["bench"]},
-                                                            {"required": ["scope"]}]}}},
+                                                            {"required": ["scope"]}]},
+                  "description": "a sweep start names a sweep file, and no bench or scope"}},
         {"if": {"properties": {"action": {"enum": ["stop", "status"]}}},
          "then": {"not": {"anyOf": [{"required": [k]}
-                                    for k in ("procedure", "bench", "sweep", "scope")]}}},
+                                    for k in ("procedure", "bench", "sweep", "scope")]},
+                  "description": "stop and status take no procedure, bench, sweep or scope"}},
     ],
 }
 _VALIDATOR = Draft202012Validator(SCHEMA)
@@ -96,7 +99,9 @@ def parse_command(payload: bytes) -> Command:
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "the message"
-        raise Refused(f"schema: {where}: {_short(first.message)}", rid)
+        # a failed "not" prints the whole message back: say the rule it broke instead
+        text = first.schema.get("description") if first.validator == "not" else None
+        raise Refused(f"schema: {where}: {_short(text or first.message)}", rid)
     return Command(request_id=data["request_id"], action=data["action"],
                    procedure=data.get("procedure"), bench=data.get("bench"),
                    sweep=data.get("sweep"), scope=data.get("scope", "all"))

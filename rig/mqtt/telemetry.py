@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import math
 import os
 import socket
@@ -61,6 +62,12 @@ IDLE_POLL_S = 0.01
 #: At run end, how long `closing_events` waits for queued events to reach a connected broker.
 DRAIN_AT_END_S = 1.0
 KEEPALIVE_S = 10
+
+#: paho's own log lines ("failed to receive on socket") stay out of the user's terminal: the
+#: telemetry thread says what happened once, in words.
+_PAHO_LOG = logging.getLogger("rig.mqtt.paho")
+_PAHO_LOG.addHandler(logging.NullHandler())
+_PAHO_LOG.propagate = False
 
 #: Connect return codes that mean "your login is wrong", not "try again later".
 _AUTH_CODES = {4, 5, 134, 135}
@@ -399,6 +406,7 @@ class MqttTelemetry:
             identifier=f"{s.rig}-{os.getpid()}-{id(self) & 0xFFFF:04x}",
             will=aiomqtt.Will(topics.status(s.rig), offline, qos=1, retain=True),
             tls_params=tls, keepalive=KEEPALIVE_S, timeout=PUBLISH_TIMEOUT_S,
+            logger=_PAHO_LOG,
         )
 
     async def _serve(self) -> None:

@@ -33,6 +33,7 @@ class Listener:
                  filters: tuple[str, ...] = ("neurobench/#",)) -> None:
         self.broker, self.user, self.filters = broker, user, filters
         self.messages: list[Received] = []
+        self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -68,7 +69,8 @@ class Listener:
                     reader.cancel()
                     with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
                         await reader
-            except (aiomqtt.MqttError, OSError):
+            except (aiomqtt.MqttError, OSError) as exc:
+                self.errors.append(repr(exc))
                 await asyncio.sleep(0.2)
 
     async def _read(self, client: aiomqtt.Client) -> None:
@@ -95,7 +97,8 @@ class Listener:
             if predicate(msgs):
                 return msgs
             time.sleep(0.05)
-        raise AssertionError(f"timed out; received {[(m.topic, m.payload[:80]) for m in msgs]}")
+        seen = [(m.topic, m.payload[:80]) for m in msgs]
+        raise AssertionError(f"timed out; errors {self.errors}; received {seen}")
 
     def statuses(self, rig: str) -> list[str]:
         """The states the rig's status topic went through, in order."""
