@@ -588,10 +588,11 @@ class Otii(EnergyMonitor):
         """Identity, every setting sent, the recording."""
         return {
             "driver": self.driver, "address": self.address, "simulated": self.simulated,
-            "identity": f"Otii {self.device.get('type', '?')} {self.device.get('name', '')} "
-                        f"({self.device_id})".replace("  ", " "),
+            "name": self.device.get("name"),
+            "model": self.device.get("type", "?"), "version": self._version_text(),
+            "serial": self.device_id, "resource": self.address,
             "device_id": self.device_id, "device_type": self.device.get("type"),
-            "version": self.version, "server": self.conn.server_info,
+            "versions": self.version, "server": self.conn.server_info,
             "project_id": self.project_id, "voltage_v": self._voltage_v,
             "sample_rate_hz": self._rate_hz, "voltage_limit_v": self.voltage_limit_v,
             **dict(self._settings),
@@ -599,10 +600,17 @@ class Otii(EnergyMonitor):
 
     def self_test(self) -> dict[str, Any]:
         """The device's versions again, and whether its main output is on."""
-        return {"driver": self.driver, "address": self.address, "simulated": self.simulated,
-                "device": self.device, "version": self._arc("arc_get_version"),
+        self.version = self._arc("arc_get_version")
+        return {"driver": self.driver, "model": self.device.get("type", "?"),
+                "version": self._version_text(), "serial": self.device_id,
+                "resource": self.address, "simulated": self.simulated, "device": self.device,
                 "output_on": self._arc("arc_get_main").get("value"),
                 "server": self.conn.server_info}
+
+    def _version_text(self) -> str:
+        """E.g. "1.1.7 (hardware Arc 1.1)" from ``arc_get_version``."""
+        fw, hw = self.version.get("fw_version"), self.version.get("hw_version")
+        return f"{fw or '?'}" + (f" (hardware {hw})" if hw else "")
 
     # -- recording -----------------------------------------------------------------------------
     def _run_worker(self) -> None:

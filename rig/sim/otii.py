@@ -291,7 +291,7 @@ class SimOtii:
                              "type": self.device_type}]}
 
     def cmd_arc_get_version(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"hw_version": f"{self.device_type} sim", "fw_version": "1.1.7 (simulated)"}
+        return {"hw_version": f"{self.device_type} (simulated)", "fw_version": "1.1.7"}
 
     def cmd_arc_add_to_project(self, data: dict[str, Any]) -> None:
         self.in_project = True
