@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import select
 import threading
 import time
 from pathlib import Path
@@ -211,3 +212,20 @@ def test_emon_record_refuses_ppk2_mode_on_another_driver(capsys, tmp_path: Path)
                  "ampere", "--out", str(tmp_path / "x.jls")])
     assert code == 2
     assert "--ppk2-mode ampere is a PPK2 setting" in capsys.readouterr().err
+
+
+def test_emon_record_above_the_limit_sends_the_ppk2_nothing(capsys, tmp_path: Path) -> None:
+    from rig.sim.pty import Pty
+
+    pty = Pty()
+    try:
+        code = main(["emon", "record", "--driver", "ppk2", "--port", pty.path, "--duration",
+                     "1", "--voltage", "3.6", "--rate", str(FS), "--out",
+                     str(tmp_path / "x.jls")])
+        assert code == 2
+        assert "3.6 V is above the bench voltage limit of 3.3 V" in capsys.readouterr().err
+        ready, _, _ = select.select([pty.master], [], [], 0)
+        assert not ready  # not one byte reached the PPK2's side
+        assert not (tmp_path / "x.jls").exists()
+    finally:
+        pty.close()
