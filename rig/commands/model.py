@@ -106,7 +106,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(run=run_export)
 
     i = actions.add_parser("info", help="a Xylo spec file's model and how it was trained")
-    i.add_argument("file", type=Path, metavar="FILE", help="a Xylo network spec (.npz)")
+    i.add_argument("file", type=Path, metavar="FILE",
+                   help="a Xylo network spec (.npz) or a NIR graph from `rig model export`")
     i.add_argument("--json", action="store_true", help="print the header as one JSON object")
     i.set_defaults(run=run_info)
 
@@ -243,7 +244,16 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a Xylo spec file (read with numpy, without the firmware's code)."""
+    """The JSON header of a Xylo spec file (read with numpy, without the firmware's code), or
+    the same fields from a NIR graph's metadata and nodes."""
+    try:
+        with path.open("rb") as f:
+            if f.read(8) == b"\x89HDF\r\n\x1a\n":
+                return _nir_header(path)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
     try:
         with np.load(path, allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode("utf-8"))
@@ -255,6 +265,44 @@ def read_header(path: Path) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise ConfigError(f"{path}: the header is not a JSON object",
                           hint="give a file written by `rig model train xylo`")
+    return header
+
+
+def _nir_header(path: Path) -> dict[str, Any]:
+    """A spec-like header from a NIR graph: metadata (as `rig model export` writes it) and sizes
+    from its Input, Output and CubaLIF nodes."""
+    try:
+        import nir
+
+        graph = nir.read(path)
+    except ImportError as exc:
+        raise ConfigError("reading a NIR graph needs the nir package",
+                          hint="install the rig's xylo extra") from exc
+    except Exception as exc:  # nir / h5py raise many types for a damaged file
+        raise ConfigError(f"{path} is not a readable NIR graph ({exc})",
+                          hint="give a file written by `rig model export --format nir`") from exc
+    sizes = {"Input": 0, "Output": 0, "CubaLIF": 0}
+    for node in graph.nodes.values():
+        inner = node.nodes.values() if isinstance(node, nir.NIRGraph) else [node]
+        for n in inner:
+            kind = type(n).__name__
+            if kind == "CubaLIF":
+                sizes[kind] += int(np.size(n.v_threshold))
+            elif kind in ("Input", "Output") and n is node:
+                sizes[kind] += int(np.prod(n.input_type["input"] if kind == "Input"
+                                           else n.output_type["output"]))
+    meta = graph.metadata or {}
+    header: dict[str, Any] = {
+        "format": meta.get("format", "NIR graph"), "model_id": meta.get("model_id"),
+        "device": meta.get("device", "any (NIR)"), "n_input": sizes["Input"],
+        "n_hidden": sizes["CubaLIF"] - sizes["Output"], "n_output": sizes["Output"],
+        "dt": float(meta["dt"]) if "dt" in meta else None}
+    for key in ("class_names", "training"):
+        try:
+            header[key] = json.loads(meta[key]) if key in meta else None
+        except (TypeError, ValueError):
+            header[key] = None
+    header["class_names"] = header["class_names"] or []
     return header
 
 

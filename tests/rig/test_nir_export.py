@@ -96,3 +96,22 @@ def test_report_describes_a_bench_running_the_nir_graph(tmp_path: Path) -> None:
     assert rows["Training"] == npz_rows["Training"]  # the record travels in the metadata
     graph.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(32))
     assert "NIR graph unreadable" in describe_asc_model(manifest)["Architecture"]
+
+
+def test_model_info_reads_an_exported_graph_like_its_spec(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graph = tmp_path / "asc.nir"
+    assert main(["model", "export", str(SHIPPED_XYLO), "-o", str(graph), "--no-check"]) == 0
+    capsys.readouterr()
+    assert main(["model", "info", str(graph), "--json"]) == 0
+    header = json.loads(capsys.readouterr().out)
+    assert main(["model", "info", str(SHIPPED_XYLO), "--json"]) == 0
+    spec_header = json.loads(capsys.readouterr().out)
+    assert header["format"] == "neurobench-rig/xylo-nir"
+    for key in ("model_id", "device", "n_input", "n_hidden", "n_output", "dt", "class_names",
+                "training"):
+        assert header[key] == spec_header[key], key
+    junk = tmp_path / "junk.nir"
+    junk.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(32))
+    assert main(["model", "info", str(junk)]) == 2
+    assert "is not a readable NIR graph" in capsys.readouterr().err
