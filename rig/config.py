@@ -27,7 +27,8 @@ EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "otii", "rapl
 SIM_SUFFIX = "-sim"
 TIMESTAMP_MODES = ("energy", "performance")
 #: Where the DUT's timestamp line enters the monitor: "gpio" its own logic/trigger input (LPM01A
-#: D7, Joulescope GPI0, a Keysight trigger), "aux" an N6781A/N6785A auxiliary voltage input.
+#: D7, Joulescope GPI0, a Keysight trigger, Otii GPI1), "aux" an N6781A/N6785A auxiliary voltage
+#: input or an Otii's Sense+ input.
 TIMESTAMP_INPUTS = ("gpio", "aux")
 PPK2_MODES = ("source", "ampere")
 DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
@@ -400,7 +401,8 @@ _NO_AUX = {
 
 
 def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
-    """``[emon] timestamp_input``: one of `TIMESTAMP_INPUTS`; "aux" only on an N6705."""
+    """``[emon] timestamp_input``: one of `TIMESTAMP_INPUTS`; "aux" only on an N6705 (an
+    N6781A/N6785A's auxiliary input) or an Otii (its Sense+ input)."""
     _choice(emon.timestamp_input, TIMESTAMP_INPUTS, path, "emon.timestamp_input")
     if emon.timestamp_input != "aux" or emon.driver in ("n6705", "otii"):
         return
