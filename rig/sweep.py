@@ -297,6 +297,8 @@ class SweepResumed(Event):
     total: int = 0
     bad_lines: int = 0
     host: str = ""
+    #: The run being resumed (its RunStarted's id), so subscribers that join now know it.
+    run_id: str = ""
     #: The Dask scheduler the points went to (`--cluster`), None: measured here.
     cluster: str | None = None
 
@@ -769,7 +771,7 @@ def resume_sweep(
         bus = _bus(store, subscribers)
         bus.publish(SweepResumed(
             done=len(done), total=record.total, bad_lines=record.bad_lines,
-            host=socket.gethostname(),
+            host=socket.gethostname(), run_id=str(record.manifest.get("run_id") or ""),
             cluster=None if dispatch is None else str(dispatch.manifest().get("scheduler")),
         ))
         return _run(store, bus, record.spec, todo, point_function, already=record.done,

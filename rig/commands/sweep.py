@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rig.commands.common import print_json
+from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
 from rig.errors import ConfigError
 from rig.events import Event, Note, RunFinished, RunStarted
 from rig.sweep import (
@@ -48,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a `rig qubo tune` file: its SUT gets the parameters of the nearest "
                         "(nodes, density) entry (overrides [sweep] tuning)")
     _add_cluster_arguments(q)
+    add_mqtt_arguments(q)
     # Hidden: a closed-form point function, for tests of checkpoint and resume.
     q.add_argument("--stand-in", action="store_true", help=argparse.SUPPRESS)
     q.set_defaults(run=run)
@@ -57,6 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also measure again the points recorded as failed")
     r.add_argument("--json", action="store_true", help="print the outcome as one JSON object")
     _add_cluster_arguments(r)
+    add_mqtt_arguments(r)
     r.set_defaults(run=run)
 
 
@@ -87,15 +90,18 @@ def run(args: argparse.Namespace) -> int:
     view = None if args.json else SweepProgressView()
     subscribers = [view] if view else []
     try:
-        if args.sweep_action == "qubo":
-            spec = load_sweep(args.sweep_file)
-            if args.tuning is not None:
-                spec = with_tuning(spec, args.tuning)
-            outcome = start_sweep(spec, runs_root=args.runs_dir, stand_in=args.stand_in,
-                                  subscribers=subscribers, dispatch=_dispatch(args))
-        else:
-            outcome = resume_sweep(args.run_folder, retry_failed=args.retry_failed,
-                                   subscribers=subscribers, dispatch=_dispatch(args))
+        with telemetry_for(args) as telemetry:
+            if telemetry:
+                subscribers.append(telemetry)
+            if args.sweep_action == "qubo":
+                spec = load_sweep(args.sweep_file)
+                if args.tuning is not None:
+                    spec = with_tuning(spec, args.tuning)
+                outcome = start_sweep(spec, runs_root=args.runs_dir, stand_in=args.stand_in,
+                                      subscribers=subscribers, dispatch=_dispatch(args))
+            else:
+                outcome = resume_sweep(args.run_folder, retry_failed=args.retry_failed,
+                                       subscribers=subscribers, dispatch=_dispatch(args))
     finally:
         if view:
             view.close()

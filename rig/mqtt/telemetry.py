@@ -254,9 +254,10 @@ class MqttTelemetry:
             if isinstance(event, PowerPreview):
                 self.power(event)
             return
-        if isinstance(event, RunStarted):
-            with self._lock:
+        if isinstance(event, RunStarted) or event.kind == "sweep_resumed":
+            with self._lock:  # a new run (or a resumed one, in this process): counts afresh
                 self.run_counts = Counts()
+        if isinstance(event, RunStarted):
             self._run_id = event.run_id
             self._procedure = event.procedure
             self._summarizer = PowerSummarizer(self.settings.power_rate_hz)
@@ -314,7 +315,7 @@ class MqttTelemetry:
         elif isinstance(event, PhaseProgress):
             self.set_status(phase=event.phase,
                             progress={"done": event.done, "total": event.total})
-        elif event.kind == "sweep_point_done":
+        elif event.kind == "sweep_point":
             done = self._status.get("progress") or {}
             total = done.get("total")
             self.set_status(phase="points", progress={"done": int(done.get("done") or 0) + 1,

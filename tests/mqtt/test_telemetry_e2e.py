@@ -119,3 +119,31 @@ def test_killed_rig_leaves_offline_will(broker, tmp_path):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def test_sweep_and_its_resume_publish_under_one_run_id(broker, tmp_path):
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[sweep]\nsuts = ["cpu-sa"]\nnodes = [10, 25]\ndensities = [0.1]\n'
+                     'seeds = [0, 1]\ntimeouts = [0.1]\n')
+    runs = tmp_path / "runs"
+    with Listener(broker) as listener:
+        first = subprocess.run([*RIG, "sweep", "qubo", str(sweep), "--stand-in", "--runs-dir",
+                                str(runs), "--json", "--mqtt", broker.url("rig-a")],
+                               capture_output=True, text=True, timeout=120, env=rig_env())
+        assert first.returncode == 0, first.stderr
+        run = only_run(runs)
+        again = subprocess.run([*RIG, "sweep", "resume", str(run), "--json",
+                                "--mqtt", broker.url("rig-a")],
+                               capture_output=True, text=True, timeout=120, env=rig_env())
+        assert again.returncode == 0, again.stderr
+        listener.wait_for(lambda ms: sum(m.topic.endswith("/run_finished") for m in ms) == 2
+                          and listener.statuses("rig-a")[-1:] == ["offline"])
+    on_disk = events(run)
+    prefix = f"neurobench/rig-a/run/{on_disk[0]['run_id']}/"
+    assert [m.json() for m in listener.received(prefix)] == on_disk
+    assert [e["event"] for e in on_disk].count("sweep_point") == 4
+    # the status counted the points: 4 of 4 before the sweep ended
+    progress = [m.json().get("progress") for m in listener.received("neurobench/rig-a/status")]
+    assert {"done": 4, "total": 4} in progress
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["telemetry"]["mqtt"]["dropped"] == 0
