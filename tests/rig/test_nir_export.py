@@ -115,3 +115,23 @@ def test_model_info_reads_an_exported_graph_like_its_spec(
     junk.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(32))
     assert main(["model", "info", str(junk)]) == 2
     assert "is not a readable NIR graph" in capsys.readouterr().err
+
+
+def test_export_says_which_arrays_a_weight_shift_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A weight shift is folded into the weights (x2); re-quantising brings the largest output
+    weight back to 127 and halves the output thresholds, so those arrays differ."""
+    from firmware.xylo.spec import XyloSpec, load_spec, save_spec
+
+    spec = load_spec(SHIPPED_XYLO)
+    arrays = dict(spec.arrays)
+    arrays["weight_shift_out"] = np.array(1, np.uint8)
+    arrays["threshold_out"] = np.array([100, 150, 201, 255], np.int16)
+    shifted = save_spec(XyloSpec(arrays, spec.aliases, spec.dt, spec.class_names,
+                                 spec.model_id), tmp_path / "shifted.npz")
+    assert main(["model", "export", str(shifted), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["identical"] is False
+    assert record["differences"] == ["threshold_out", "weight_shift_out"]
+    back = nir.read(tmp_path / "shifted.nir")
+    np.testing.assert_array_equal(back.nodes["w_out"].weight, 2.0 * spec.arrays["weights_out"].T)
