@@ -478,9 +478,17 @@ class Otii(EnergyMonitor):
         rates = {c: float(self._arc("arc_get_channel_samplerate", channel=c).get("value", 0))
                  for c in analog}
         rate = rates[wire.MAIN_CURRENT]
+        voltage_note = None
+        if rates.get(wire.MAIN_VOLTAGE, rate) != rate:
+            # Power then uses the read-back main voltage, as when mv is not recorded.
+            self._arc("arc_enable_channel", channel=wire.MAIN_VOLTAGE, enable=False)
+            self.measure_voltage = False
+            voltage_note = (f"main voltage read back (mv samples at "
+                            f"{rates.pop(wire.MAIN_VOLTAGE):g} Hz, off the current's grid)")
         if any(r != rate for r in rates.values()):
-            raise DeviceError(f"otii: channels sample at different rates ({rates})",
-                              hint="the driver needs current, voltage and Sense+ on one grid")
+            raise DeviceError(f"otii: Sense+ samples at {rates.get(wire.SENSE_PLUS, 0):g} Hz, "
+                              f"main current at {rate:g} Hz: not one grid",
+                              hint='wire the timestamp line to GPI1 (timestamp_input = "gpio")')
         if rate != round(sample_rate):
             raise DeviceError(f"otii: asked for {sample_rate:g} Hz, the Otii samples at "
                               f"{rate:g} Hz", hint=f"set the sample rate to {rate:g}")
@@ -496,7 +504,8 @@ class Otii(EnergyMonitor):
         if self.line_channel in wire.DIGITAL_CHANNELS:
             self._settings["exp_voltage_v"] = max(EXP_VOLTAGE_MIN_V, float(voltage))
         if not self.measure_voltage:
-            self._settings["voltage_source"] = "main voltage read back (mv not recorded)"
+            self._settings["voltage_source"] = (
+                voltage_note or "main voltage read back (mv not recorded)")
 
     def power_on(self) -> None:
         """``arc_set_main`` on."""

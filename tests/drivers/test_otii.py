@@ -248,6 +248,31 @@ def test_the_sense_input_instead_of_gpi1() -> None:
     assert sock.script == []
 
 
+def test_a_voltage_channel_off_the_current_grid_is_replaced_by_the_read_back_voltage() -> None:
+    configure = [*CONFIGURE[:-1],
+                 ("arc_get_channel_samplerate", arc(channel="mv"), {"value": 1000}),
+                 ("arc_enable_channel", arc(channel="mv", enable=False), None)]
+    otii, sock = scripted([*LOGGED_IN, *DEVICE, *configure, *CLOSE_OFF])
+    otii.connect()
+    otii.configure(1.8, 4000)
+    s = otii.settings()
+    assert s["channels"] == ["mc", "i1"] and otii.measure_voltage is False
+    assert s["voltage_source"] == ("main voltage read back (mv samples at 1000 Hz, off the "
+                                   "current's grid)")
+    otii.close()
+    assert sock.script == []
+
+
+def test_sense_off_the_current_grid_is_refused() -> None:
+    configure = [step for step in CONFIGURE if "exp" not in step[0]]
+    configure[6] = ("arc_enable_channel", arc(channel="sp", enable=True), None)
+    configure.append(("arc_get_channel_samplerate", arc(channel="sp"), {"value": 1000}))
+    otii, _ = scripted([*LOGGED_IN, *DEVICE, *configure], timestamp_input="aux")
+    otii.connect()
+    with pytest.raises(DeviceError, match="Sense\\+ samples at 1000 Hz, main current at 4000"):
+        otii.configure(1.8, 4000)
+
+
 @pytest.mark.parametrize("volts", [3.4, 5.0])
 def test_a_voltage_above_the_bench_limit_sends_nothing(volts: float) -> None:
     otii, sock = scripted([*LOGGED_IN, *DEVICE, *CLOSE_OFF])
