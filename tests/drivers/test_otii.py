@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -374,6 +375,19 @@ def test_no_server_at_the_address() -> None:
 def test_a_fixed_current_range_is_refused_before_connecting() -> None:
     with pytest.raises(DeviceError, match="auto-ranges"):
         open_monitor("otii", "127.0.0.1:1", voltage_limit_v=3.3, current_range="18 mA")
+
+
+def test_bench_files_with_the_otii(tmp_path) -> None:
+    from rig.config import load_bench
+    from rig.errors import ConfigError
+
+    shipped = Path(__file__).resolve().parents[2] / "benches" / "sim-otii.toml"
+    bench = load_bench(shipped)
+    assert (bench.emon.driver, bench.emon.port, bench.simulated) == ("otii", "virtual", True)
+    aux = load_bench(shipped, {"emon": {"timestamp_input": "aux"}})
+    assert aux.emon.timestamp_input == "aux"  # Sense+
+    with pytest.raises(ConfigError, match="auto-ranges"):
+        load_bench(shipped, {"emon": {"current_range": "18 mA"}})
 
 
 # -- GPI events -> bits ---------------------------------------------------------------------------
