@@ -135,3 +135,40 @@ def test_export_says_which_arrays_a_weight_shift_changes(
     assert record["differences"] == ["threshold_out", "weight_shift_out"]
     back = nir.read(tmp_path / "shifted.nir")
     np.testing.assert_array_equal(back.nodes["w_out"].weight, 2.0 * spec.arrays["weights_out"].T)
+
+
+@pytest.mark.slow
+def test_a_bench_running_the_graph_scores_every_sample_like_the_spec(tmp_path: Path) -> None:
+    """`rig measure asc` twice on the same 4 SYNTHETIC scenes: [dut] spec = the shipped .npz,
+    then the .nir graph exported from it; every sample's scores and prediction are the same."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    graph = tmp_path / "asc.nir"
+    assert main(["model", "export", str(SHIPPED_XYLO), "-o", str(graph), "--no-check",
+                 "--json"]) == 0
+    text = (REPO / "benches" / "xylo.toml").read_text().replace(
+        "samples_per_class = 10", "samples_per_class = 1").replace(
+        "runs = 5", "runs = 1").replace("min_run_s = 10.0", "min_run_s = 1.0")
+    assert 'spec = "../firmware/xylo/models/asc_synthetic.npz"' in text
+    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"))
+    samples = {}
+    for name, spec in (("npz", SHIPPED_XYLO), ("nir", graph)):
+        bench = tmp_path / f"xylo-{name}.toml"
+        bench.write_text(text.replace('spec = "../firmware/xylo/models/asc_synthetic.npz"',
+                                      f'spec = "{spec}"'))
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "rig"), "measure", "asc", "--bench", str(bench),
+             "--runs-dir", str(tmp_path / "runs"), "--json"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+            stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0, proc.stderr
+        run = Path(json.loads(proc.stdout)["run"])
+        samples[name] = [(r["index"], r["label"], r["predicted"], r["scores"])
+                         for r in pq.read_table(run / "results.parquet").to_pylist()
+                         if r["kind"] == "sample"]
+    assert len(samples["npz"]) == 4
+    assert samples["nir"] == samples["npz"]
