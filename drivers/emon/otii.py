@@ -623,29 +623,31 @@ class Otii(EnergyMonitor):
 
     # -- recording -----------------------------------------------------------------------------
     def _run_worker(self) -> None:
+        conn = self.conn  # the recording's connection (power_off may open another after a drop)
         try:
-            self._record()
+            self._record(conn)
         except BaseException as exc:  # surfaced by stop() and `fault`
             log.warning("otii: recording failed: %s", exc)
-            if isinstance(exc, DeviceError) and self.conn.closed:
+            if isinstance(exc, DeviceError) and conn.closed:
                 exc = DeviceError(
-                    f"otii: the Otii TCP server at {self.conn.where} closed the connection "
+                    f"otii: the Otii TCP server at {conn.where} closed the connection "
                     f"mid-recording, after {self.stats.samples} samples",
                     hint="is the Otii app still running and reachable? The rig switched the "
                     "output off over a new connection when it could; what was measured is kept")
             self._worker_error = exc
 
-    def _count(self, channel: str) -> int:
-        return int(self.conn.request("recording_get_channel_data_count", {
+    def _count(self, conn: OtiiConnection, channel: str) -> int:
+        return int(conn.request("recording_get_channel_data_count", {
             "recording_id": self.recording_id, "device_id": self.device_id,
             "channel": channel}).get("count", 0))
 
-    def _data(self, channel: str, index: int, count: int) -> dict[str, Any]:
-        return self.conn.request("recording_get_channel_data", {
+    def _data(self, conn: OtiiConnection, channel: str, index: int, count: int
+              ) -> dict[str, Any]:
+        return conn.request("recording_get_channel_data", {
             "recording_id": self.recording_id, "device_id": self.device_id, "channel": channel,
             "index": index, "count": count})
 
-    def _record(self) -> None:
+    def _record(self, conn: OtiiConnection) -> None:
         """Poll the running recording until stopped, then read what is left."""
         analog = [c for c in self.channels if c not in wire.DIGITAL_CHANNELS]
         digital = self.line_channel if self.line_channel in wire.DIGITAL_CHANNELS else None
@@ -658,20 +660,20 @@ class Otii(EnergyMonitor):
         stopped = False
         while True:
             if self._stop_wanted.is_set() and not stopped:
-                self.conn.request("project_stop_recording", {"project_id": self.project_id})
+                conn.request("project_stop_recording", {"project_id": self.project_id})
                 stopped = True
-            available = min(self._count(c) for c in analog)
+            available = min(self._count(conn, c) for c in analog)
             if digital:
-                total = self._count(digital)
+                total = self._count(conn, digital)
                 if total > events_read:
                     times, levels = wire.digital_events(
-                        self._data(digital, events_read, total - events_read))
+                        self._data(conn, digital, events_read, total - events_read))
                     events_read += len(times)
                     line.add(times, levels)
             upto = available if stopped else available - hold
             while done < upto:
                 n = min(upto - done, wire.MAX_VALUES_PER_REQUEST)
-                blocks = {c: wire.analog_block(self._data(c, done, n)) for c in analog}
+                blocks = {c: wire.analog_block(self._data(conn, c, done, n)) for c in analog}
                 n = min(len(b.values) for b in blocks.values())
                 if n == 0:
                     break
