@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -196,7 +197,9 @@ class MqttTelemetry:
         self._closing = threading.Event()
         self._connected = threading.Event()
         self._first_attempt = threading.Event()
-        self.auth_error: str | None = None
+        #: Why the broker will never take this rig as configured (bad login, untrusted
+        #: certificate): raised by start() instead of retrying all night.
+        self.refusal: ConfigError | None = None
         self.connections = 0
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -211,13 +214,9 @@ class MqttTelemetry:
                                         daemon=True)
         self._thread.start()
         self._first_attempt.wait(wait_s)
-        if self.auth_error is not None:
+        if self.refusal is not None:
             self.close(timeout=1.0)
-            raise ConfigError(f"MQTT broker {self.settings.broker} refused the login of "
-                              f"{self.settings.broker.username or '(no user)'}: "
-                              f"{self.auth_error}",
-                              hint="check the user name in the URL and the password in "
-                              "RIG_MQTT_PASSWORD or --mqtt-password-file")
+            raise self.refusal
         if not self._connected.is_set():
             self._once("unreachable", f"cannot reach the broker {self.settings.broker} yet; "
                        "the run goes on and telemetry is retried in the background")
@@ -439,11 +438,26 @@ class MqttTelemetry:
             except aiomqtt.MqttCodeError as exc:
                 rc = getattr(exc.rc, "value", exc.rc)
                 if self.connections == 0 and rc in _AUTH_CODES:
-                    self.auth_error = str(exc)
+                    s = self.settings
+                    self.refusal = ConfigError(
+                        f"MQTT broker {s.broker} refused the login of "
+                        f"{s.broker.username or '(no user)'}: {exc}",
+                        hint="check the user name in the URL and the password in "
+                        "RIG_MQTT_PASSWORD or --mqtt-password-file")
                     self._first_attempt.set()
-                    return  # start() turns it into a ConfigError
+                    return
                 self._lost(exc)
             except (aiomqtt.MqttError, OSError, TimeoutError) as exc:
+                # aiomqtt wraps the TLS failure; an untrusted certificate never heals itself
+                cert = exc if isinstance(exc, ssl.SSLCertVerificationError) else exc.__context__
+                if self.connections == 0 and isinstance(cert, ssl.SSLCertVerificationError):
+                    self.refusal = ConfigError(
+                        f"MQTT broker {self.settings.broker}: its TLS certificate is not "
+                        f"trusted ({cert.verify_message})",
+                        hint="give the CA that signed it with --mqtt-ca FILE "
+                        "(or [mqtt] ca_file)")
+                    self._first_attempt.set()
+                    return
                 self._lost(exc)
             finally:
                 self._connected.clear()
