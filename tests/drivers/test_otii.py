@@ -468,7 +468,7 @@ def test_a_window_in_closed_form(world: World, sim: SimOtii) -> None:
         chunks, on_chunk = collect()
         otii.start(on_chunk)
         otii.power_on()
-        k1, k2 = 8000, 10000  # 2 s and 2.5 s into the recording
+        k1, k2 = 12000, 14000  # 3 s and 3.5 s into the recording
         schedule(world, sim, k1, k2)
         wait_until(lambda: sum(len(c) for c in chunks) > k2 + 400)
         otii.power_off()
@@ -500,18 +500,18 @@ def test_the_sense_input_with_pulses_two_samples_long() -> None:
             chunks, on_chunk = collect()
             otii.start(on_chunk)
             otii.power_on()
-            schedule(world, sim, 6000, 7000)
-            wait_until(lambda: sum(len(c) for c in chunks) > 7400)
+            schedule(world, sim, 12000, 13000)
+            wait_until(lambda: sum(len(c) for c in chunks) > 13400)
             otii.stop()
         finally:
             otii.close()
     _, _, gpio = joined(chunks)
     falls = (np.flatnonzero(np.diff(gpio.astype(int)) == -1) + 1).tolist()
-    # 0.6 ms pulses from the starts of samples 6000 and 7000: Sense+ averages each sample's
-    # 0.25 ms, so samples 6000 and 6001 read 0 V, 6002 (40 % low) 1.08 V, between the
-    # thresholds (30 % and 70 % of 1.8 V): it keeps the low level; 6003 reads high again.
-    assert falls == [6000, 7000]
-    assert gpio[5999:6004].tolist() == [1, 0, 0, 0, 1]
+    # 0.6 ms pulses from the starts of samples 12000 and 13000: Sense+ averages each sample's
+    # 0.25 ms, so samples 12000 and 12001 read 0 V, 12002 (40 % low) 1.08 V, between the
+    # thresholds (30 % and 70 % of 1.8 V): it keeps the low level; 12003 reads high again.
+    assert falls == [12000, 13000]
+    assert gpio[11999:12004].tolist() == [1, 0, 0, 0, 1]
 
 
 def test_a_dropped_connection_ends_the_recording_and_the_output_is_still_switched_off(
@@ -587,15 +587,15 @@ def test_an_ace_at_its_set_rate(world: World) -> None:
             chunks, on_chunk = collect()
             otii.start(on_chunk)
             otii.power_on()
-            schedule(world, sim, 40000, 42000, rate=20000)
-            wait_until(lambda: sum(len(c) for c in chunks) > 42500)
+            schedule(world, sim, 60000, 62000, rate=20000)
+            wait_until(lambda: sum(len(c) for c in chunks) > 62500)
             otii.stop()
         finally:
             otii.close()
     current, voltage, gpio = joined(chunks)
     falls = (np.flatnonzero(np.diff(gpio.astype(int)) == -1) + 1).tolist()
-    assert falls == [40000, 42000]
-    assert (current * voltage)[40000:42000].mean() == pytest.approx(3.6e-3, rel=1e-5)
+    assert falls == [60000, 62000]
+    assert (current * voltage)[60000:62000].mean() == pytest.approx(3.6e-3, rel=1e-5)
 
 
 def test_threads_end(world: World, sim: SimOtii) -> None:

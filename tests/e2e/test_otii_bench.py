@@ -160,16 +160,14 @@ def test_an_otii_server_that_refuses_the_login(tmp_path: Path, monkeypatch, caps
 def test_an_otii_server_that_drops_the_connection_mid_recording(tmp_path: Path, monkeypatch,
                                                                 capsys) -> None:
     with otii_bench(tmp_path) as (vb, bench):
-        t0 = time.monotonic()
         code, err = measure(monkeypatch, capsys, bench, tmp_path / "runs",
                             on_latency_run(AFTER_RUNS, vb.emon.drop_connections, delay_s=0.005))
-        took = time.monotonic() - t0
         line = error_line(code, err)
         # The rig reconnected to switch the Arc's output off and stop the recording.
         assert vb.world.powered is False and not vb.emon.main_on
         assert all(rec.stop_ns is not None for rec in vb.emon.recordings)
-    assert "closed the connection" in line and vb.emon.address in line
-    assert took < 20, took  # ended by the fault, not by the recorder's edge wait
+    # Ended by the fault itself (its words), not by the recorder's wait for edges.
+    assert "closed the connection mid-recording" in line and vb.emon.address in line
     run = only_run(tmp_path / "runs")
     record = load_run(run)
     assert record.status == "failed" and "closed the connection" in record.manifest["error"]
