@@ -261,11 +261,12 @@ class Ppk2(EnergyMonitor):
         if error is None or not self._running:
             return None
         if self._fault is None:
-            what = error.message if isinstance(error, RigError) else str(error)
+            what = error.message if isinstance(error, RigError) else f"PPK2: {error}"
             self._fault = DeviceError(
-                f"PPK2: {what}; its stream stopped after {self.stats.samples:,} samples",
-                hint="reconnect the PPK2 and run again; it supplied the DUT, so the DUT lost "
-                "power with it")
+                f"{what}; its stream stopped after {self.stats.samples:,} samples",
+                hint="reconnect the PPK2 and run again; the rig could not switch the DUT off: "
+                "a PPK2 in source mode took the DUT's supply down with it, in ampere mode "
+                "check the bench supply")
         return self._fault
 
     def settings(self) -> dict[str, Any]:

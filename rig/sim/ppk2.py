@@ -86,7 +86,8 @@ class SimPpk2:
         self.running = False
         self.acquisition_t0_ns: int | None = None
         self._next_k = 0
-        self._skip = 0
+        #: A loss to make: (samples, after how many samples past the next edge, since when).
+        self._drop: tuple[int, int | None, int] | None = None
         self._last_forget_ns = 0
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
@@ -125,12 +126,14 @@ class SimPpk2:
         self.close()
         self.world.power(False)
 
-    def drop_samples(self, count: int) -> None:
-        """Lose `count` samples at the next burst (their counter values go missing)."""
-        if count < 1:
-            raise ValueError("count must be >= 1")
+    def drop_samples(self, count: int, *, after_edge: int | None = None) -> None:
+        """Lose `count` samples (their counter values go missing): in the next burst, or
+        `after_edge` samples after the next falling edge of the DUT's timestamp line (inside
+        its window)."""
+        if count < 1 or (after_edge is not None and after_edge < 0):
+            raise ValueError("count must be >= 1 and after_edge >= 0")
         with self._acq_lock:
-            self._skip += count
+            self._drop = (count, after_edge, self.world.clock.now_ns())
 
     # -- commands -----------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -223,9 +226,8 @@ class SimPpk2:
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         end = (now_ns - t0) // _PERIOD_NS
-        if self._skip and self._next_k < end:
-            self._next_k += self._skip
-            self._skip = 0
+        if self._drop is not None and self._next_k < end:
+            self._lose_samples(end)
         while self._next_k < end and not self._closing.is_set():
             stop = min(end, self._next_k + _MAX_BURST)
             self._emit_samples(self._next_k, stop)
@@ -233,6 +235,25 @@ class SimPpk2:
         if now_ns - self._last_forget_ns >= NS:
             self.world.forget_before(t0 + self._next_k * _PERIOD_NS)
             self._last_forget_ns = now_ns
+
+    def _lose_samples(self, end: int) -> None:
+        """Carry out `drop_samples` if its place is in [next sample, end)."""
+        assert self._drop is not None and self.acquisition_t0_ns is not None
+        count, after_edge, since_ns = self._drop
+        at = self._next_k
+        if after_edge is not None:
+            t0 = self.acquisition_t0_ns
+            edges = self.world.falling_edges_between(since_ns, t0 + end * _PERIOD_NS)
+            if not edges:
+                return
+            # The first sample starting at or after the edge, then `after_edge` more.
+            at = max(at, -(-(edges[0] - t0) // _PERIOD_NS) + after_edge)
+            if at >= end:
+                return
+            if at > self._next_k:
+                self._emit_samples(self._next_k, at)
+        self._drop = None
+        self._next_k = at + count
 
     def _emit_samples(self, k: int, end: int) -> None:
         t0 = self.acquisition_t0_ns

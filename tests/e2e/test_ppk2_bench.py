@@ -229,3 +229,81 @@ def test_emon_record_above_the_limit_sends_the_ppk2_nothing(capsys, tmp_path: Pa
         assert not (tmp_path / "x.jls").exists()
     finally:
         pty.close()
+
+
+# -- faults mid-run -------------------------------------------------------------------------------
+#: The timed run during which each fault happens (after two runs were measured and kept).
+AFTER_RUNS = 2
+
+
+def attached_bench(tmp_path: Path, vb: VirtualBench) -> Path:
+    """A bench file pointing at the ports of a virtual PPK2 bench served by this process."""
+    text = (f'[bench]\nname = "attached ppk2"\nvoltage_limit_v = 3.3\nsimulated = true\n\n'
+            f'[dut]\nport = "{vb.ports["dut"]}"\ntimestamp_mode = "energy"\n\n'
+            f'[emon]\ndriver = "ppk2"\nport = "{vb.ports["emon"]}"\nsample_rate_hz = {FS}\n'
+            f"supply_voltage_v = {SUPPLY_V}\n\n"
+            "[dataset]\nsamples_per_class = 1\n\n[procedure.asc]\nmin_run_s = 1.0\n")
+    path = tmp_path / "attached.toml"
+    path.write_text(text)
+    return path
+
+
+def measure_with(monkeypatch, capsys, bench: Path, runs: Path, action) -> tuple[int, str]:
+    """`rig measure asc` as the CLI runs it; `action` runs once the AFTER_RUNS-th timed run is
+    published (the next one is then under way)."""
+    import rig.commands.measure
+    from rig.events import LatencyRun
+
+    real, seen = rig.commands.measure.measure_asc, []
+
+    def subscriber(event) -> None:
+        if isinstance(event, LatencyRun):
+            seen.append(event)
+            if len(seen) == AFTER_RUNS:
+                action()
+
+    def with_subscriber(*args, subscribers=(), **kwargs):
+        return real(*args, subscribers=[*subscribers, subscriber], **kwargs)
+
+    monkeypatch.setattr(rig.commands.measure, "measure_asc", with_subscriber)
+    capsys.readouterr()
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(runs)])
+    return code, capsys.readouterr().err
+
+
+def test_ppk2_unplugged_mid_run_ends_it_at_once_with_the_run_marked(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml")) as vb:
+        bench = attached_bench(tmp_path, vb)
+        unplug = lambda: threading.Timer(0.005, vb.emon.unplug).start()  # noqa: E731
+        code, err = measure_with(monkeypatch, capsys, bench, tmp_path / "runs", unplug)
+        assert vb.world.powered is False  # the PPK2 took the DUT's supply down with it
+    assert code == 2 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"rig: error: PPK2: read from {vb.ports['emon']}"), line
+    assert "its stream stopped after" in line and "could not switch the DUT off" in line
+    record = load_run(only_run(tmp_path / "runs"))
+    assert record.status == "failed" and "PPK2: read from" in record.manifest["error"]
+    assert [r["kind"] for r in record.rows].count("window") >= AFTER_RUNS  # kept
+
+
+def test_samples_lost_inside_a_window_fail_that_window_by_name(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """50 samples lost on the USB link 100 samples into the third window: the counter shows
+    where, the ids jump there, and the procedure fails that window; the two before are kept.
+    (The counter has 6 bits: a loss is seen modulo 64, so 50 rather than the LPM01A tests' 200.)"""
+    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml")) as vb:
+        bench = attached_bench(tmp_path, vb)
+        code, err = measure_with(monkeypatch, capsys, bench, tmp_path / "runs",
+                                 lambda: vb.emon.drop_samples(50, after_edge=100))
+        assert vb.world.powered is False
+    assert code == 1 and "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert f"rig: error: window {AFTER_RUNS} (samples " in line and "lost samples" in line
+    record = load_run(only_run(tmp_path / "runs"))
+    assert record.status == "failed"
+    assert [r["kind"] for r in record.rows].count("window") == AFTER_RUNS
+    summary = record.manifest["summary"]
+    assert summary["dropped_samples"] == 50
+    assert {"name": "no lost samples", "ok": False, "detail": "50 samples dropped"} in summary[
+        "checks"]
