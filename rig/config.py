@@ -227,7 +227,8 @@ def load_bench(path: str | Path, overrides: dict[str, dict[str, Any]] | None = N
 
 def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     """Validate an already-parsed bench table."""
-    known_top = {"bench", "procedure", *_SECTIONS}
+    # [worker]: what `rig worker --bench` owns on a sweep cluster (read by rig/cluster).
+    known_top = {"bench", "procedure", "worker", *_SECTIONS}
     _no_unknown(raw, known_top, path, "")
     top = raw.get("bench", {})
     _is_table(top, path, "bench")
