@@ -5,8 +5,9 @@ format: an HDF5 file of typed nodes (`Input`, `Linear`, `CubaLIF`, ...) and edge
 
 `spec_to_nir` writes a quantised spec as ``Input -> Linear -> CubaLIF (recurrent) -> Linear ->
 CubaLIF -> Output``; the recurrent layer is a nested graph ``input -> lif <-> w_rec, lif ->
-output``, the layout snnTorch and Rockpool use for recurrent layers. Parameters follow NIR's
-equations under forward Euler at dt, which is exactly Xylo's arithmetic:
+output``, the layout snnTorch writes for its recurrent layers and Rockpool's from_nir reads.
+Parameters follow NIR's equations under forward Euler at dt, which is Xylo's arithmetic (up to
+its integer rounding):
 ``tau = dt * 2**dash``, ``w_in = tau_syn / dt`` and ``r = tau_mem / dt`` (unit gain per step),
 ``v_leak = bias * tau_mem / dt``, ``v_threshold = threshold``, ``v_reset = 0``. The graph's
 metadata carries ``dt``, the model id, the class names and the training record (JSON).
