@@ -59,6 +59,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -297,7 +298,7 @@ class Otii(EnergyMonitor):
                  timestamp_input: str = "gpio", current_limit_a: float = 0.1,
                  measure_voltage: bool = True,
                  credentials: tuple[str, str] | None = None,
-                 connect: Any = None) -> None:
+                 connect: Callable[[], OtiiConnection] | None = None) -> None:
         super().__init__(voltage_limit_v=voltage_limit_v)
         if timestamp_input not in TIMESTAMP_INPUTS:
             raise DeviceError(f"otii: timestamp input {timestamp_input!r} is not "
@@ -350,8 +351,13 @@ class Otii(EnergyMonitor):
         def connect() -> OtiiConnection:
             return OtiiConnection(host, port)
 
-        monitor = cls(connect(), voltage_limit_v=voltage_limit_v, simulated=simulated,
-                      address=address, device=device, connect=connect, **options)
+        conn = connect()
+        try:
+            monitor = cls(conn, voltage_limit_v=voltage_limit_v, simulated=simulated,
+                          address=address, device=device, connect=connect, **options)
+        except BaseException:
+            conn.close()
+            raise
         try:
             monitor.connect()
         except BaseException:
