@@ -367,6 +367,22 @@ def test_a_closed_connection_is_a_clear_error() -> None:
         otii.connect()
 
 
+def test_progress_messages_between_a_request_and_its_answer_are_skipped() -> None:
+    sock = ScriptedSocket([("otii_is_logged_in", None, {"logged_in": True})])
+    conn = OtiiConnection("127.0.0.1", 1905, sock=sock)  # type: ignore[arg-type]
+    sock.out += wire.encode({"type": "progress", "cmd": "project_save", "data": {"value": 50}})
+    assert conn.request("otii_is_logged_in") == {"logged_in": True}
+
+
+def test_an_answer_to_another_transaction_is_refused() -> None:
+    sock = ScriptedSocket([])
+    conn = OtiiConnection("127.0.0.1", 1905, sock=sock)  # type: ignore[arg-type]
+    sock.script.append(("otii_logout", None, None))
+    sock.out += wire.encode(wire.response("otii_logout", "99"))
+    with pytest.raises(ProtocolError, match="transaction '99' while waiting for otii_logout"):
+        conn.request("otii_logout")
+
+
 def test_no_server_at_the_address() -> None:
     with pytest.raises(PortError, match=r"cannot connect to the Otii TCP server at 127\.0\.0\.1:"):
         Otii.open("127.0.0.1:1", voltage_limit_v=3.3)
