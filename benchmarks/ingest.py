@@ -202,10 +202,10 @@ def run_otii(seconds: float, device_type: str) -> dict[str, float]:
     the recording held that never reached the recorder: goal 0. `cpu_fraction` is this
     process's CPU (server included) per signal second."""
     from drivers.emon.otii import ARC_RATE_HZ, Otii
-    from rig.sim.otii import ACE_RATES, SimOtii
+    from rig.sim.otii import ACE_RATE_SPAN_HZ, SimOtii
     from rig.sim.world import NS, World
 
-    fs = ARC_RATE_HZ if device_type == "Arc" else ACE_RATES[-1]
+    fs = ARC_RATE_HZ if device_type == "Arc" else ACE_RATE_SPAN_HZ[-1]
     period_ns = NS // 100
     count = round(seconds * fs)
     world = World()

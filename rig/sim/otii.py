@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 #: Current resolution of the Arc per range: (largest current in the range [A], step [A]).
 ARC_RESOLUTION = ((0.020, 5e-9), (2.7, 82e-6), (5.0, 1.5e-3))
 ARC_RATE_HZ = 4000
-ACE_RATES = (1000, 50000)
+#: The rates [Hz] the simulated Ace takes (a span: the real list is not checked here).
+ACE_RATE_SPAN_HZ = (1000, 50000)
 DEVICE_IDS = {"Arc": "Arc512031204843494E3130393033313036",
               "Ace": "Ace512031204843494E3130393033319999"}
 #: Commands that need neither a login nor a license.
@@ -350,7 +351,7 @@ class SimOtii:
         if self.device_type == "Arc":
             raise ServerError(wire.COMMAND_FAILURE,
                               message="sample rate can only be set on an Ace")
-        rate = _number(data, "value", *ACE_RATES)
+        rate = _number(data, "value", *ACE_RATE_SPAN_HZ)
         if rate != int(rate) or any(r.stop_ns is None for r in self.recordings):
             raise ServerError(wire.INVALID_KEY_VALUE, key="value", value=rate)
         self.rate_hz = int(rate)
