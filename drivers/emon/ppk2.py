@@ -127,9 +127,11 @@ class Ppk2(EnergyMonitor):
         return monitor
 
     def connect(self) -> None:
-        """Stop a stream a previous session left running, then read the metadata."""
-        self.transport.write(encode(Cmd.AVERAGE_STOP))
+        """Switch the DUT's output off and stop the stream a previous session may have left
+        (a crashed one leaves both on, the regulator at whatever it had), read the metadata."""
+        self.transport.write(device_running(False))
         self._connected = True
+        self.transport.write(encode(Cmd.AVERAGE_STOP))
         self._wait_quiet(lambda: self.transport.read(READ_BYTES))
         self.transport.reset_input()
         self.transport.write(encode(Cmd.GET_METADATA))

@@ -195,7 +195,8 @@ class ScriptedPort:
         self.closed = True
 
 
-CONNECT = [(b"\x07", encode_words([5], [0], [9], [1])[:3]),  # a previous session's leftovers
+CONNECT = [(b"\x0c\x00", b""),  # a crashed session may have left the DUT's output on
+           (b"\x07", encode_words([5], [0], [9], [1])[:3]),  # and a stream running
            (b"\x19", METADATA)]
 SOURCE_1V8 = [(b"\x11\x02", b""), (b"\x0d\x07\x08", b"")]
 
@@ -229,7 +230,7 @@ def collect(monitor: Ppk2) -> list[Chunk]:
 
 def test_connect_stops_a_stream_flushes_and_reads_the_calibration() -> None:
     monitor, port = connected()
-    assert port.errors == [] and port.written == [b"\x07", b"\x19"]
+    assert port.errors == [] and port.written == [b"\x0c\x00", b"\x07", b"\x19"]
     assert port.resets == 1  # the leftover half word is gone before the metadata is asked
     assert monitor.calibration == SIM_CALIBRATION
     assert monitor.self_test()["hw"] == "9173"
@@ -239,7 +240,7 @@ def test_connect_stops_a_stream_flushes_and_reads_the_calibration() -> None:
 def test_configure_source_mode_sends_mode_then_regulator() -> None:
     monitor, port = connected(SOURCE_1V8)
     monitor.configure(1.8, 100_000)
-    assert port.written[2:] == [b"\x11\x02", b"\x0d\x07\x08"]
+    assert port.written[3:] == [b"\x11\x02", b"\x0d\x07\x08"]
     s = monitor.settings()
     assert s["mode"] == "source" and s["voltage_v"] == 1.8 and s["sample_rate_hz"] == 100_000
     assert s["current_range"] == "auto" and s["timestamp_input"] == "D0"
@@ -249,7 +250,7 @@ def test_configure_source_mode_sends_mode_then_regulator() -> None:
 def test_configure_ampere_mode() -> None:
     monitor, port = connected([(b"\x11\x01", b""), (b"\x0d\x0c\xe4", b"")], mode="ampere")
     monitor.configure(3.3, 100_000)  # 3300 mV = 0x0CE4
-    assert port.written[2:] == [b"\x11\x01", b"\x0d\x0c\xe4"]
+    assert port.written[3:] == [b"\x11\x01", b"\x0d\x0c\xe4"]
     assert monitor.settings()["mode"] == "ampere"
     close(monitor, port)
 
@@ -264,7 +265,7 @@ def test_a_voltage_the_bench_or_the_ppk2_cannot_take_sends_nothing(volts, limit,
     monitor, port = connected(limit=limit)
     with pytest.raises(VoltageLimitError, match=words):
         monitor.configure(volts, 100_000)
-    assert port.written == [b"\x07", b"\x19"]  # not one byte after the handshake
+    assert port.written == [b"\x0c\x00", b"\x07", b"\x19"]  # not one byte after the handshake
     close(monitor, port)
 
 
@@ -284,13 +285,13 @@ def test_a_rate_that_is_not_100k_over_n_is_refused(rate) -> None:
     monitor, port = connected()
     with pytest.raises(DeviceError, match="not 100 kHz divided by a whole number"):
         monitor.configure(1.8, rate)
-    assert port.written == [b"\x07", b"\x19"]
+    assert port.written == [b"\x0c\x00", b"\x07", b"\x19"]
     close(monitor, port)
 
 
 def test_no_metadata_is_a_timeout_naming_the_port(monkeypatch) -> None:
     monkeypatch.setattr(ppk2_driver, "METADATA_TIMEOUT_S", 0.2)
-    port = ScriptedPort([(b"\x07", b""), (b"\x19", b"PowerShield > ")])
+    port = ScriptedPort([(b"\x0c\x00", b""), (b"\x07", b""), (b"\x19", b"PowerShield > ")])
     monitor = Ppk2(port, voltage_limit_v=3.3)
     with pytest.raises(DeviceTimeout, match="no metadata reply") as info:
         monitor.connect()

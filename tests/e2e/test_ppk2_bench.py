@@ -167,9 +167,14 @@ def test_a_ppk2_asked_above_the_limit_mid_setup_powers_off_and_marks_the_run(
         outcome = measure_asc(bench, device="ppk2-over-limit", runs_root=tmp_path / "r")
         received = vb.emon.received
         deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
-        while (0x0C, (0,)) not in received and time.monotonic() < deadline:
+        def after_metadata() -> list:
+            ops = [op for op, _ in received]
+            return received[ops.index(0x19) + 1 :] if 0x19 in ops else []
+
+        while (0x0C, (0,)) not in after_metadata() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert (0x0C, (0,)) in received  # the rig switched the DUT's output off
+        # Off at connect, off again at shutdown (after the refusal), never on.
+        assert (0x0C, (0,)) in after_metadata()
         assert (0x0C, (1,)) not in received and vb.world.powered is False
         assert vb.emon.max_regulator_mv == 0  # the regulator was never set, let alone to 3.5 V
     assert outcome.status == "failed"
