@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import time
 from typing import Any, Protocol
@@ -174,7 +175,8 @@ class Ppk2(EnergyMonitor):
         """Supply (source mode) or report (ampere mode) `voltage` [V]; deliver `sample_rate` [Hz]
         (100 kHz, or 100 kHz / N averaged on the host). Checked before any byte goes out."""
         check_voltage(voltage, self.voltage_limit_v, who="PPK2")
-        mv = round(voltage * 1000)
+        # The regulator takes whole mV: rounding must not carry a voltage at the limit over it.
+        mv = min(round(voltage * 1000), math.floor(self.voltage_limit_v * 1000 + 1e-6))
         if not VDD_MIN_MV <= mv <= VDD_MAX_MV:
             raise VoltageLimitError(
                 f"PPK2: its regulator sets {VDD_MIN_MV / 1000:g}..{VDD_MAX_MV / 1000:g} V, "

@@ -269,6 +269,13 @@ def test_a_voltage_the_bench_or_the_ppk2_cannot_take_sends_nothing(volts, limit,
     close(monitor, port)
 
 
+def test_whole_millivolts_never_round_above_the_limit() -> None:
+    monitor, port = connected([(b"\x11\x02", b""), (b"\x0d\x0c\xe3", b"")], limit=3.2996)
+    monitor.configure(3.2996, 100_000)  # 3299.6 mV would round to 3300: 3299 is sent
+    assert port.written[-1] == b"\x0d\x0c\xe3" and monitor.settings()["voltage_v"] == 3.299
+    close(monitor, port)
+
+
 def test_a_refused_voltage_leaves_a_powered_dut_as_it_was_and_close_powers_it_off() -> None:
     monitor, port = connected([*SOURCE_1V8, (b"\x0c\x01", b"")])
     monitor.configure(1.8, 100_000)
