@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from typing import Any
 
 from protocols.errors import RigError
@@ -110,6 +111,8 @@ class ClusterDispatch:
                                                  return_when="FIRST_COMPLETED")
                 except TimeoutError:
                     continue
+                except CancelledError as exc:  # the scheduler went away with our points
+                    raise self._lost(len(pending)) from exc
                 pending = set(pending)
                 for future in sorted(finished, key=lambda f: futures[f][0].index):
                     point, attempt = futures.pop(future)
@@ -164,10 +167,13 @@ class ClusterDispatch:
                 why = f"{type(exc).__name__}: {exc}"
             return {"status": FAILED, "result": {}, "error": why, "wall_s": 0.0,
                     "worker": {}, "retry": False}
-        raise RigError(f"the Dask scheduler at {self.address} dropped point {point.key} "
-                       f"({future.status})",
-                       hint="is the scheduler still running? resume with "
-                            "`rig sweep resume FOLDER --cluster ADDRESS`")
+        raise self._lost(1)
+
+    def _lost(self, out: int) -> RigError:
+        return RigError(f"lost the Dask scheduler at {self.address} with {out} points still out",
+                        hint="every finished point is on disk: once the scheduler and workers "
+                             "are back, `rig sweep resume FOLDER --cluster ADDRESS` measures "
+                             "the rest")
 
     @staticmethod
     def _event(point: SweepPoint, outcome: dict[str, Any], attempts: int,
