@@ -323,6 +323,18 @@ class SweepStore(RunStore):
             })
             self._write_manifest()
         super().__call__(event)
+        if isinstance(event, SweepPointDone) and event.worker:
+            self._note_worker(event.worker)
+
+    def _note_worker(self, worker: dict[str, Any]) -> None:
+        """The manifest lists each cluster worker that measured points (host, resources,
+        software versions), written when one is first seen (after its point's checkpoint)."""
+        workers = self.manifest.setdefault("workers", {})
+        name = f"{worker.get('name')}@{worker.get('host')}"
+        if name not in workers:
+            workers[name] = {k: worker.get(k) for k in ("name", "host", "address", "resources",
+                                                         "versions")}
+            self._write_manifest()
 
 
 def point_row(event: SweepPointDone) -> dict[str, Any]:

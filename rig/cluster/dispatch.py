@@ -161,8 +161,10 @@ class ClusterDispatch:
         if future.status == "error":
             exc = future.exception()
             if isinstance(exc, killed):
-                why = (f"the workers measuring it died each time, until the scheduler gave up "
-                       f"({exc})")
+                last = getattr(getattr(exc, "last_worker", None), "address", "?")
+                why = (f"the {getattr(exc, 'allowed_failures', 0) + 1} workers measuring it "
+                       f"all died (the last: {last}); the scheduler gave up on it "
+                       "(distributed.scheduler.allowed-failures)")
             else:
                 why = f"{type(exc).__name__}: {exc}"
             return {"status": FAILED, "result": {}, "error": why, "wall_s": 0.0,

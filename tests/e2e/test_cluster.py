@@ -174,6 +174,8 @@ def test_two_workers_measure_the_points_of_a_local_sweep(
         assert local[e["key"]].get("worker") is None  # nothing changes without --cluster
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["cluster"]["scheduler"] == scheduler and manifest["status"] == "complete"
+    assert {w["name"] for w in manifest["workers"].values()} == {
+        e["worker"]["name"] for e in remote}  # every worker that measured, once
     rows = pq.read_table(run / "results.parquet").to_pylist()
     assert sorted(r["key"] for r in rows) == keys
     assert {r["worker"] for r in rows} <= {"cpu-1", "cpu-2"}

@@ -95,3 +95,31 @@ def test_cli_refusals_are_one_line(args: list[str], says: str) -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("rig: error: ") and says in line
+
+
+class _DeadFuture:
+    """What a task's future says after its workers died `allowed-failures` + 1 times."""
+
+    status = "error"
+
+    def exception(self) -> BaseException:
+        from types import SimpleNamespace
+
+        from distributed.scheduler import KilledWorker
+
+        return KilledWorker("rig-point-x-3-1", SimpleNamespace(address="tcp://127.0.0.1:1"),
+                            allowed_failures=3)
+
+
+def test_a_point_whose_workers_keep_dying_is_recorded_failed_not_retried() -> None:
+    from distributed.scheduler import KilledWorker
+
+    from rig.sweep import SweepPoint
+
+    point = SweepPoint(3, "cpu-sa", 10, 0.1, 0.05, 0)
+    dispatch = ClusterDispatch("tcp://127.0.0.1:8786")
+    outcome = dispatch._outcome(_DeadFuture(), point, KilledWorker)
+    assert outcome["status"] == "failed" and outcome["retry"] is False
+    assert "the 4 workers measuring it all died (the last: tcp://127.0.0.1:1)" in outcome["error"]
+    event = dispatch._event(point, outcome, 1, [])
+    assert event.status == "failed" and event.key == point.key and event.result == {}
