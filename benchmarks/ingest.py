@@ -26,11 +26,13 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from drivers.emon.base import Chunk
+from rig.live_power import PowerPreview
 from rig.recording import EmonRecorder
 
 FS = 2_000_000
@@ -64,11 +66,14 @@ def build_pool() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return current, voltage, gpio
 
 
-def run(seconds: float, realtime: bool) -> dict[str, float]:
+def run(seconds: float, realtime: bool,
+        preview: Callable[[PowerPreview], None] | None = None) -> dict[str, float]:
+    """Ingest `seconds` of the 2 MS/s stream; `preview` taps the live power as a display or
+    telemetry does (benchmarks/mqtt.py)."""
     current, voltage, gpio = build_pool()
     total = round(seconds * FS)
     folder = Path(tempfile.mkdtemp(prefix="rig-ingest-"))
-    recorder = EmonRecorder(FS, folder / "ingest.jls")
+    recorder = EmonRecorder(FS, folder / "ingest.jls", preview=preview)
     # Free-running: a few chunks of slack, the producer waits. Realtime: bounded by samples.
     buffer: queue.Queue[Chunk | None] = queue.Queue(maxsize=0 if realtime else 16)
     buffered = [0]  # samples waiting in the buffer (realtime mode)

@@ -20,6 +20,7 @@ from rich.table import Table
 from rig.errors import ConfigError
 from rig.mqtt.board import Board
 from rig.mqtt.settings import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
+from rig.mqtt.telemetry import NODELAY
 
 #: `rig mqtt watch` takes its broker from here when --mqtt is not given.
 URL_ENV = "RIG_MQTT_URL"
@@ -138,7 +139,8 @@ async def _watch(aiomqtt: Any, settings: MqttSettings, board: Board,
         if s.tls else None
     async with aiomqtt.Client(s.broker.host, s.broker.port, username=s.broker.username,
                               password=s.password, tls_params=tls,
-                              identifier=f"watch-{os.getpid()}", timeout=5) as client:
+                              identifier=f"watch-{os.getpid()}", timeout=5,
+                              socket_options=NODELAY) as client:
         for topic in board.subscriptions():
             await client.subscribe(topic, qos=1)
         end = None if args.duration is None else time.monotonic() + args.duration

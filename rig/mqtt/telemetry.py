@@ -59,16 +59,21 @@ PUBLISH_TIMEOUT_S = 5.0
 #: Reconnect back-off [s]: first wait, and the most it grows to.
 BACKOFF_S = (0.5, 10.0)
 #: How long the pump sleeps when there is nothing to send [s].
-IDLE_POLL_S = 0.01
+IDLE_POLL_S = 0.05
 #: At run end, how long `closing_events` waits for queued events to reach a connected broker.
 DRAIN_AT_END_S = 1.0
 KEEPALIVE_S = 10
+#: paho leaves Nagle's algorithm on: small PUBACKs would wait for the peer's delayed ACK.
+NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+#: QoS 1 messages awaiting their PUBACK at once (paho allows 20 by default).
+INFLIGHT = 200
 
 #: paho's own log lines ("failed to receive on socket") stay out of the user's terminal: the
 #: telemetry thread says what happened once, in words.
 _PAHO_LOG = logging.getLogger("rig.mqtt.paho")
 _PAHO_LOG.addHandler(logging.NullHandler())
 _PAHO_LOG.propagate = False
+_PAHO_LOG.setLevel(logging.ERROR)  # no record is even made for the chatter below
 
 #: Connect return codes that mean "your login is wrong", not "try again later".
 _AUTH_CODES = {4, 5, 134, 135}
@@ -406,7 +411,7 @@ class MqttTelemetry:
             identifier=f"{s.rig}-{os.getpid()}-{id(self) & 0xFFFF:04x}",
             will=aiomqtt.Will(topics.status(s.rig), offline, qos=1, retain=True),
             tls_params=tls, keepalive=KEEPALIVE_S, timeout=PUBLISH_TIMEOUT_S,
-            logger=_PAHO_LOG,
+            logger=_PAHO_LOG, max_inflight_messages=INFLIGHT, socket_options=NODELAY,
         )
 
     async def _serve(self) -> None:

@@ -62,6 +62,8 @@ class Broker:
             f"password_file {passwd}",
             f"acl_file {acl}",
             "persistence false",
+            # PUBACKs at once, not held by Nagle (docs/mqtt/mosquitto.conf.example)
+            "set_tcp_nodelay true",
             f"log_dest file {self.log}",
             "log_type error warning notice information",
             f"listener {self.port} 127.0.0.1",

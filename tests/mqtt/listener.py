@@ -12,6 +12,7 @@ from typing import Any
 
 import aiomqtt
 
+from rig.mqtt.telemetry import NODELAY
 from tests.mqtt.broker import USERS, Broker
 
 
@@ -55,6 +56,7 @@ class Listener:
                 async with aiomqtt.Client(
                         "127.0.0.1", self.broker.port, username=self.user,
                         password=USERS[self.user], identifier=f"test-{self.user}-{id(self)}",
+                        socket_options=NODELAY,
                         tls_params=aiomqtt.TLSParameters(ca_certs=str(self.broker.ca_file))
                         if self.broker.tls else None) as client:
                     for f in self.filters:

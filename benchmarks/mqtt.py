@@ -1,0 +1,152 @@
+"""MQTT telemetry: what the broker carries, and what it costs the measurement.
+
+Starts a real mosquitto on 127.0.0.1 (a free port, the docs' ACL; stopped at the end), then:
+
+1. Run events (QoS 1) handed by the bus to `MqttTelemetry` as fast as it takes them:
+   `published_per_s` acknowledged by the broker, `delivered_per_s` to a second client
+   subscribed on it; `lost` never arrived there (mosquitto drops QoS 1 messages for a client
+   that falls more than `max_queued_messages`, 1000, behind).
+2. The 2 MS/s ingest of benchmarks/ingest.py with MQTT off (no live tap, no subscriber) and on
+   (the live power tap feeding 10 Hz summaries plus 200 run events a second through the bus),
+   alternated `--reps` times:
+   - free-running: `ingest_slowdown_pct` = how much longer the same stream takes to ingest
+     with MQTT on (median of the reps; goal < 2 %);
+   - in real time at 2 MS/s: `realtime_dropped_off` / `realtime_dropped_on` (goal 0 both).
+
+Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.mqtt.broker: the same broker setup the tests use
+
+from ingest import run as ingest  # noqa: E402  (benchmarks/ingest.py, beside this file)
+
+from rig.events import EventBus, Note, RunFinished, RunStarted  # noqa: E402
+from rig.mqtt.settings import resolve  # noqa: E402
+from rig.mqtt.telemetry import MqttTelemetry  # noqa: E402
+from tests.mqtt.broker import USERS, Broker  # noqa: E402
+from tests.mqtt.listener import Listener  # noqa: E402
+
+#: Run events a second during the ingest comparison (a busy ASC accuracy pass sends ~100).
+EVENTS_PER_S = 200
+
+
+def telemetry(broker: Broker, rate_hz: float = 10.0, queue: int = 100_000) -> MqttTelemetry:
+    from dataclasses import replace
+
+    settings = resolve(url=broker.url("rig-a"), power_rate_hz=rate_hz,
+                       env={"RIG_MQTT_PASSWORD": USERS["rig-a"]})
+    return MqttTelemetry(replace(settings, queue=queue), log=lambda text: None).start()
+
+
+def events_per_s(broker: Broker, n: int) -> dict[str, float]:
+    """Run events through the broker: acknowledged to the rig (`published_per_s`) and
+    delivered to one subscriber (`delivered_per_s`), from the first publish."""
+    with Listener(broker, filters=("neurobench/rig-a/run/#",)) as listener:
+        t = telemetry(broker)
+        bus = EventBus()
+        bus.subscribe(t)
+        t0 = time.perf_counter()
+        bus.publish(RunStarted(run_id="bench", procedure="bench"))
+        for i in range(n):
+            bus.publish(Note(text=f"event {i}"))
+        handed_s = time.perf_counter() - t0
+        acked_s = delivered_s = math.nan
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            now = time.perf_counter() - t0
+            if math.isnan(acked_s) and t.totals.published >= n + 1:
+                acked_s = now
+            if math.isnan(delivered_s) and len(listener.received()) >= n + 1:
+                delivered_s = now
+            if not (math.isnan(acked_s) or math.isnan(delivered_s)):
+                break
+            time.sleep(0.002)
+        got = len(listener.received())
+        bus.publish(RunFinished(status="complete"))
+        t.close()
+    return {"events": n + 1, "published_per_s": (n + 1) / acked_s,
+            "delivered_per_s": got / (delivered_s if not math.isnan(delivered_s) else 60),
+            "lost": n + 1 - got, "bus_handover_us_per_event": 1e6 * handed_s / (n + 1)}
+
+
+def ingest_with_mqtt(broker: Broker | None, seconds: float, realtime: bool) -> dict[str, float]:
+    """One ingest run; with a broker: live tap + a thread publishing run events."""
+    if broker is None:
+        return ingest(seconds, realtime)
+    t = telemetry(broker)
+    bus = EventBus()
+    bus.subscribe(t)
+    bus.publish(RunStarted(run_id="ingest", procedure="bench"))
+    stop = threading.Event()
+
+    def procedure() -> None:  # the procedure thread's events, at a steady rate
+        i = 0
+        while not stop.wait(1 / EVENTS_PER_S):
+            bus.publish(Note(text=f"step {i}"))
+            i += 1
+
+    thread = threading.Thread(target=procedure, daemon=True)
+    thread.start()
+    try:
+        result = ingest(seconds, realtime, preview=t.power)
+    finally:
+        stop.set()
+        thread.join()
+        bus.publish(RunFinished(status="complete"))
+        t.close()
+    result["telemetry_published"] = t.totals.published
+    result["telemetry_dropped"] = t.totals.dropped
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="signal seconds per free-running ingest")
+    parser.add_argument("--realtime-seconds", type=float, default=5.0,
+                        help="signal (= wall) seconds per real-time ingest")
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rig-mqtt-bench-") as tmp:
+        broker = Broker(Path(tmp) / "broker").start()
+        try:
+            for key, value in events_per_s(broker, args.events).items():
+                print(f"{key}: {value:.6g}")
+            off, on = [], []
+            for _ in range(args.reps):  # alternated, so drift hits both alike
+                off.append(ingest_with_mqtt(None, args.seconds, realtime=False)["wall_s"])
+                on.append(ingest_with_mqtt(broker, args.seconds, realtime=False)["wall_s"])
+            # the fastest of the reps: what the pipeline costs, not what else ran meanwhile
+            print(f"ingest_wall_s_off: {min(off):.4f} (fastest of {args.reps} reps of "
+                  f"{args.seconds:g} s at 2 MS/s, free-running; median "
+                  f"{statistics.median(off):.4f})")
+            print(f"ingest_wall_s_on: {min(on):.4f} (median {statistics.median(on):.4f})")
+            slowdown = 100 * (min(on) / min(off) - 1)
+            print(f"ingest_slowdown_pct: {slowdown:.2f} (goal < 2)")
+            rt_off = ingest_with_mqtt(None, args.realtime_seconds, realtime=True)
+            rt_on = ingest_with_mqtt(broker, args.realtime_seconds, realtime=True)
+            print(f"realtime_dropped_off: {rt_off['dropped']} (goal 0)")
+            print(f"realtime_dropped_on: {rt_on['dropped']} (goal 0)")
+            print(f"realtime_cpu_fraction_off: {rt_off['cpu_fraction']:.3f}")
+            print(f"realtime_cpu_fraction_on: {rt_on['cpu_fraction']:.3f}")
+            print(f"realtime_telemetry_published: {rt_on['telemetry_published']}, dropped: "
+                  f"{rt_on['telemetry_dropped']}")
+        finally:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()
