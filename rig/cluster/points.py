@@ -60,6 +60,9 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
     except RigError as exc:
         status, error = FAILED, str(exc)
     finished = time.time()
+    # The worker's log: what it measured (the submitter records the outcome).
+    print(f"point {point.key}: {status} in {finished - started:.2f} s"
+          + (f" ({error})" if error else ""), flush=True)
     return {"status": status, "result": result, "error": error,
             "wall_s": time.monotonic() - t0,
             "worker": {**worker_identity(), "started_at": started, "finished_at": finished,

@@ -133,7 +133,12 @@ class HostPowerLock:
 
     def acquire(self) -> None:
         """Take the lock or raise ConfigError naming the worker that holds it."""
-        handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        except OSError as exc:
+            raise ConfigError(f"cannot open the host-power lock file {self.path}: {exc}",
+                              hint=f"set {HOST_POWER_LOCK_ENV} to a file this user may write "
+                                   "(the same file for every rig worker on this host)") from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

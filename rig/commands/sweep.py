@@ -204,10 +204,12 @@ class SweepProgressView:
         elif isinstance(event, SweepPointDone) and self._task is not None:
             self._done += 1
             self._times.append(event.wall_s)
-            eta = statistics.fmean(self._times) * max(0, self._total - self._done)
-            self._progress.update(self._task, completed=self._done, eta_s=eta)
             if event.worker:
                 self._count_worker(event.worker)
+            # On a cluster the workers measure side by side (at least those seen so far).
+            eta = (statistics.fmean(self._times) * max(0, self._total - self._done)
+                   / max(1, len(self._workers)))
+            self._progress.update(self._task, completed=self._done, eta_s=eta)
             if event.status != "ok":
                 self._progress.console.print(f"[yellow]point {event.key} failed: "
                                              f"{event.error}[/]")
