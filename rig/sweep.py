@@ -574,6 +574,15 @@ class QuboPointFunction:
         self._power: Any = None
         self._sut_name = ""
 
+    def instruments(self) -> dict[str, Any]:
+        """The open SUT and power meter: name, what the SUT said it is (a shim's name%/profile%
+        replies), the power source; {} before the first point."""
+        if self._sut is None:
+            return {}
+        info = getattr(self._sut, "info", None)
+        return {"sut": self._sut.name, "sut_info": None if info is None else plain(info),
+                "power_source": getattr(self._power, "source", None)}
+
     def remember_target(self, workload: tuple, cost: int, method: str) -> None:
         """A target recorded earlier for `workload` (nodes, density, seed): used, not computed."""
         self._known[tuple(workload)] = (int(cost), str(method))

@@ -40,11 +40,13 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
     """Measure `point` of `spec` here; stand-in points when `stand_in`.
 
     Returns {"status", "result", "error", "wall_s", "worker"}; `worker` holds the host, the
-    worker's name and address, its resources, software versions and the host times the point
-    started and ended (for the record: the measurement's times come from the SUT).
+    worker's name and address, its resources, the instruments the point used (SUT and what it
+    said it is, power source), software versions and the host times the point started and
+    ended (for the record: the measurement's times come from the SUT).
     """
     started, t0 = time.time(), time.monotonic()
     result: dict[str, Any] = {}
+    instruments: dict[str, Any] = {"sut": point.sut, "stand_in": True} if stand_in else {}
     status, error = OK, None
     try:
         if stand_in:
@@ -53,7 +55,10 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
             function = _function(spec, point.sut)
             if known_target is not None:
                 function.remember_target(point.workload, *known_target)
-            result = function(point)
+            try:
+                result = function(point)
+            finally:
+                instruments = function.instruments()
         result = plain(result)
     except ConfigError as exc:
         status, error = SETUP, str(exc)
@@ -65,8 +70,8 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
           + (f" ({error})" if error else ""), flush=True)
     return {"status": status, "result": result, "error": error,
             "wall_s": time.monotonic() - t0,
-            "worker": {**worker_identity(), "started_at": started, "finished_at": finished,
-                       "pid": os.getpid()}}
+            "worker": {**worker_identity(), "instruments": instruments,
+                       "started_at": started, "finished_at": finished, "pid": os.getpid()}}
 
 
 def zero_work(value: int) -> int:

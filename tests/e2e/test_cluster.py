@@ -171,6 +171,8 @@ def test_two_workers_measure_the_points_of_a_local_sweep(
         assert worker["name"] in ("cpu-1", "cpu-2") and worker["host"]
         assert worker["resources"] == {"cpu-tabu": 1, "cpu-sa": 1}
         assert worker["versions"]["distributed"] != "not installed"
+        assert worker["instruments"]["sut"] == e["sut"]
+        assert worker["instruments"]["power_source"] == "none"  # as the sweep file says
         assert local[e["key"]].get("worker") is None  # nothing changes without --cluster
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["cluster"]["scheduler"] == scheduler and manifest["status"] == "complete"
@@ -279,6 +281,9 @@ def test_loihi2_points_never_overlap_on_its_worker(tmp_path: Path, workers: Work
     assert done.returncode == 0, done.stderr
     on_disk = point_events(only_run(tmp_path / "runs"))
     assert len(on_disk) == 6 and all(e["status"] == "ok" for e in on_disk)
+    for e in on_disk:  # what the shim said it is comes back with each point
+        if e["sut"] == "loihi2":
+            assert e["worker"]["instruments"]["sut_info"]["name"] == "loihi2"
     spans = sorted((e["worker"]["started_at"], e["worker"]["finished_at"])
                    for e in on_disk if e["sut"] == "loihi2")
     assert len(spans) == 3
