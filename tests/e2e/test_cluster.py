@@ -96,7 +96,7 @@ class Workers:
             proc.popen.wait(10)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cpu_workers(scheduler: str, logs: Path) -> Iterator[list[Proc]]:
     """Two workers that each own cpu-tabu and cpu-sa (not host-power)."""
     workers = Workers(scheduler, logs)
