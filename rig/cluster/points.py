@@ -33,6 +33,9 @@ OK, FAILED, SETUP = "ok", "failed", "setup"
 _lock = threading.Lock()
 #: Open point functions on this worker, by SUT: (sweep digest, function).
 _functions: dict[str, tuple[str, QuboPointFunction]] = {}
+#: Targets this worker found, by (sweep digest, workload): its other SUTs reuse them (a computed
+#: target can take many seconds).
+_targets: dict[tuple, tuple[int, str]] = {}
 
 
 def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
@@ -53,12 +56,16 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
             result = stand_in_point(point)
         else:
             function = _function(spec, point.sut)
+            found = (_digest(spec), point.workload)
+            known_target = known_target or _targets.get(found)
             if known_target is not None:
                 function.remember_target(point.workload, *known_target)
             try:
                 result = function(point)
             finally:
                 instruments = function.instruments()
+            if isinstance(result.get("target"), int):
+                _targets[found] = (result["target"], str(result.get("target_method")))
         result = plain(result)
     except ConfigError as exc:
         status, error = SETUP, str(exc)
@@ -106,6 +113,7 @@ def close_all() -> None:
     with _lock:
         functions = [f for _, f in _functions.values()]
         _functions.clear()
+        _targets.clear()
     for function in functions:
         with contextlib.suppress(Exception):
             function.close()
