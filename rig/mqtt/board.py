@@ -85,7 +85,9 @@ class Board:
                 "phase": s.get("phase") or "",
                 "progress": progress,
                 "run": (s.get("run_id") or last.get("run_id") or "")[:12],
-                "power": f"{row.power_w * 1e3:.3f} mW" if row.power_w is not None else "",
+                # the last summary, while a run is measuring (an idle rig has no live power)
+                "power": f"{row.power_w * 1e3:.3f} mW"
+                if row.power_w is not None and s.get("state") == "running" else "",
                 "last": row.last_event or (f"last run {last.get('status')}"
                                            if last else ""),
                 "error": s.get("error") or "",

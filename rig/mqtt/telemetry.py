@@ -9,7 +9,7 @@ broker that is down, slow or goes away costs telemetry, never a sample or a run:
   newest are dropped, so what arrives is the run's first events, in order;
 - the power summary (QoS 0) and the retained status keep only their latest value;
 - everything dropped is counted per run, each kind of trouble is logged once, and the thread
-  reconnects with back-off (0.5 s doubling to 10 s);
+  reconnects with back-off (0.25 s doubling to 10 s);
 - before RunFinished it hands the bus a `TelemetryReport` (offered, published, dropped,
   pending), which the run store writes into the manifest.
 
@@ -57,7 +57,7 @@ BATCH = 64
 #: Longest wait for one publish to be acknowledged before the connection counts as lost [s].
 PUBLISH_TIMEOUT_S = 5.0
 #: Reconnect back-off [s]: first wait, and the most it grows to.
-BACKOFF_S = (0.5, 10.0)
+BACKOFF_S = (0.25, 10.0)
 #: How long the pump sleeps when there is nothing to send [s].
 IDLE_POLL_S = 0.05
 #: At run end, how long `closing_events` waits for queued events to reach a connected broker.
@@ -171,6 +171,19 @@ class PowerSummarizer:
         self._first = self._first + self._samples
         self._samples, self._sum, self._min, self._max = 0, 0.0, math.inf, -math.inf
         return [summary]
+
+
+def _disconnection(client: Any) -> asyncio.Future | None:
+    """The future aiomqtt completes when the connection goes (a private attribute of
+    aiomqtt 2.x; without it, a lost connection shows as a publish timeout)."""
+    fut = getattr(client, "_disconnected", None)
+    return fut if isinstance(fut, asyncio.Future) else None
+
+
+def _lost_error(lost: asyncio.Future) -> BaseException:
+    """Why the connection went (and the future's exception marked as retrieved)."""
+    exc = lost.exception() if not lost.cancelled() else None
+    return exc if exc is not None else ConnectionError("the broker closed the connection")
 
 
 class MqttTelemetry:
@@ -417,6 +430,16 @@ class MqttTelemetry:
     async def _serve(self) -> None:
         import aiomqtt
 
+        loop = asyncio.get_running_loop()
+
+        def quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            # aiomqtt leaves futures holding "Unexpected disconnection" unread when a
+            # connection drops; the loss is already handled and said once
+            if isinstance(context.get("exception"), aiomqtt.MqttError | OSError):
+                return
+            loop.default_exception_handler(context)
+
+        loop.set_exception_handler(quiet)
         backoff = BACKOFF_S[0]
         while not self._closing.is_set():
             reader: asyncio.Task | None = None
@@ -485,7 +508,6 @@ class MqttTelemetry:
 
     async def _pump(self, client: Any) -> None:
         """Send status, queued events and the power summary until closing and drained."""
-        closing_since: float | None = None
         while True:
             batch: list[_Message] = []
             with self._lock:
@@ -499,19 +521,33 @@ class MqttTelemetry:
                 if self._power_slot is not None and len(batch) < BATCH:
                     batch.append(self._power_slot)
                     self._power_slot = None
+            lost = _disconnection(client)
             if not batch:
                 if self._closing.is_set():
                     return
+                if lost is not None and lost.done():
+                    raise _lost_error(lost)
                 await asyncio.sleep(IDLE_POLL_S)
                 continue
-            if self._closing.is_set():
-                closing_since = closing_since or time.monotonic()
             # paho sends in call order; the tasks start in creation order, so the broker
             # sees the run's events in order while their acknowledgements overlap.
-            results = await asyncio.gather(
+            sending = asyncio.ensure_future(asyncio.gather(
                 *(client.publish(m.topic, m.payload(), qos=m.qos, retain=m.retain,
                                  timeout=PUBLISH_TIMEOUT_S) for m in batch),
-                return_exceptions=True)
+                return_exceptions=True))
+            if lost is not None:
+                # aiomqtt leaves a publish waiting out its timeout after the connection is
+                # gone: notice the loss at once instead, and reconnect
+                await asyncio.wait({sending, lost}, return_when=asyncio.FIRST_COMPLETED)
+                if not sending.done():
+                    sending.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await sending
+                    for msg in batch:
+                        self._count_dropped(msg)
+                    self._status_sent = -1
+                    raise _lost_error(lost)
+            results = await sending
             failure: BaseException | None = None
             for msg, result in zip(batch, results, strict=True):
                 if isinstance(result, BaseException):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.runs import RIG, bench_variant, events, wait_for_event
+from tests.mqtt.broker import USERS
 from tests.mqtt.listener import Listener
 from tests.mqtt.test_telemetry_e2e import SMALL, rig_env
 
@@ -39,10 +40,15 @@ class Served:
             'seeds = [0]\ntimeouts = [0.05]\n')
         (tmp_path / "secret.toml").write_text("[bench]\n")
         self.runs = tmp_path / "runs"
+        # the password from a file this time (the other tests use RIG_MQTT_PASSWORD)
+        password = tmp_path / "rig-a.password"
+        password.write_text(USERS["rig-a"] + "\n")
+        env = {k: v for k, v in rig_env().items() if k != "RIG_MQTT_PASSWORD"}
         self.proc = subprocess.Popen(
             [*RIG, "serve", "--mqtt", broker.url("rig-a"), "--benches-dir", str(self.benches),
-             "--sweeps-dir", str(self.sweeps), "--runs-dir", str(self.runs)],
-            env=rig_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+             "--sweeps-dir", str(self.sweeps), "--runs-dir", str(self.runs),
+             "--mqtt-password-file", str(password)],
+            env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True)
 
     def stop(self) -> tuple[str, str]:
@@ -106,6 +112,7 @@ def test_operator_starts_a_run_and_asks_status(broker, served):
         [run] = served.run_folders()
         manifest = json.loads((run / "manifest.json").read_text())
         assert manifest["status"] == "complete" and manifest["scope"] == "performance"
+        assert manifest["telemetry"]["mqtt"]["password_from"] == "file"
         finished = op.received(f"neurobench/rig-a/run/{manifest['run_id']}/run_finished")
         assert finished and finished[0].json()["status"] == "complete"
         # a sweep from the sweeps folder
