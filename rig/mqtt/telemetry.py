@@ -61,7 +61,7 @@ BACKOFF_S = (0.25, 10.0)
 #: How long the pump sleeps when there is nothing to send [s].
 IDLE_POLL_S = 0.05
 #: At run end, how long `closing_events` waits for queued events to reach a connected broker.
-DRAIN_AT_END_S = 1.0
+DRAIN_AT_END_S = 2.0
 KEEPALIVE_S = 10
 #: paho leaves Nagle's algorithm on: small PUBACKs would wait for the peer's delayed ACK.
 NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)

@@ -36,7 +36,7 @@ def free_port() -> int:
 class Broker:
     """One mosquitto process; `start()`, `stop()`, `restart()` on the same port."""
 
-    def __init__(self, folder: Path, *, tls: bool = False) -> None:
+    def __init__(self, folder: Path, *, tls: bool = False, extra: tuple[str, ...] = ()) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -44,6 +44,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "mosquitto.log"
         self.ca_file: Path | None = None
+        self.extra = extra
         self._write_config()
 
     def _write_config(self) -> None:
@@ -66,6 +67,7 @@ class Broker:
             "set_tcp_nodelay true",
             f"log_dest file {self.log}",
             "log_type error warning notice information",
+            *self.extra,
             f"listener {self.port} 127.0.0.1",
         ]
         if self.tls:

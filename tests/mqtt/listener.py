@@ -21,6 +21,8 @@ class Received:
     topic: str
     payload: bytes
     retain: bool
+    #: time.perf_counter() when it arrived (for benchmarks/mqtt.py; never asserted on)
+    at: float = 0.0
 
     def json(self) -> Any:
         return json.loads(self.payload.decode())
@@ -79,7 +81,8 @@ class Listener:
         async for m in client.messages:
             payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
             with self._lock:
-                self.messages.append(Received(str(m.topic), payload, bool(m.retain)))
+                self.messages.append(Received(str(m.topic), payload, bool(m.retain),
+                                              time.perf_counter()))
 
     def send(self, topic: str, payload: bytes | str | dict) -> None:
         """Publish as this listener's user (QoS 1)."""

@@ -60,8 +60,10 @@ def test_run_publishes_exactly_its_events_in_order(broker, tmp_path):
     # the manifest says what telemetry delivered, and never the password
     manifest = json.loads((run / "manifest.json").read_text())
     tele = manifest["telemetry"]["mqtt"]
-    assert tele["dropped"] == 0 and tele["pending"] == 0
-    assert tele["published"] == tele["offered"] > len(on_disk) - 2
+    # (pending: still on their way when the report was made, at the end of the run; they
+    # arrived, as the comparison above shows)
+    assert tele["dropped"] == 0
+    assert tele["published"] + tele["pending"] == tele["offered"] > len(on_disk) - 2
     assert tele["broker"] == f"mqtt://rig-a@127.0.0.1:{broker.port}"
     assert tele["password_from"] == "env"
     for path in run.rglob("*"):
