@@ -27,6 +27,7 @@ from rig.config import Bench
 from rig.errors import RigError, RunInterrupted
 from rig.events import Event, RunStarted
 from rig.live_power import PowerPreview
+from rig.mqtt.session import bench_telemetry
 from rig.runner import measure_asc
 from rig.stopping import StopRequest
 from rig.sweep import SweepSpec, start_sweep
@@ -62,9 +63,13 @@ class AscJob:
 
     def run(self, subscribers: list[Callable[[Event], None]], stop: StopRequest,
             live: list[Callable[[PowerPreview], None]]) -> Any:
-        """Measure; returns the runner's Outcome."""
-        return measure_asc(self.bench, device=self.device, runs_root=self.runs_root,
-                           subscribers=subscribers, scope=self.scope, stop=stop, live=live)
+        """Measure; returns the runner's Outcome. A bench with [mqtt] also reports to its
+        broker, as `rig measure asc` does (a refused login ends the job before it measures)."""
+        with bench_telemetry(self.bench) as telemetry:
+            if telemetry is not None:
+                subscribers, live = [*subscribers, telemetry], [*live, telemetry.power]
+            return measure_asc(self.bench, device=self.device, runs_root=self.runs_root,
+                               subscribers=subscribers, scope=self.scope, stop=stop, live=live)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from rig.errors import ConfigError
 from rig.mqtt.board import Board
+from rig.mqtt.session import started
 from rig.mqtt.settings import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
 from rig.mqtt.telemetry import NODELAY
 
@@ -52,31 +53,11 @@ def mqtt_settings(args: argparse.Namespace, table: Any = None) -> MqttSettings |
                    power_rate_hz=getattr(args, "mqtt_power_rate", None))
 
 
-def new_telemetry(settings: MqttSettings, **options: Any) -> Any:
-    """An `MqttTelemetry`, or a ConfigError saying how to install aiomqtt."""
-    try:
-        import aiomqtt  # noqa: F401
-
-        from rig.mqtt.telemetry import MqttTelemetry
-    except ImportError as exc:
-        raise ConfigError(f"MQTT needs aiomqtt, which is not installed ({exc})",
-                          hint="pip install 'neurobench-rig[mqtt]'") from None
-    return MqttTelemetry(settings, **options)
-
-
 @contextlib.contextmanager
 def telemetry_for(args: argparse.Namespace, table: Any = None) -> Iterator[Any]:
-    """A started `MqttTelemetry` for a measurement (None without --mqtt or [mqtt]); closed
-    (status offline, queue flushed within a few seconds) however the measurement ends."""
-    settings = mqtt_settings(args, table)
-    if settings is None:
-        yield None
-        return
-    telemetry = new_telemetry(settings).start()
-    try:
+    """A started `MqttTelemetry` for a measurement (None without --mqtt or [mqtt])."""
+    with started(mqtt_settings(args, table)) as telemetry:
         yield telemetry
-    finally:
-        telemetry.close()
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from rig.commands.mqtt import add_mqtt_arguments, mqtt_settings, new_telemetry
+from rig.commands.mqtt import add_mqtt_arguments, mqtt_settings
 from rig.config import load_bench
 from rig.errors import ConfigError, RunInterrupted
+from rig.mqtt.session import new_telemetry
 from rig.mqtt.topics import cmd
 from rig.runner import sigterm_as_interrupt
 from rig.stopping import StopRequest

@@ -149,3 +149,28 @@ def test_sweep_and_its_resume_publish_under_one_run_id(broker, tmp_path):
     assert {"done": 4, "total": 4} in progress
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["telemetry"]["mqtt"]["dropped"] == 0
+
+
+def test_runner_window_job_reports_a_bench_with_mqtt(broker, tmp_path, monkeypatch):
+    """The runner window's ASC job (gui.run_session.AscJob) honours the bench's [mqtt] table,
+    as `rig measure asc` does."""
+    pytest.importorskip("PySide6")
+    from gui.run_session import AscJob
+    from rig.config import load_bench
+    from rig.stopping import StopRequest
+
+    monkeypatch.setenv("RIG_MQTT_PASSWORD", USERS["rig-a"])
+    path = bench_variant(tmp_path, **SMALL)
+    path.write_text(path.read_text() + f'\n[mqtt]\nurl = "{broker.url("rig-a")}"\n')
+    seen = []
+    with Listener(broker) as listener:
+        outcome = AscJob(load_bench(path), "bench", tmp_path / "runs").run(
+            [seen.append], StopRequest(), [])
+        listener.wait_for(lambda ms: listener.statuses("rig-a")[-1:] == ["offline"])
+    assert outcome.status == "complete"
+    run_id = seen[0].run_id
+    got = [m.json()["event"] for m in listener.received(f"neurobench/rig-a/run/{run_id}/")
+           if not m.topic.endswith("/power")]
+    assert got == [e.kind for e in seen]  # the window's subscribers saw what the broker got
+    assert json.loads((outcome.run_path / "manifest.json").read_text())[
+        "telemetry"]["mqtt"]["dropped"] == 0
