@@ -60,6 +60,7 @@ from protocols.scpi import (
     parse_number,
     real_dtype,
 )
+from rig.sim.instrument import LoopbackServer
 from rig.sim.world import NS, World
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def _switch(text: str) -> bool:
     raise ScpiFault(-224, "Illegal parameter value")
 
 
-class _ScpiServer:
+class _ScpiServer(LoopbackServer):
     """A TCP listener: one client at a time, lines in, replies out, an error queue."""
 
     identity = "?"
@@ -112,27 +113,14 @@ class _ScpiServer:
         self.lock = threading.RLock()
         self.commands_seen: list[str] = []
         self._listener: socket.socket | None = None
-        self._closing = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._init_threads()
         self.port = 0
         self.big_endian = True
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, port: int = 0) -> None:
         """Listen on 127.0.0.1:`port` (0 picks a free port)."""
-        if self._listener is not None:
-            return
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(2)
-        listener.settimeout(0.05)
-        self._listener = listener
-        self.port = listener.getsockname()[1]
-        thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                  name=f"{type(self).__name__}-accept")
-        thread.start()
-        self._threads.append(thread)
+        self._listen(port, 2, f"{type(self).__name__}-accept")
 
     @property
     def resource(self) -> str:
@@ -141,20 +129,7 @@ class _ScpiServer:
 
     def close(self) -> None:
         """Stop listening and serving; safe to call twice."""
-        self._closing.set()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
-        self._threads.clear()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-
-    def __enter__(self) -> _ScpiServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._stop_listening()
 
     def _accept_loop(self) -> None:
         assert self._listener is not None

@@ -47,6 +47,7 @@ from protocols.lpm01a.codec import (
     format_samples,
     parse_number,
 )
+from rig.sim.instrument import ThreadedInstrument
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -84,7 +85,7 @@ class _Refused(Exception):
     """A command the board answers with `error` + `Error detail: <text>`."""
 
 
-class SimLpm01a:
+class SimLpm01a(ThreadedInstrument):
     """The PowerShield: commands in, replies and ascii_dec data out, on `.path` (a pty)."""
 
     def __init__(self, world: World, *, clock_error: float = 0.0) -> None:
@@ -123,8 +124,7 @@ class SimLpm01a:
         self._write_lock = threading.Lock()
         # Guards the acquisition state between the command and the streaming thread.
         self._acq_lock = threading.Lock()
-        self._closing = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._init_threads()
         self._overrun: _Overrun | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -132,18 +132,12 @@ class SimLpm01a:
         """Start the command and streaming threads."""
         if self._threads:
             return
-        for target, name in ((self._command_loop, "lpm01a-sim-cmd"),
-                             (self._stream_loop, "lpm01a-sim-stream")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._spawn(self._command_loop, "lpm01a-sim-cmd")
+        self._spawn(self._stream_loop, "lpm01a-sim-stream")
 
     def close(self) -> None:
         """Stop every thread and close the pty; safe to call twice."""
-        self._closing.set()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
-        self._threads.clear()
+        self._stop_threads()
         self._pty.close()
 
     # -- faults (test hooks: what a real board does when things go wrong) --------------------
@@ -189,13 +183,6 @@ class SimLpm01a:
         while self._next_second * fs < self._next_k:  # status lines go with the lost samples
             self._next_second += 1
         return self._next_k
-
-    def __enter__(self) -> SimLpm01a:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- output -------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:

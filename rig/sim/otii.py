@@ -44,6 +44,7 @@ import numpy as np
 
 from protocols import otii as wire
 from protocols.errors import ProtocolError
+from rig.sim.instrument import LoopbackServer
 from rig.sim.world import NS, World
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class Recording:
     read_up_to: dict[str, int] = field(default_factory=dict)
 
 
-class SimOtii:
+class SimOtii(LoopbackServer):
     """The Otii app's TCP server with one Arc/Ace powering the World's DUT."""
 
     def __init__(self, world: World, *, device_type: str = "Arc", logged_in: bool = True,
@@ -129,8 +130,7 @@ class SimOtii:
         self.output_log: list[tuple[int, bool]] = []
         self._listener: socket.socket | None = None
         self._clients: list[socket.socket] = []
-        self._closing = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._init_threads()
         self.port = 0
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]] = {
             name[4:]: getattr(self, name) for name in dir(self) if name.startswith("cmd_")}
@@ -138,18 +138,7 @@ class SimOtii:
     # -- life cycle ---------------------------------------------------------------------------
     def start(self, port: int = 0) -> None:
         """Listen on 127.0.0.1:`port` (0 picks a free port)."""
-        if self._listener is not None:
-            return
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", port))
-        listener.listen(4)
-        listener.settimeout(0.05)
-        self._listener = listener
-        self.port = listener.getsockname()[1]
-        thread = threading.Thread(target=self._accept_loop, daemon=True, name="sim-otii-accept")
-        thread.start()
-        self._threads.append(thread)
+        self._listen(port, 4, "sim-otii-accept")
 
     @property
     def address(self) -> str:
@@ -163,19 +152,7 @@ class SimOtii:
         """Stop listening and serving; safe to call twice."""
         self._closing.set()
         self.drop_connections()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
-        self._threads.clear()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-
-    def __enter__(self) -> SimOtii:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._stop_listening()
 
     def drop_connections(self) -> None:
         """Close every client's connection now (the app stays up and keeps its state)."""

@@ -40,6 +40,7 @@ from protocols.ppk2 import (
     encode_words,
     parse_command,
 )
+from rig.sim.instrument import ThreadedInstrument
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -65,7 +66,7 @@ _MAX_BURST = 200_000
 _PERIOD_NS = NS // SAMPLE_RATE_HZ
 
 
-class SimPpk2:
+class SimPpk2(ThreadedInstrument):
     """The PPK2: opcodes in, metadata and sample words out, on `.path` (a pty)."""
 
     def __init__(self, world: World, *, ampere_supply_v: float = 3.3,
@@ -91,34 +92,20 @@ class SimPpk2:
         self._last_forget_ns = 0
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
-        self._closing = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._init_threads()
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """Start the command and streaming threads."""
         if self._threads:
             return
-        for target, name in ((self._command_loop, "ppk2-sim-cmd"),
-                             (self._stream_loop, "ppk2-sim-stream")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._spawn(self._command_loop, "ppk2-sim-cmd")
+        self._spawn(self._stream_loop, "ppk2-sim-stream")
 
     def close(self) -> None:
         """Stop every thread and close the pty; safe to call twice."""
-        self._closing.set()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
-        self._threads.clear()
+        self._stop_threads()
         self._pty.close()
-
-    def __enter__(self) -> SimPpk2:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- faults (test hooks) ------------------------------------------------------------------
     def unplug(self) -> None:
