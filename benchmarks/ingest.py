@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -146,6 +147,39 @@ def run(seconds: float, realtime: bool,
     }
 
 
+def record_simulated(world: Any, monitor: Any, fs: float, seconds: float, trace: Path, *,
+                     await_power: bool) -> tuple[EmonRecorder, float, float]:
+    """Record `seconds` of a simulated monitor in real time at `fs` into `trace` while the
+    World's DUT runs a 60 %-active period with a pulse every 10 ms (from 0.1 s on); the
+    recorder (closed), wall seconds and process CPU seconds. The monitor is closed after."""
+    from rig.sim.world import NS
+
+    period_ns = NS // 100
+    count = round(seconds * fs)
+    recorder = EmonRecorder(fs, trace, simulated=True, stop_after=count)
+    try:
+        monitor.configure(1.8, fs)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        monitor.start(recorder.on_chunk)
+        monitor.power_on()
+        while await_power and not world.powered:
+            time.sleep(0.001)
+        with world.lock:  # the DUT's whole schedule, from 0.1 s after now
+            t = world.clock.now_ns() + NS // 10
+            for k in range(round(seconds * 100)):
+                start = t + k * period_ns
+                world.add_activity(start, start + period_ns * 6 // 10)
+                world.add_pulse(start)
+        recorder.wait_for_samples(count, timeout_s=seconds * 3 + 10)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    finally:
+        monitor.power_off()
+        monitor.stop()
+        monitor.close()
+        recorder.close()
+    return recorder, wall, cpu
+
+
 def run_ppk2(seconds: float) -> dict[str, float]:
     """The PPK2 at its full rate, in real time: the simulated PPK2 streams 100 kS/s of 4-byte
     words over a pty (World at speed 1, a 60 %-active period with a pulse every 10 ms), the
@@ -155,41 +189,21 @@ def run_ppk2(seconds: float) -> dict[str, float]:
     from drivers.emon.ppk2 import Ppk2
     from protocols.ppk2 import SAMPLE_RATE_HZ
     from rig.sim.ppk2 import SimPpk2
-    from rig.sim.world import NS, World
+    from rig.sim.world import World
 
-    fs, period_ns = SAMPLE_RATE_HZ, NS // 100
+    fs = SAMPLE_RATE_HZ
     count = round(seconds * fs)
     world = World()
     folder = Path(tempfile.mkdtemp(prefix="rig-ingest-ppk2-"))
     try:
         with SimPpk2(world) as sim:
             monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
-            recorder = EmonRecorder(fs, folder / "ppk2.jls", simulated=True, stop_after=count)
-            try:
-                monitor.configure(1.8, fs)
-                cpu0, wall0 = time.process_time(), time.perf_counter()
-                monitor.start(recorder.on_chunk)
-                monitor.power_on()
-                while not world.powered:  # the PPK2 acks nothing; powering on resets the DUT
-                    time.sleep(0.001)
-                with world.lock:  # the DUT's whole schedule, from 0.1 s after now
-                    t = world.clock.now_ns() + NS // 10
-                    for k in range(round(seconds * 100)):
-                        start = t + k * period_ns
-                        world.add_activity(start, start + period_ns * 6 // 10)
-                        world.add_pulse(start)
-                recorder.wait_for_samples(count, timeout_s=seconds * 3 + 10)
-                wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-            finally:
-                monitor.power_off()
-                monitor.stop()
-                monitor.close()
-                recorder.close()
+            # the PPK2 acks nothing; powering on resets the DUT: wait until it is powered
+            recorder, wall, cpu = record_simulated(world, monitor, fs, seconds,
+                                                   folder / "ppk2.jls", await_power=True)
             lost_bytes = sim.dropped_bytes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if recorder.error is not None:
-        raise recorder.error
     return {
         "ppk2_samples": recorder.samples,
         "ppk2_dropped": recorder.dropped + monitor.stats.dropped + lost_bytes // 4
@@ -208,10 +222,9 @@ def run_otii(seconds: float, device_type: str) -> dict[str, float]:
     process's CPU (server included) per signal second."""
     from drivers.emon.otii import ARC_RATE_HZ, Otii
     from rig.sim.otii import ACE_RATE_SPAN_HZ, SimOtii
-    from rig.sim.world import NS, World
+    from rig.sim.world import World
 
     fs = ARC_RATE_HZ if device_type == "Arc" else ACE_RATE_SPAN_HZ[-1]
-    period_ns = NS // 100
     count = round(seconds * fs)
     world = World()
     folder = Path(tempfile.mkdtemp(prefix="rig-ingest-otii-"))
@@ -219,29 +232,10 @@ def run_otii(seconds: float, device_type: str) -> dict[str, float]:
     try:
         with SimOtii(world, device_type=device_type) as sim:
             monitor = Otii.open(sim.address, voltage_limit_v=3.3, simulated=True)
-            recorder = EmonRecorder(fs, folder / "otii.jls", simulated=True, stop_after=count)
-            try:
-                monitor.configure(1.8, fs)
-                cpu0, wall0 = time.process_time(), time.perf_counter()
-                monitor.start(recorder.on_chunk)
-                monitor.power_on()
-                with world.lock:  # the DUT's whole schedule, from 0.1 s after now
-                    t = world.clock.now_ns() + NS // 10
-                    for k in range(round(seconds * 100)):
-                        start = t + k * period_ns
-                        world.add_activity(start, start + period_ns * 6 // 10)
-                        world.add_pulse(start)
-                recorder.wait_for_samples(count, timeout_s=seconds * 3 + 10)
-                wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-            finally:
-                monitor.power_off()
-                monitor.stop()
-                monitor.close()
-                recorder.close()
+            recorder, wall, cpu = record_simulated(world, monitor, fs, seconds,
+                                                   folder / "otii.jls", await_power=False)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if recorder.error is not None:
-        raise recorder.error
     return {
         f"{prefix}_rate_hz": fs,
         f"{prefix}_samples": recorder.samples,
