@@ -100,6 +100,8 @@ def run_watch(args: argparse.Namespace) -> int:
         if live:
             live.start()
         asyncio.run(_watch(aiomqtt, settings, board, args, live))
+    except KeyboardInterrupt:  # Ctrl-C is how a watch normally ends
+        pass
     except aiomqtt.MqttCodeError as exc:
         raise ConfigError(f"the broker {settings.broker} refused the watcher: {exc}",
                           hint=f"check the user and the password ({PASSWORD_ENV})") from None
