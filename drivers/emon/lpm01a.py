@@ -212,8 +212,12 @@ class Lpm01a(EnergyMonitor):
         byte goes out.
         """
         check_voltage(voltage, self.voltage_limit_v, who="LPM01A")
-        volt = format_millivolts(voltage)
-        if not VOLT_MIN_MV <= round(voltage * 1000) <= VOLT_MAX_MV:
+        # The board takes whole millivolts: never round up past the bench limit
+        # (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300).
+        millivolts = min(round(voltage * 1000),
+                         math.floor(self.voltage_limit_v * 1000 + 1e-9))
+        volt = format_millivolts(millivolts / 1000)
+        if not VOLT_MIN_MV <= millivolts <= VOLT_MAX_MV:
             raise VoltageLimitError(
                 f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
                 f"not {voltage:g} V",
@@ -251,7 +255,7 @@ class Lpm01a(EnergyMonitor):
         for name, value in settings.items():
             self._command(f"{name} {value}")
             self._settings[name] = value
-        self._voltage_v = round(voltage * 1000) / 1000
+        self._voltage_v = millivolts / 1000
         self._sample_rate_hz = float(sample_rate)
 
     def power_on(self) -> None:

@@ -161,6 +161,20 @@ def test_the_bench_limit_is_checked_first():
     assert transport.written == []
 
 
+def test_whole_millivolts_never_round_above_the_limit():
+    transport = ScriptedTransport(CONNECT)
+    monitor = Lpm01a(transport, voltage_limit_v=3.2996)
+    monitor.connect()
+    transport.expect(*[(b"volt 3299m\n", ack("volt 3299m")) if cmd.startswith(b"volt ")
+                       else (cmd, reply) for cmd, reply in CONFIGURE])
+    monitor.configure(3.2996, 1000)  # 3299.6 mV would round to 3300: 3299 is sent
+    assert transport.errors == []
+    assert b"volt 3299m\n" in transport.written
+    assert monitor.settings()["voltage_v"] == 3.299
+    transport.expect(*CLOSE)
+    monitor.close()
+
+
 @pytest.mark.parametrize(
     ("rate", "fmt", "error"),
     [(3000, None, ProtocolError), (200_000, "bin_hexa", ProtocolError),
