@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -100,15 +99,14 @@ def test_dut_unplugged_mid_run(tmp_path: Path, monkeypatch, capsys) -> None:
     shim serving it is killed). The rig stops at once, and the LPM01A switches the DUT off."""
     with virtual_bench() as vb:
         bench = hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"])
-        t0 = time.monotonic()
         code, err = measure(monkeypatch, capsys, bench, tmp_path / "runs",
                             on_latency_run(AFTER_RUNS, vb.dut.close, delay_s=0.005))
-        took = time.monotonic() - t0
         line = error_line(code, err)
         assert vb.world.powered is False
     assert line.startswith("rig: error: DUT: ") and vb.ports["dut"] in line
     assert "failed" in line and "unplugged" in line
-    assert took < 15  # ended by the port error, not by a 30 s reply deadline
+    # ended by the port error, not by the 30 s reply deadline ("did not finish ... within")
+    assert "within" not in line and "in time" not in line
     run = only_run(tmp_path / "runs")
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"] in line
@@ -125,16 +123,15 @@ def test_monitor_unplugged_mid_run(tmp_path: Path, monkeypatch, capsys) -> None:
     DUT's supply down with it: the rig cannot send `pwr off`, and says so."""
     with virtual_bench() as vb:
         bench = hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"])
-        t0 = time.monotonic()
         code, err = measure(monkeypatch, capsys, bench, tmp_path / "runs",
                             on_latency_run(AFTER_RUNS, vb.emon.unplug, delay_s=0.005))
-        took = time.monotonic() - t0
         line = error_line(code, err)
         assert vb.world.powered is False
     assert line.startswith("rig: error: LPM01A: read from ") and vb.ports["emon"] in line
     assert "stream stopped after" in line and "could not switch the DUT off" in line
     assert "could not stop the energy monitor" not in err  # said once, not again at shutdown
-    assert took < 10, took  # not the recorder's 30 s edge wait
+    # ended by the reader's fault, not by the recorder's 30 s edge wait ("waited 30 s for")
+    assert "waited" not in err
     run = only_run(tmp_path / "runs")
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "LPM01A: read from" in manifest["error"]
