@@ -17,6 +17,7 @@ from PySide6 import QtCore, QtWidgets
 from rig.config import (
     DATASETS,
     EMON_DRIVERS,
+    PPK2_MODES,
     SIM_SUFFIX,
     TIMESTAMP_MODES,
     VIRTUAL_PORT,
@@ -86,6 +87,10 @@ class BenchPanel(QtWidgets.QGroupBox):
         self.voltage.setObjectName("supplyVoltage")
         self.current_range = _combo(("auto",), editable=True)
         self.current_range.setObjectName("currentRange")
+        self.ppk2_mode = _combo(PPK2_MODES)
+        self.ppk2_mode.setObjectName("ppk2Mode")
+        self.ppk2_mode.setToolTip("source: the PPK2 powers the DUT at the supply voltage; "
+                                  "ampere: it measures in series with the bench's supply")
         self.rate = _combo(SAMPLE_RATES, editable=True)
         self.rate.setToolTip("samples per second (the monitor may round it to what it can do)")
         self.dataset = _combo(DATASETS)
@@ -93,7 +98,7 @@ class BenchPanel(QtWidgets.QGroupBox):
         self.per_class.setRange(0, 100_000)
         self.per_class.setToolTip("test samples per class (0: the whole split, DCASE only)")
 
-        form = QtWidgets.QFormLayout()
+        form = self._form = QtWidgets.QFormLayout()
         form.setFieldGrowthPolicy(QtWidgets.QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Name", self.name)
         form.addRow("Voltage limit", self.limit)
@@ -108,6 +113,7 @@ class BenchPanel(QtWidgets.QGroupBox):
         form.addRow("Supply voltage", self.voltage)
         form.addRow("Sample rate [Hz]", self.rate)
         form.addRow("Current range", self.current_range)
+        form.addRow("PPK2 mode", self.ppk2_mode)
         form.addRow(_rule("Test set"))
         form.addRow("Dataset", self.dataset)
         form.addRow("Samples per class", self.per_class)
@@ -123,9 +129,11 @@ class BenchPanel(QtWidgets.QGroupBox):
         for w in (self.name, self.dut_port.lineEdit(), self.emon_port.lineEdit(),
                   self.rate.lineEdit(), self.current_range.lineEdit()):
             w.textEdited.connect(self._edited)
-        for w in (self.dut_kind, self.mode, self.driver, self.dataset, self.current_range):
+        for w in (self.dut_kind, self.mode, self.driver, self.dataset, self.current_range,
+                  self.ppk2_mode):
             w.activated.connect(self._edited)
         self.driver.currentTextChanged.connect(self._driver_changed)
+        self._form.setRowVisible(self.ppk2_mode, False)  # until a PPK2 bench is chosen
         for w in (self.baud, self.per_class):
             w.valueChanged.connect(self._edited)
         self.limit.valueChanged.connect(self._limit_changed)
@@ -225,6 +233,7 @@ class BenchPanel(QtWidgets.QGroupBox):
             _set_combo(self.rate, f"{_float(emon.get('sample_rate_hz'), 1000.0):g}")
             self._driver_changed(self.driver.currentText())
             _set_combo(self.current_range, str(emon.get("current_range", "auto")))
+            _set_combo(self.ppk2_mode, str(emon.get("ppk2_mode", "source")))
             _set_combo(self.dataset, dataset.get("name", "synthetic-asc"))
             self.per_class.setValue(int(dataset.get("samples_per_class", 10)))
         except (TypeError, ValueError):
@@ -251,6 +260,8 @@ class BenchPanel(QtWidgets.QGroupBox):
             text in choices or current_range_choices(driver) is None) else "auto")
         self.current_range.blockSignals(False)
         self.current_range.setToolTip(current_range_help(driver))
+        # source or ampere mode is a PPK2's alone (the bench loader refuses it elsewhere)
+        self._form.setRowVisible(self.ppk2_mode, _is_ppk2(driver))
 
     def _limit_changed(self, value: float) -> None:
         self.voltage.setMaximum(value)  # Qt clamps the supply down with it
@@ -305,6 +316,10 @@ class BenchPanel(QtWidgets.QGroupBox):
         emon["supply_voltage_v"] = self.voltage.value()
         emon["sample_rate_hz"] = _float(self.rate.currentText(), float("nan"))
         emon["current_range"] = self.current_range.currentText().strip() or "auto"
+        if _is_ppk2(driver):
+            emon["ppk2_mode"] = self.ppk2_mode.currentText()
+        else:
+            emon.pop("ppk2_mode", None)
         dataset = raw.setdefault("dataset", {})
         dataset["name"] = self.dataset.currentText()
         dataset["samples_per_class"] = self.per_class.value()
@@ -386,3 +401,7 @@ def _rule(text: str) -> QtWidgets.QLabel:
     label = QtWidgets.QLabel(f"<b>{text}</b>")
     label.setContentsMargins(0, 6, 0, 0)
     return label
+
+
+def _is_ppk2(driver: str) -> bool:
+    return driver in ("ppk2", f"ppk2{SIM_SUFFIX}")

@@ -471,6 +471,21 @@ def test_rig_gui_with_an_unknown_bench_names_the_known_ones() -> None:
     assert shown.returncode == 0 and "Stop" in shown.stdout
 
 
+def test_the_ppk2_mode_field_shows_for_a_ppk2_only(window) -> None:
+    panel = window().bench_panel
+    panel.select("sim-ppk2")
+    form = panel._form
+    assert form.isRowVisible(panel.ppk2_mode) and panel.ppk2_mode.currentText() == "source"
+    panel.ppk2_mode.setCurrentText("ampere")
+    assert panel.bench().emon.ppk2_mode == "ampere"
+    panel.driver.setCurrentText("lpm01a-sim")  # not a PPK2: the row goes, and so does the key
+    assert not form.isRowVisible(panel.ppk2_mode)
+    assert "ppk2_mode" not in panel.raw()["emon"]
+    assert panel.bench().emon.ppk2_mode == "source"
+    panel.driver.setCurrentText("ppk2-sim")
+    assert form.isRowVisible(panel.ppk2_mode) and panel.bench().emon.ppk2_mode == "ampere"
+
+
 def test_the_current_range_field_offers_what_the_monitor_takes(window) -> None:
     panel = window().bench_panel
     panel.select("sim-joulescope")
