@@ -354,7 +354,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         asc=asc,
         sim=sim,
         io_manager=io_manager,
-        mqtt=sections["mqtt"],
+        mqtt=_mqtt_paths(sections["mqtt"], path),
         simulated=simulated,
     )
 
@@ -429,6 +429,13 @@ def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {**table, "current_range": repr(value)}
     return table
+
+
+def _mqtt_paths(mqtt: MqttConfig | None, path: Path) -> MqttConfig | None:
+    """A CA file named in the bench is found beside the bench file, as a Xylo spec is."""
+    if mqtt is None or not mqtt.ca_file:
+        return mqtt
+    return replace(mqtt, ca_file=str((path.parent / mqtt.ca_file).resolve()))
 
 
 def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:

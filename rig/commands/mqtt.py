@@ -19,9 +19,8 @@ from rich.table import Table
 
 from rig.errors import ConfigError
 from rig.mqtt.board import Board
-from rig.mqtt.session import started
+from rig.mqtt.session import client, started
 from rig.mqtt.settings import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
-from rig.mqtt.telemetry import NODELAY
 
 #: `rig mqtt watch` takes its broker from here when --mqtt is not given.
 URL_ENV = "RIG_MQTT_URL"
@@ -99,7 +98,7 @@ def run_watch(args: argparse.Namespace) -> int:
     try:
         if live:
             live.start()
-        asyncio.run(_watch(aiomqtt, settings, board, args, live))
+        asyncio.run(_watch(settings, board, args, live))
     except KeyboardInterrupt:  # Ctrl-C is how a watch normally ends
         pass
     except aiomqtt.MqttCodeError as exc:
@@ -115,21 +114,15 @@ def run_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _watch(aiomqtt: Any, settings: MqttSettings, board: Board,
+async def _watch(settings: MqttSettings, board: Board,
                  args: argparse.Namespace, live: Live | None) -> None:
-    s = settings
-    tls = aiomqtt.TLSParameters(ca_certs=str(s.ca_file) if s.ca_file else None) \
-        if s.tls else None
-    async with aiomqtt.Client(s.broker.host, s.broker.port, username=s.broker.username,
-                              password=s.password, tls_params=tls,
-                              identifier=f"watch-{os.getpid()}", timeout=5,
-                              socket_options=NODELAY) as client:
+    async with client(settings, f"watch-{os.getpid()}", timeout=5) as mqtt:
         for topic in board.subscriptions():
-            await client.subscribe(topic, qos=1)
+            await mqtt.subscribe(topic, qos=1)
         end = None if args.duration is None else time.monotonic() + args.duration
 
         async def read() -> None:
-            async for message in client.messages:
+            async for message in mqtt.messages:
                 payload = message.payload if isinstance(message.payload, bytes) else b""
                 row = board.take(str(message.topic), payload)
                 if row is None:

@@ -162,7 +162,7 @@ def resolve(
     where = "--mqtt" if url is not None else "[mqtt] url"
     broker = parse_url(url if url is not None else table.url, where=where)
     name = rig if rig else (table.rig if table is not None and table.rig else None)
-    name = check_rig_name(name, where="--rig" if rig else "[mqtt] rig") if name else (
+    name = check_rig_name(name, where="--mqtt-rig" if rig else "[mqtt] rig") if name else (
         default_rig_name(broker.username))
     ca = ca_file if ca_file is not None else (
         Path(table.ca_file) if table is not None and table.ca_file else None)

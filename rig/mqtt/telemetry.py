@@ -63,8 +63,6 @@ IDLE_POLL_S = 0.05
 #: At run end, how long `closing_events` waits for queued events to reach a connected broker.
 DRAIN_AT_END_S = 2.0
 KEEPALIVE_S = 10
-#: paho leaves Nagle's algorithm on: small PUBACKs would wait for the peer's delayed ACK.
-NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 #: QoS 1 messages awaiting their PUBACK at once (paho allows 20 by default).
 INFLIGHT = 200
 
@@ -102,15 +100,13 @@ class Counts:
 @dataclass
 class _Message:
     topic: str
-    #: An Event (encoded on the telemetry thread), a dict (JSON) or bytes.
+    #: An Event (encoded on the telemetry thread) or a dict (JSON).
     body: Any
     qos: int
     retain: bool = False
     counts: Counts | None = None
 
     def payload(self) -> bytes:
-        if isinstance(self.body, bytes):
-            return self.body
         if isinstance(self.body, Event):
             return event_line(self.body).encode()
         return json.dumps(self.body, separators=(",", ":")).encode()
@@ -415,16 +411,15 @@ class MqttTelemetry:
     def _client(self) -> Any:
         import aiomqtt
 
+        from rig.mqtt.session import client
+
         s = self.settings
         offline = json.dumps(self._status_payload({"state": "offline"})).encode()
-        tls = aiomqtt.TLSParameters(ca_certs=str(s.ca_file) if s.ca_file else None) \
-            if s.tls else None
-        return aiomqtt.Client(
-            s.broker.host, s.broker.port, username=s.broker.username, password=s.password,
-            identifier=f"{s.rig}-{os.getpid()}-{id(self) & 0xFFFF:04x}",
+        return client(
+            s, f"{s.rig}-{os.getpid()}-{id(self) & 0xFFFF:04x}",
             will=aiomqtt.Will(topics.status(s.rig), offline, qos=1, retain=True),
-            tls_params=tls, keepalive=KEEPALIVE_S, timeout=PUBLISH_TIMEOUT_S,
-            logger=_PAHO_LOG, max_inflight_messages=INFLIGHT, socket_options=NODELAY,
+            keepalive=KEEPALIVE_S, timeout=PUBLISH_TIMEOUT_S, logger=_PAHO_LOG,
+            max_inflight_messages=INFLIGHT,
         )
 
     async def _serve(self) -> None:

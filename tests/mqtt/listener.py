@@ -12,7 +12,7 @@ from typing import Any
 
 import aiomqtt
 
-from rig.mqtt.telemetry import NODELAY
+from rig.mqtt.session import NODELAY
 from tests.mqtt.broker import USERS, Broker
 
 

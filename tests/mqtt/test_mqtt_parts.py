@@ -88,6 +88,12 @@ def test_bench_mqtt_table(tmp_path):
     s = resolve(bench.mqtt, url="mqtt://other@c:2", rig="bench-3", env={})
     assert (s.broker.host, s.rig) == ("c", "bench-3")
     assert bench.snapshot()["mqtt"]["url"] == "mqtt://rig-7@b:1"
+    # a CA file named in the bench is found beside the bench file, wherever the rig runs
+    (tmp_path / "lab-ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    with_ca = load_bench(bench_with(tmp_path,
+                                    'url = "mqtts://rig-7@b:1"\nca_file = "lab-ca.pem"\n'))
+    assert with_ca.mqtt.ca_file == str(tmp_path / "lab-ca.pem")
+    assert resolve(with_ca.mqtt, env={}).ca_file == tmp_path / "lab-ca.pem"
 
 
 @pytest.mark.parametrize("table, says", [
