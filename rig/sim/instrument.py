@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
-from typing import Self
+from typing import Any, Self
 
 #: How long close() waits for each thread [s] (they poll `_closing` far more often).
 JOIN_TIMEOUT_S = 2.0
@@ -46,6 +46,32 @@ class ThreadedInstrument:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SerialInstrument(ThreadedInstrument):
+    """A simulated USB-serial instrument on a pty: a command thread and a streaming thread
+    (`_command_loop`, `_stream_loop`, which the subclass defines), named after `SIM_NAME`."""
+
+    SIM_NAME = "instrument"
+    _pty: Any
+
+    def start(self) -> None:
+        """Start the command and streaming threads."""
+        if self._threads:
+            return
+        self._spawn(self._command_loop, f"{self.SIM_NAME}-sim-cmd")
+        self._spawn(self._stream_loop, f"{self.SIM_NAME}-sim-stream")
+
+    def close(self) -> None:
+        """Stop every thread and close the pty; safe to call twice."""
+        self._stop_threads()
+        self._pty.close()
+
+    def _command_loop(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _stream_loop(self) -> None:  # pragma: no cover
+        raise NotImplementedError
 
 
 class LoopbackServer(ThreadedInstrument):

@@ -47,7 +47,7 @@ from protocols.lpm01a.codec import (
     format_samples,
     parse_number,
 )
-from rig.sim.instrument import ThreadedInstrument
+from rig.sim.instrument import SerialInstrument
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -85,8 +85,10 @@ class _Refused(Exception):
     """A command the board answers with `error` + `Error detail: <text>`."""
 
 
-class SimLpm01a(ThreadedInstrument):
+class SimLpm01a(SerialInstrument):
     """The PowerShield: commands in, replies and ascii_dec data out, on `.path` (a pty)."""
+
+    SIM_NAME = "lpm01a"
 
     def __init__(self, world: World, *, clock_error: float = 0.0) -> None:
         if not clock_error > -1.0:
@@ -126,19 +128,6 @@ class SimLpm01a(ThreadedInstrument):
         self._acq_lock = threading.Lock()
         self._init_threads()
         self._overrun: _Overrun | None = None
-
-    # -- life cycle ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the command and streaming threads."""
-        if self._threads:
-            return
-        self._spawn(self._command_loop, "lpm01a-sim-cmd")
-        self._spawn(self._stream_loop, "lpm01a-sim-stream")
-
-    def close(self) -> None:
-        """Stop every thread and close the pty; safe to call twice."""
-        self._stop_threads()
-        self._pty.close()
 
     # -- faults (test hooks: what a real board does when things go wrong) --------------------
     def unplug(self) -> None:

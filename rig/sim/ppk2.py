@@ -40,7 +40,7 @@ from protocols.ppk2 import (
     encode_words,
     parse_command,
 )
-from rig.sim.instrument import ThreadedInstrument
+from rig.sim.instrument import SerialInstrument
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -66,8 +66,10 @@ _MAX_BURST = 200_000
 _PERIOD_NS = NS // SAMPLE_RATE_HZ
 
 
-class SimPpk2(ThreadedInstrument):
+class SimPpk2(SerialInstrument):
     """The PPK2: opcodes in, metadata and sample words out, on `.path` (a pty)."""
+
+    SIM_NAME = "ppk2"
 
     def __init__(self, world: World, *, ampere_supply_v: float = 3.3,
                  calibration: Calibration = SIM_CALIBRATION) -> None:
@@ -93,19 +95,6 @@ class SimPpk2(ThreadedInstrument):
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
         self._init_threads()
-
-    # -- life cycle ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the command and streaming threads."""
-        if self._threads:
-            return
-        self._spawn(self._command_loop, "ppk2-sim-cmd")
-        self._spawn(self._stream_loop, "ppk2-sim-stream")
-
-    def close(self) -> None:
-        """Stop every thread and close the pty; safe to call twice."""
-        self._stop_threads()
-        self._pty.close()
 
     # -- faults (test hooks) ------------------------------------------------------------------
     def unplug(self) -> None:
