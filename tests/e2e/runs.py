@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,53 @@ def bench_variant(tmp_path: Path, name: str = "bench", *, base: str = "sim",
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     return path
+
+
+def short_bench(tmp_path: Path, base: str, name: str | None = None,
+                **replace: tuple[str, str]) -> Path:
+    """benches/<base>.toml cut to 2 timed runs of 1 s and one test sample per class (plus
+    `replace`), for monitor tests that need the whole method but not its length."""
+    return bench_variant(tmp_path, name or base, base=base,
+                         spc=("samples_per_class = 2", "samples_per_class = 1"),
+                         runs=("runs = 5", "runs = 2"),
+                         run_s=("min_run_s = 10.0", "min_run_s = 1.0"), **replace)
+
+
+@contextlib.contextmanager
+def window_scheduled(world, k1: int, k2: int, fs: int,
+                     capture_t0: Callable[[], int | None]) -> Iterator[list[str]]:
+    """While the body records: once the DUT is powered and the monitor's capture has started
+    (`capture_t0()`, its first sample's world time [ns], is not None), put activity and a
+    timestamp pulse at samples `k1` and `k2` of the capture. Yields the list of what went
+    wrong (empty when the window was scheduled in time)."""
+    from rig.sim.world import NS
+
+    done, errors = threading.Event(), []
+
+    def schedule() -> None:
+        deadline = time.monotonic() + 20.0
+        while not world.powered or capture_t0() is None:
+            if time.monotonic() > deadline or done.is_set():
+                errors.append("the rig never started a capture with the DUT powered")
+                return
+            time.sleep(0.001)
+        with world.lock:
+            t0 = capture_t0()
+            t1, t2 = t0 + k1 * NS // fs, t0 + k2 * NS // fs
+            if world.clock.now_ns() >= t1:
+                errors.append("too late to schedule the window")
+                return
+            world.add_activity(t1, t2)
+            world.add_pulse(t1)
+            world.add_pulse(t2)
+
+    helper = threading.Thread(target=schedule, daemon=True)
+    helper.start()
+    try:
+        yield errors
+    finally:
+        done.set()
+        helper.join(5.0)
 
 
 def only_run(runs_dir: Path) -> Path:

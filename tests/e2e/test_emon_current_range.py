@@ -10,18 +10,16 @@ import pytest
 
 from rig.cli import main
 
-from .runs import TRUTH, bench_variant
+from .runs import TRUTH, short_bench
 
 pytestmark = pytest.mark.slow
 
 
 def joulescope_bench(tmp_path: Path, current_range: str) -> Path:
     """benches/sim-joulescope.toml, short (2 runs of 1 s, 4 test samples), in `current_range`."""
-    return bench_variant(
-        tmp_path, "js-fixed", base="sim-joulescope",
-        rng=("supply_voltage_v = 1.8", f"supply_voltage_v = 1.8\ncurrent_range = {current_range}"),
-        spc=("samples_per_class = 2", "samples_per_class = 1"),
-        runs=("runs = 5", "runs = 2"), run_s=("min_run_s = 10.0", "min_run_s = 1.0"))
+    return short_bench(
+        tmp_path, "sim-joulescope", "js-fixed",
+        rng=("supply_voltage_v = 1.8", f"supply_voltage_v = 1.8\ncurrent_range = {current_range}"))
 
 
 def test_asc_in_a_fixed_joulescope_range(tmp_path: Path, capsys) -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import select
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from rig.sim.pty import Pty
 from rig.sim.world import NS
 from rig.traces import read_trace
 
-from .runs import REPO
+from .runs import REPO, window_scheduled
 
 pytestmark = pytest.mark.slow
 
@@ -30,39 +28,13 @@ SPEED = 4.0
 K1, K2 = 1200, 2000
 
 
-def schedule_window(vb: VirtualBench, done: threading.Event, errors: list[str]) -> None:
-    """Once the DUT is powered: activity and timestamp pulses at sample starts K1 and K2."""
-    world = vb.world
-    deadline = time.monotonic() + 20.0
-    while not world.powered:
-        if time.monotonic() > deadline or done.is_set():
-            errors.append("the rig never powered the DUT")
-            return
-        time.sleep(0.001)
-    with world.lock:
-        t0 = vb.emon.acquisition_t0_ns
-        t1, t2 = t0 + K1 * NS // FS, t0 + K2 * NS // FS
-        if world.clock.now_ns() >= t1:
-            errors.append("too late to schedule the window")
-            return
-        world.add_activity(t1, t2)
-        world.add_pulse(t1)
-        world.add_pulse(t2)
-
-
 def record(tmp_path: Path, capsys, *extra: str) -> tuple[int, dict, VirtualBench]:
     out = tmp_path / "capture.jls"
     with VirtualBench(load_bench(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
-        done, errors = threading.Event(), []
-        helper = threading.Thread(target=schedule_window, args=(vb, done, errors), daemon=True)
-        helper.start()
-        try:
+        with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "lpm01a", "--port", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(FS),
                          "--out", str(out), "--simulated", *extra])
-        finally:
-            done.set()
-            helper.join(5.0)
         assert not errors, errors
         assert vb.world.powered is False  # switched off after the capture
     captured = capsys.readouterr()

@@ -11,21 +11,13 @@ import pytest
 
 from rig.cli import main
 
-from .runs import TRUTH, bench_variant, run_rig
+from .runs import TRUTH, bench_variant, run_rig, short_bench
 
 pytestmark = pytest.mark.slow
 
 
-def short_n6705_bench(tmp_path: Path) -> Path:
-    """benches/sim-n6705.toml with 2 runs of 1 s and 4 test samples."""
-    return bench_variant(tmp_path, "n6705-aux", base="sim-n6705",
-                         spc=("samples_per_class = 2", "samples_per_class = 1"),
-                         runs=("runs = 5", "runs = 2"),
-                         run_s=("min_run_s = 10.0", "min_run_s = 1.0"))
-
-
 def test_asc_energy_with_the_timestamp_on_the_aux_input(tmp_path: Path, capsys) -> None:
-    bench = short_n6705_bench(tmp_path)
+    bench = short_bench(tmp_path, "sim-n6705", "n6705-aux")
     code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
                  "--json"])
     out = json.loads(capsys.readouterr().out)

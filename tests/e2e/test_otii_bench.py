@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from rig.sim.world import NS
 from rig.store import load_run
 from rig.traces import read_trace
 
-from .runs import REPO, TRUTH, bench_variant, only_run
+from .runs import REPO, TRUTH, only_run, short_bench, window_scheduled
 from .test_faults_midrun import AFTER_RUNS, error_line, measure, on_latency_run
 
 pytestmark = pytest.mark.slow
@@ -30,16 +28,8 @@ pytestmark = pytest.mark.slow
 FS = 4000
 
 
-def short_otii_bench(tmp_path: Path) -> Path:
-    """benches/sim-otii.toml with 2 runs of 1 s and 4 test samples."""
-    return bench_variant(tmp_path, "otii", base="sim-otii",
-                         spc=("samples_per_class = 2", "samples_per_class = 1"),
-                         runs=("runs = 5", "runs = 2"),
-                         run_s=("min_run_s = 10.0", "min_run_s = 1.0"))
-
-
 def test_asc_energy_on_the_otii_gives_the_closed_form_answers(tmp_path: Path, capsys) -> None:
-    bench = short_otii_bench(tmp_path)
+    bench = short_bench(tmp_path, "sim-otii", "otii")
     code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
                  "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -65,39 +55,16 @@ def test_asc_energy_on_the_otii_gives_the_closed_form_answers(tmp_path: Path, ca
 K1, K2 = 4800, 8000  # the window, in samples of the recording: [1.2 s, 2 s)
 
 
-def schedule_window(vb: VirtualBench, done: threading.Event, errors: list[str]) -> None:
-    """Once the DUT is powered: activity and timestamp pulses at sample starts K1 and K2."""
-    sim: SimOtii = vb.emon
-    deadline = time.monotonic() + 20.0
-    while not (vb.world.powered and sim.recordings):
-        if time.monotonic() > deadline or done.is_set():
-            errors.append("the rig never recorded and powered the DUT")
-            return
-        time.sleep(0.001)
-    with vb.world.lock:
-        t0 = sim.recordings[-1].t0_ns
-        t1, t2 = t0 + K1 * NS // FS, t0 + K2 * NS // FS
-        if vb.world.clock.now_ns() >= t1:
-            errors.append("too late to schedule the window")
-            return
-        vb.world.add_activity(t1, t2)
-        vb.world.add_pulse(t1)
-        vb.world.add_pulse(t2)
-
-
 def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
     out = tmp_path / "otii.jls"
     with VirtualBench(load_bench(REPO / "benches" / "sim-otii.toml"), speed=4.0) as vb:
-        done, errors = threading.Event(), []
-        helper = threading.Thread(target=schedule_window, args=(vb, done, errors), daemon=True)
-        helper.start()
-        try:
+        def recording_t0() -> int | None:
+            return vb.emon.recordings[-1].t0_ns if vb.emon.recordings else None
+
+        with window_scheduled(vb.world, K1, K2, FS, recording_t0) as errors:
             code = main(["emon", "record", "--driver", "otii", "--resource", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(FS),
                          "--out", str(out), "--simulated", "--json"])
-        finally:
-            done.set()
-            helper.join(5.0)
         assert not errors, errors
         assert vb.world.powered is False
         power_on_ns = vb.world.power_on_ns

@@ -20,11 +20,11 @@ from rig.config import load_bench
 from rig.runner import measure_asc
 from rig.sim.bench import VirtualBench
 from rig.sim.ppk2 import SIM_CALIBRATION
-from rig.sim.world import NS
 from rig.store import load_run
 from rig.traces import read_trace
 
-from .runs import REPO, TRUTH, bench_variant, only_run, run_rig
+from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
+from .runs import short_bench as _short
 
 pytestmark = pytest.mark.slow
 
@@ -39,14 +39,6 @@ def half_count_w(k: int, amps: float) -> float:
     assert rng[0] == k
     step = np.diff(SIM_CALIBRATION.current(adc + np.array([0, 1]), rng.repeat(2), SUPPLY_V))
     return 0.5 * float(step[0]) * SUPPLY_V
-
-
-def short_bench(tmp_path: Path, **more: tuple[str, str]) -> Path:
-    """benches/sim-ppk2.toml with 2 runs of 1 s and 4 test samples."""
-    return bench_variant(tmp_path, "ppk2", base="sim-ppk2",
-                         spc=("samples_per_class = 2", "samples_per_class = 1"),
-                         runs=("runs = 5", "runs = 2"),
-                         run_s=("min_run_s = 10.0", "min_run_s = 1.0"), **more)
 
 
 def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: Path) -> None:
@@ -91,39 +83,18 @@ SPEED = 2.0
 K1, K2 = 30_000, 80_000  # the window, in samples of the capture
 
 
-def schedule_window(vb: VirtualBench, done: threading.Event, errors: list[str]) -> None:
-    """Once the DUT is powered: activity and timestamp pulses at sample starts K1 and K2."""
-    world = vb.world
-    deadline = time.monotonic() + 20.0
-    while not world.powered or vb.emon.acquisition_t0_ns is None:
-        if time.monotonic() > deadline or done.is_set():
-            errors.append("the rig never powered the DUT")
-            return
-        time.sleep(0.001)
-    with world.lock:
-        t0 = vb.emon.acquisition_t0_ns
-        t1, t2 = t0 + K1 * NS // FS, t0 + K2 * NS // FS
-        if world.clock.now_ns() >= t1:
-            errors.append("too late to schedule the window")
-            return
-        world.add_activity(t1, t2)
-        world.add_pulse(t1)
-        world.add_pulse(t2)
+def short_bench(tmp_path: Path, **more: tuple[str, str]) -> Path:
+    """benches/sim-ppk2.toml with 2 runs of 1 s and 4 test samples."""
+    return _short(tmp_path, "sim-ppk2", "ppk2", **more)
 
 
 def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) -> None:
     out = tmp_path / "capture.jls"
     with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml"), speed=SPEED) as vb:
-        done, errors = threading.Event(), []
-        helper = threading.Thread(target=schedule_window, args=(vb, done, errors), daemon=True)
-        helper.start()
-        try:
+        with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "ppk2", "--port", vb.ports["emon"],
                          "--duration", "1", "--voltage", "1.8", "--rate", str(FS),
                          "--out", str(out), "--simulated", "--json"])
-        finally:
-            done.set()
-            helper.join(5.0)
         assert not errors, errors
         deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
         while vb.world.powered and time.monotonic() < deadline:
