@@ -11,7 +11,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -78,6 +78,9 @@ class MonitorStats:
             self.notes_suppressed += 1
 
 
+M = TypeVar("M", bound="EnergyMonitor")
+
+
 class EnergyMonitor(ABC):
     """Configure, power, start, stream chunks, stop. Drivers subclass this."""
 
@@ -124,6 +127,17 @@ class EnergyMonitor(ABC):
     @abstractmethod
     def settings(self) -> dict[str, Any]:
         """A snapshot of every instrument setting, for the run manifest."""
+
+    @classmethod
+    def _connected(cls, monitor: M) -> M:
+        """`monitor` after its driver's `connect()` (taking control of the instrument), or
+        closed (port released) if that fails: the tail of every serial/network `open`."""
+        try:
+            monitor.connect()
+        except BaseException:
+            monitor.close()
+            raise
+        return monitor
 
     def _stop_while_closing(self) -> None:
         """Stop an acquisition as part of `close()`: log a failure, never raise, so that closing

@@ -285,12 +285,7 @@ class Joulescope(EnergyMonitor):
         except BaseException:
             _finalize(jsdrv)
             raise
-        try:
-            monitor.connect()
-        except BaseException:
-            monitor.close()
-            raise
-        return monitor
+        return cls._connected(monitor)
 
     def connect(self) -> None:
         """Open the device with its defaults and disconnect the DUT until `power_on`."""

@@ -257,12 +257,7 @@ class _ScpiMonitor(EnergyMonitor):
         resource = open_visa_resource(address, backend=backend)
         monitor = cls(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
                       address=address, **options)
-        try:
-            monitor.connect()
-        except BaseException:
-            monitor.close()
-            raise
-        return monitor
+        return cls._connected(monitor)
 
     def connect(self) -> None:
         """``*CLS`` then ``*IDN?``; refuses an instrument of another model."""

@@ -358,12 +358,7 @@ class Otii(EnergyMonitor):
         except BaseException:
             conn.close()
             raise
-        try:
-            monitor.connect()
-        except BaseException:
-            monitor.close()
-            raise
-        return monitor
+        return cls._connected(monitor)
 
     def connect(self) -> None:
         """Log in and reserve a license if needed, pick the device, find the project."""
