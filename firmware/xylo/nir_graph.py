@@ -28,7 +28,6 @@ shim's ``--spec`` takes both.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from firmware.xylo.spec import (
     MAX_HIDDEN,
     MAX_INPUT,
     MAX_OUTPUT,
+    MODEL_ID,
     SpecError,
     XyloSpec,
     build_spec,
@@ -53,7 +53,6 @@ FORMAT_VERSION = 1
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 #: Model id for a graph whose metadata names none (the shim's `m-model-[...]`).
 DEFAULT_MODEL_ID = "nir-graph"
-_MODEL_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
 _SUPPORTED = "Input, Output, Linear, Affine (zero bias) and CubaLIF"
 _HINT_NODES = (f"Xylo Audio 2 takes {_SUPPORTED} nodes in a chain Input -> Linear -> CubaLIF -> "
                "... -> Linear -> CubaLIF -> Output (a CubaLIF may be recurrent through a Linear)")
@@ -110,6 +109,11 @@ def spec_to_nir(spec: XyloSpec) -> Any:
     if any(spec.aliases):
         raise NirGraphError(f"{spec.model_id} uses hidden-neuron aliases, which NIR has no "
                             "equivalent for", hint=hint)
+    for name in ("dash_mem", "dash_syn", "dash_mem_out", "dash_syn_out"):
+        if np.any(a[name] == 0):  # tau = dt: a graph the reader (and the shim) would refuse
+            raise NirGraphError(f"{spec.model_id} has {name} = 0 (no memory from one step to "
+                                "the next), which has no CubaLIF time constant above dt",
+                                hint="retrain with decay shifts of at least 1")
 
     def weights(name: str, shift: str) -> np.ndarray:
         w = a[name].astype(np.float64) * 2.0 ** int(a[shift])
@@ -180,11 +184,10 @@ def read_nir(path: str | Path) -> XyloSpec:
         raise NirGraphError(f"{where} is not a readable NIR graph ({type(exc).__name__}: {exc})",
                             hint="write it with nir.write (or `rig model export --format nir`)"
                             ) from exc
-    return nir_to_spec(graph, default_model_id=DEFAULT_MODEL_ID, where=where)
+    return nir_to_spec(graph, where=where)
 
 
-def nir_to_spec(graph: Any, *, default_model_id: str = DEFAULT_MODEL_ID,
-                where: str = "NIR graph") -> XyloSpec:
+def nir_to_spec(graph: Any, *, where: str = "NIR graph") -> XyloSpec:
     """Check that Xylo Audio 2 can hold `graph`, build its Rockpool network, and map and quantise
     it (Rockpool's mapper + channel_quantize). `NirGraphError` subclasses name any fault."""
     nir = _nir()
@@ -199,15 +202,15 @@ def nir_to_spec(graph: Any, *, default_model_id: str = DEFAULT_MODEL_ID,
                 f"equivalent for" + _why_not(nir, node), hint=_HINT_NODES)
     n_in, layers = _chain(nir, nodes, edges, where)
     _check_size(n_in, layers, where)
-    dt = _dt(graph.metadata or {}, layers, where)
+    metadata = graph.metadata or {}
+    dt = _dt(metadata, layers, where)
     for layer in layers:
         _check_neurons(layer, dt, where)
-    metadata = graph.metadata or {}
     n_out = len(layers[-1].node.v_threshold)
     class_names = _class_names(metadata, n_out, where)
-    model_id = str(metadata.get("model_id", default_model_id))
-    if not _MODEL_ID.fullmatch(model_id):
-        model_id = default_model_id
+    model_id = str(metadata.get("model_id", DEFAULT_MODEL_ID))
+    if not MODEL_ID.fullmatch(model_id):
+        model_id = DEFAULT_MODEL_ID
     net = _rockpool_net(layers, dt)
     try:
         spec = build_spec(net, class_names=class_names, model_id=model_id, dt=dt)
@@ -412,7 +415,7 @@ def _check_neurons(layer: Layer, dt: float, where: str) -> None:
             raise UnsupportedNirNode(
                 f"{where}: CubaLIF {name!r} has {param} down to {tau.min():g} s, not above dt "
                 f"{dt:g} s; Xylo's decays are 2**-dash per step with dash >= 1 here",
-                hint="time constants must be at least 2 dt")
+                hint="time constants must be above dt")
     if np.any(np.asarray(node.v_reset) != 0):
         raise UnsupportedNirNode(f"{where}: CubaLIF {name!r} resets to a non-zero v_reset; Xylo's "
                                  "neurons subtract the threshold on a spike",

@@ -55,7 +55,7 @@ _HIDDEN_VECTORS = ("threshold", "bias", "dash_mem", "dash_syn", "dash_syn_2")
 _OUTPUT_VECTORS = ("threshold_out", "bias_out", "dash_mem_out", "dash_syn_out")
 _SCALARS = ("weight_shift_in", "weight_shift_rec", "weight_shift_out")
 #: A model id goes into the ``m-model-[...]`` line: short, no spaces or brackets.
-_MODEL_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+MODEL_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
 
 
 class SpecError(RigError):
@@ -116,7 +116,17 @@ def build_spec(
     mapped = xylo_audio2().mapper(
         net.as_graph(), weight_dtype="float", threshold_dtype="float", dash_dtype="float"
     )
-    quantised = channel_quantize(**mapped)
+    # channel_quantize scales each neuron's weights and threshold by one factor, but in its
+    # single-synapse path it only rounds the hidden biases (and it rescales bias_out in place):
+    # scale every bias by its neuron's own factor here, from the float values.
+    floats = {k: np.array(mapped[k], dtype=np.float64) for k in
+              ("bias", "bias_out", "threshold", "threshold_out") if mapped.get(k) is not None}
+    quantised = dict(channel_quantize(**{k: np.array(v, copy=True) if isinstance(v, np.ndarray)
+                                         else v for k, v in mapped.items()}))
+    for bias, threshold in (("bias", "threshold"), ("bias_out", "threshold_out")):
+        if bias in floats:
+            quantised[bias] = _scaled_bias(floats[bias], floats[threshold],
+                                           np.asarray(quantised[threshold], np.float64))
     arrays: dict[str, np.ndarray] = {}
     for name in ARRAYS:
         value = np.asarray(quantised.get(name, mapped.get(name)))
@@ -135,6 +145,15 @@ def build_spec(
                         spec.class_names, spec.model_id)
     _validate(spec)
     return spec
+
+
+def _scaled_bias(bias: np.ndarray, threshold: np.ndarray, threshold_q: np.ndarray
+                 ) -> np.ndarray:
+    """Biases in the integer units of their neuron's quantised threshold (the factor its
+    weights and threshold were scaled by); a neuron with a zero threshold keeps its bias."""
+    scale = np.divide(threshold_q, threshold, out=np.ones_like(threshold),
+                      where=threshold != 0)
+    return np.round(bias * scale)
 
 
 def _narrow(name: str, value: np.ndarray) -> np.ndarray:
@@ -329,6 +348,6 @@ def _validate(spec: XyloSpec, where: str = "network specification") -> None:
     if len(spec.class_names) != n_out or len(set(spec.class_names)) != n_out:
         raise SpecError(f"{where}: {len(spec.class_names)} class names for {n_out} output "
                         "neurons (one distinct name each)", hint=hint)
-    if not _MODEL_ID.fullmatch(spec.model_id):
+    if not MODEL_ID.fullmatch(spec.model_id):
         raise SpecError(f"{where}: model id {spec.model_id!r} is not a short lowercase word "
                         "(letters, digits, '.', '_', '-')", hint="e.g. xylo-asc01")

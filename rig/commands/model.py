@@ -21,6 +21,7 @@ from rich.table import Table
 
 from rig.commands.common import print_json
 from rig.errors import ConfigError
+from rig.model.nir_file import FORMATS, is_nir_file, read_nir_summary
 
 #: Xylo Audio 2 has at most 1000 hidden neurons.
 _MAX_HIDDEN = 1000
@@ -96,7 +97,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "nir.read, mapped and quantised for Xylo Audio 2 as the shim does, and compared with "
         "the spec. The shim (and a bench's [dut] spec) takes the .nir file as it is.")
     e.add_argument("model", type=Path, metavar="MODEL", help="a Xylo network spec (.npz)")
-    e.add_argument("--format", choices=("nir",), default="nir",
+    e.add_argument("--format", choices=FORMATS, default="nir",
                    help="output format (nir, the default and only one)")
     e.add_argument("-o", "--out", type=Path, metavar="FILE",
                    help="file to write (default: MODEL with the suffix .nir)")
@@ -246,14 +247,8 @@ def run_export(args: argparse.Namespace) -> int:
 def read_header(path: Path) -> dict[str, Any]:
     """The JSON header of a Xylo spec file (read with numpy, without the firmware's code), or
     the same fields from a NIR graph's metadata and nodes."""
-    try:
-        with path.open("rb") as f:
-            if f.read(8) == b"\x89HDF\r\n\x1a\n":
-                return _nir_header(path)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path} does not exist") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    if is_nir_file(path):
+        return _nir_header(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             header = json.loads(bytes(z["header"]).decode("utf-8"))
@@ -269,41 +264,14 @@ def read_header(path: Path) -> dict[str, Any]:
 
 
 def _nir_header(path: Path) -> dict[str, Any]:
-    """A spec-like header from a NIR graph: metadata (as `rig model export` writes it) and sizes
-    from its Input, Output and CubaLIF nodes."""
-    try:
-        import nir
-
-        graph = nir.read(path)
-    except ImportError as exc:
-        raise ConfigError("reading a NIR graph needs the nir package",
-                          hint="install the rig's xylo extra") from exc
-    except Exception as exc:  # nir / h5py raise many types for a damaged file
-        raise ConfigError(f"{path} is not a readable NIR graph ({exc})",
-                          hint="give a file written by `rig model export --format nir`") from exc
-    sizes = {"Input": 0, "Output": 0, "CubaLIF": 0}
-    for node in graph.nodes.values():
-        inner = node.nodes.values() if isinstance(node, nir.NIRGraph) else [node]
-        for n in inner:
-            kind = type(n).__name__
-            if kind == "CubaLIF":
-                sizes[kind] += int(np.size(n.v_threshold))
-            elif kind in ("Input", "Output") and n is node:
-                sizes[kind] += int(np.prod(n.input_type["input"] if kind == "Input"
-                                           else n.output_type["output"]))
-    meta = graph.metadata or {}
-    header: dict[str, Any] = {
-        "format": meta.get("format", "NIR graph"), "model_id": meta.get("model_id"),
-        "device": meta.get("device", "any (NIR)"), "n_input": sizes["Input"],
-        "n_hidden": sizes["CubaLIF"] - sizes["Output"], "n_output": sizes["Output"],
-        "dt": float(meta["dt"]) if "dt" in meta else None}
-    for key in ("class_names", "training"):
-        try:
-            header[key] = json.loads(meta[key]) if key in meta else None
-        except (TypeError, ValueError):
-            header[key] = None
-    header["class_names"] = header["class_names"] or []
-    return header
+    """A spec-like header from a NIR graph: its metadata and sizes (`read_nir_summary`)."""
+    g = read_nir_summary(path)
+    n_output = sum(g.outputs)
+    return {"format": g.metadata.get("format", "NIR graph"),
+            "model_id": g.metadata.get("model_id"),
+            "device": g.metadata.get("device", "any (NIR)"), "n_input": sum(g.inputs),
+            "n_hidden": sum(n for _, n in g.layers) - n_output, "n_output": n_output,
+            "dt": g.dt, "class_names": g.class_names, "training": g.training}
 
 
 def run_info(args: argparse.Namespace) -> int:

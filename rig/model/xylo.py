@@ -77,7 +77,8 @@ RULE = "highest validation accuracy; ties: fewer hidden neurons, then the larger
 
 # -- the firmware's own modules --------------------------------------------------------------------
 def firmware_xylo() -> SimpleNamespace:
-    """firmware/xylo's `spec`, `rockpool_import` and `shim` modules from this checkout.
+    """firmware/xylo's `spec`, `rockpool_import`, `shim` and `nir_graph` modules from this
+    checkout.
 
     firmware/ is not an installed package (it is the other side of the wire); the checkout's
     root is appended to sys.path so its modules import as the shim itself imports them."""
@@ -87,9 +88,9 @@ def firmware_xylo() -> SimpleNamespace:
                        "in firmware/xylo")
     if str(REPO) not in sys.path:
         sys.path.append(str(REPO))
-    from firmware.xylo import rockpool_import, shim, spec
+    from firmware.xylo import nir_graph, rockpool_import, shim, spec
 
-    return SimpleNamespace(spec=spec, rockpool=rockpool_import, shim=shim)
+    return SimpleNamespace(spec=spec, rockpool=rockpool_import, shim=shim, nir_graph=nir_graph)
 
 
 def _xylo_audio2() -> ModuleType:

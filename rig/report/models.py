@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from rig.errors import ConfigError
+from rig.model.nir_file import is_nir_file, read_nir_summary
+
 #: The rig's C shim model (firmware/dut) and its reference weights.
 _SHIM_WEIGHTS = Path(__file__).resolve().parent.parent / "sim" / "asc_model_weights.npz"
 _XYLO_WEIGHTS = ("weights_in", "weights_rec", "weights_out")
@@ -39,7 +42,7 @@ def describe_asc_model(manifest: dict[str, Any]) -> dict[str, str]:
 
 def _xylo(spec: Path, dut: dict[str, Any]) -> dict[str, str]:
     rows = {"Model id": f"`{dut.get('model', '?')}`", "Spec file": f"`{spec}`"}
-    if _is_hdf5(spec):  # a NIR graph, which the shim maps and quantises when it loads it
+    if is_nir_file(spec):  # a NIR graph, which the shim maps and quantises when it loads it
         return rows | _xylo_nir(spec)
     try:
         with np.load(spec, allow_pickle=False) as z:
@@ -67,55 +70,27 @@ def _xylo(spec: Path, dut: dict[str, Any]) -> dict[str, str]:
     return rows
 
 
-def _is_hdf5(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == b"\x89HDF\r\n\x1a\n"
-    except OSError:
-        return False
-
-
 def _xylo_nir(path: Path) -> dict[str, str]:
     """Rows for a NIR graph (read with `nir`; sizes from its Input and CubaLIF nodes)."""
     try:
-        import nir
-
-        graph = nir.read(path)
-    except Exception as exc:  # nir / h5py raise many types for a damaged file
-        return {"Architecture": f"NIR graph unreadable ({exc}); describe it in system.toml"}
-    nodes: list[tuple[str, Any]] = []
-    pending = [("", graph)]
-    while pending:  # every node, nested graphs included
-        prefix, g = pending.pop()
-        for name, node in g.nodes.items():
-            if isinstance(node, nir.NIRGraph):
-                pending.append((f"{prefix}{name}.", node))
-            else:
-                nodes.append((prefix + name, node))
-    inputs = [int(np.prod(n.input_type["input"])) for name, n in nodes
-              if isinstance(n, nir.Input) and "." not in name]  # the graph's own inputs
-    layers = [f"{int(np.size(n.v_threshold))} ({name})" for name, n in sorted(nodes)
-              if isinstance(n, nir.CubaLIF)]
-    weights = [np.asarray(n.weight) for _, n in nodes if isinstance(n, (nir.Linear, nir.Affine))]
-    meta = graph.metadata or {}
-    dt = f"dt {float(meta['dt']) * 1e3:g} ms" if "dt" in meta else "dt not recorded"
-    try:
-        classes = ", ".join(json.loads(meta.get("class_names", "[]")))
-        training = json.loads(meta.get("training", "null"))
-    except (TypeError, ValueError):
-        classes, training = "", None
+        g = read_nir_summary(path)
+    except ConfigError as exc:
+        return {"Architecture": f"NIR graph unreadable: {exc.message}; describe it in system.toml"}
+    dt = f"dt {g.dt * 1e3:g} ms" if g.dt is not None else "dt not recorded"
+    device = g.metadata.get("device", "syns61201")
+    layers = ", ".join(f"{n} ({name})" for name, n in g.layers) or "none"
     return {
-        "Device": "Xylo Audio 2 (`syns61201`), from a NIR graph",
-        "Architecture": (f"{'/'.join(map(str, inputs)) or '?'} inputs -> CubaLIF layers "
-                         f"{', '.join(layers) or 'none'}; {dt} (NIR graph, {len(nodes)} nodes)"),
-        "Classes": classes or "not recorded in the graph",
-        "Parameters": f"{sum(int(np.count_nonzero(w)) for w in weights):,} non-zero synaptic "
-                      f"weights of {sum(int(w.size) for w in weights):,}",
+        "Device": f"Xylo Audio 2 (`{device}`), from a NIR graph",
+        "Architecture": (f"{'/'.join(map(str, g.inputs)) or '?'} inputs -> CubaLIF layers "
+                         f"{layers}; {dt} (NIR graph, {g.nodes} nodes)"),
+        "Classes": ", ".join(g.class_names) or "not recorded in the graph",
+        "Parameters": f"{g.weights_nonzero:,} non-zero synaptic weights of "
+                      f"{g.weights_total:,}",
         "Quantisation": "the graph's parameters mapped and quantised by the shim on load "
                         "(Rockpool's Xylo Audio 2 mapper and channel_quantize: 8-bit weights, "
                         "16-bit thresholds, 4-bit decay shifts)",
         "Graph SHA-256": f"`{hashlib.sha256(path.read_bytes()).hexdigest()[:16]}…`",
-        "Training": _xylo_training(training),
+        "Training": _xylo_training(g.training),
     }
 
 

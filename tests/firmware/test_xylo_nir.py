@@ -9,6 +9,7 @@ hold are refused with a typed error naming the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -111,6 +112,30 @@ def test_graph_maps_back_to_the_same_integers(spec: XyloSpec, from_graph: XyloSp
     assert (from_graph.dt, from_graph.class_names, from_graph.model_id, from_graph.aliases) == (
         spec.dt, spec.class_names, spec.model_id, spec.aliases)
     assert from_graph.training == spec.training  # carried as JSON in the graph's metadata
+
+
+def test_biases_survive_the_round_trip(spec: XyloSpec, tmp_path: Path) -> None:
+    """The shipped model's biases are all 0; with biases set, v_leak = bias * 2**dash_mem out
+    and bias = v_leak * dt / tau_mem back must give the same integers."""
+    rng = np.random.default_rng(3)
+    arrays = dict(spec.arrays)
+    arrays["bias"] = rng.integers(-50, 50, spec.n_hidden).astype(spec.arrays["bias"].dtype)
+    arrays["bias_out"] = np.array([5, -7, 3, 0][: spec.n_output] + [1] * max(0, spec.n_output - 4),
+                                  dtype=spec.arrays["bias_out"].dtype)
+    biased = dataclasses.replace(spec, arrays=arrays)
+    back = read_nir(write_nir(biased, tmp_path / "biased.nir"))
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(back.arrays[name], value, err_msg=name)
+    assert np.count_nonzero(back.arrays["bias"]) > spec.n_hidden // 2
+
+
+def test_a_spec_without_memory_is_refused_before_a_file_is_written(spec: XyloSpec,
+                                                                    tmp_path: Path) -> None:
+    arrays = dict(spec.arrays)
+    arrays["dash_syn_out"] = np.zeros_like(spec.arrays["dash_syn_out"])
+    with pytest.raises(NirGraphError, match="dash_syn_out = 0"):
+        write_nir(dataclasses.replace(spec, arrays=arrays), tmp_path / "x.nir")
+    assert not (tmp_path / "x.nir").exists()
 
 
 def test_same_predictions_as_the_spec_on_synthetic_test_scenes(
@@ -259,6 +284,19 @@ def refused(graph: Any, kind: type[NirGraphError], *words: str) -> NirGraphError
     for word in words:
         assert word in err.message, (word, err.message)
     return err
+
+
+def test_v_leak_becomes_the_bias_per_step() -> None:
+    """bias = v_leak * dt / tau_mem, quantised with its neuron's threshold: the ratio to the
+    threshold is kept (within a rounding step of each)."""
+    v_leak = 8.0 * np.array([1.0, 2.0, -3.0, 0.5, 0.0, 4.0])  # tau_mem = 8 dt: bias = v_leak / 8
+    g = chain(recurrent=False)
+    g.nodes["h0"] = cuba(6, v_leak=v_leak)
+    s = nir_to_spec(g)
+    bias, threshold = s.arrays["bias"].astype(float), s.arrays["threshold"].astype(float)
+    expected = (v_leak / 8.0) / 20.0  # bias / threshold before quantisation
+    np.testing.assert_allclose(bias / threshold, expected, atol=1.0 / threshold.min())
+    assert np.sign(bias).tolist() == np.sign(expected).tolist()
 
 
 def test_too_many_inputs_refused() -> None:
