@@ -299,8 +299,9 @@ class SweepResumed(Event):
     host: str = ""
     #: The run being resumed (its RunStarted's id), so subscribers that join now know it.
     run_id: str = ""
-    #: The Dask scheduler the points went to (`--cluster`), None: measured here.
-    cluster: str | None = None
+    #: Where the points went (`--cluster`: the scheduler and retries, as `start_sweep` records
+    #: them); None: measured here.
+    cluster: dict[str, Any] | None = None
 
 
 # -- the run folder ----------------------------------------------------------------------------
@@ -793,7 +794,7 @@ def resume_sweep(
         bus.publish(SweepResumed(
             done=len(done), total=record.total, bad_lines=record.bad_lines,
             host=socket.gethostname(), run_id=str(record.manifest.get("run_id") or ""),
-            cluster=None if dispatch is None else str(dispatch.manifest().get("scheduler")),
+            cluster=None if dispatch is None else dispatch.manifest(),
         ))
         return _run(store, bus, record.spec, todo, point_function, already=record.done,
                     stop=stop, dispatch=dispatch, stand_in=kind == STAND_IN,
@@ -884,11 +885,19 @@ def _measure_here(todo: list[SweepPoint], point_function: PointFunction,
             raise  # bad setup fails every point: stop the sweep
         except RigError as exc:  # one point failed: record it, the night goes on
             state, why = "failed", str(exc)
-        yield SweepPointDone(
-            index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
-            density=point.density, timeout_s=point.timeout_s, seed=point.seed,
-            status=state, result=result, error=why, wall_s=time.monotonic() - started,
-        )
+        yield point_event(point, status=state, result=result, error=why,
+                          wall_s=time.monotonic() - started)
+
+
+def point_event(point: SweepPoint, *, status: str, result: dict[str, Any], error: str | None,
+                wall_s: float, worker: dict[str, Any] | None = None) -> SweepPointDone:
+    """The checkpoint event of `point`: its coordinates and how it ended (and, measured on a
+    cluster worker, which one)."""
+    return SweepPointDone(
+        index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
+        density=point.density, timeout_s=point.timeout_s, seed=point.seed,
+        status=status, result=result, error=error, wall_s=wall_s, worker=worker,
+    )
 
 
 @contextlib.contextmanager

@@ -12,8 +12,9 @@ Faults:
   default) the point is recorded as failed, naming them;
 - a point fails on the rig (a DUT error): tried again up to `retries` times, then recorded as
   failed with the reason;
-- a bad setup on a worker (no Lava environment, a missing extra): the sweep stops, as a local
-  sweep does, naming the worker;
+- a bad setup on a worker (a ConfigError there, such as a missing extra): the sweep stops, as a
+  local sweep does, naming the worker (a SUT that cannot start, such as no Lava environment, is
+  a failed point: retried, then recorded);
 - the submitting process dies: its tasks are dropped by the scheduler; `rig sweep resume FOLDER
   --cluster ADDRESS` submits the points that have no event on disk.
 """
@@ -33,7 +34,7 @@ from rig.cluster.resources import point_resources
 from rig.errors import ConfigError
 from rig.events import Event, Note
 from rig.stopping import StopRequest
-from rig.sweep import SweepPoint, SweepPointDone, SweepSpec
+from rig.sweep import SweepPoint, SweepPointDone, SweepSpec, point_event
 
 #: Extra tries of a point that failed on the rig (a DUT error) before it is recorded as failed.
 DEFAULT_RETRIES = 1
@@ -187,10 +188,6 @@ class ClusterDispatch:
         error = outcome.get("error")
         if error is not None and attempts > 1:
             error = f"{error} (tried {attempts} times)"
-        return SweepPointDone(
-            index=point.index, key=point.key, sut=point.sut, nodes=point.nodes,
-            density=point.density, timeout_s=point.timeout_s, seed=point.seed,
-            status="ok" if outcome["status"] == "ok" else "failed",
-            result=outcome.get("result") or {}, error=error,
-            wall_s=float(outcome.get("wall_s") or 0.0), worker=worker or None,
-        )
+        return point_event(point, status="ok" if outcome["status"] == "ok" else "failed",
+                           result=outcome.get("result") or {}, error=error,
+                           wall_s=float(outcome.get("wall_s") or 0.0), worker=worker or None)

@@ -60,12 +60,6 @@ class LocalCluster:
         for proc in [*self.workers, self.scheduler]:
             stop_process(proc.popen)
 
-    def __enter__(self) -> LocalCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 def _open_log(path: Path) -> IO[bytes]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,13 +129,11 @@ def wait_for_workers(address: str, names: list[str], procs: list[Proc] = (),
                       f"{timeout_s:g} s")
 
 
-def local_resources(index: int, cpu: bool = True, loihi2: bool = False,
-                    host_power: bool = True) -> dict[str, int]:
+def local_resources(index: int, loihi2: bool = False, host_power: bool = True
+                    ) -> dict[str, int]:
     """What worker `index` of a one-machine cluster owns: the CPU samplers each; the host's own
     hardware (its power counters, the Loihi 2 shim) only the first, as one host owns one."""
-    out: dict[str, int] = {}
-    if cpu:
-        out.update({"cpu-tabu": 1, "cpu-sa": 1})
+    out: dict[str, int] = {"cpu-tabu": 1, "cpu-sa": 1}
     if index == 0 and loihi2:
         out["loihi2"] = 1
     if index == 0 and host_power:
@@ -149,17 +141,17 @@ def local_resources(index: int, cpu: bool = True, loihi2: bool = False,
     return out
 
 
-def start_local(workers: int, log_dir: Path, *, port: int = 0, loihi2: bool = False,
-                host_power: bool = True, resources: list[dict[str, int]] | None = None,
+def start_local(workers: int, log_dir: Path, *, port: int = 0,
+                resources: list[dict[str, int]] | None = None,
                 env: Mapping[str, str] | None = None,
                 timeout_s: float = START_TIMEOUT_S) -> LocalCluster:
-    """A scheduler and `workers` rig workers on 127.0.0.1, all joined when this returns."""
+    """A scheduler and `workers` rig workers on 127.0.0.1 (worker i owning `resources[i]`,
+    by default `local_resources(i)`), all joined when this returns."""
     address, scheduler = start_scheduler(log_dir, port=port, timeout_s=timeout_s)
     cluster = LocalCluster(address, scheduler)
     try:
         for i in range(workers):
-            owned = (resources[i] if resources is not None
-                     else local_resources(i, loihi2=loihi2, host_power=host_power))
+            owned = resources[i] if resources is not None else local_resources(i)
             cluster.workers.append(start_worker(address, owned, log_dir, name=f"local-{i + 1}",
                                                 env=env))
         wait_for_workers(address, [w.name for w in cluster.workers], cluster.workers,

@@ -12,7 +12,6 @@ worker's resources guarantee that only one point uses each at a time.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import json
@@ -81,11 +80,6 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
                        "started_at": started, "finished_at": finished, "pid": os.getpid()}}
 
 
-def zero_work(value: int) -> int:
-    """A point that does nothing (the benchmark's dispatch overhead)."""
-    return value
-
-
 def _digest(spec: SweepSpec) -> str:
     data = json.dumps(spec.snapshot(), sort_keys=True, default=str)
     return hashlib.sha256(data.encode()).hexdigest()
@@ -107,9 +101,8 @@ def _function(spec: SweepSpec, sut: str) -> QuboPointFunction:
     return function
 
 
-@atexit.register
 def close_all() -> None:
-    """Close every SUT this worker opened (worker shutdown)."""
+    """Close every SUT this worker opened (`rig worker` calls it when it stops)."""
     with _lock:
         functions = [f for _, f in _functions.values()]
         _functions.clear()

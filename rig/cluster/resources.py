@@ -20,11 +20,12 @@ from typing import Any
 
 from rig.config import read_toml
 from rig.errors import ConfigError
+from rig.qubo.suts import SUT_NAMES
 
 #: The host's power counters (RAPL, NVML): one reading for the whole host.
 HOST_POWER = "host-power"
 #: SUTs a sweep can measure (each one a resource of the same name).
-SUT_RESOURCES = ("cpu-tabu", "cpu-sa", "loihi2")
+SUT_RESOURCES = SUT_NAMES
 #: Every resource name a worker may own (a typo such as cpu_tabu is refused, not ignored).
 KNOWN_RESOURCES = (*SUT_RESOURCES, "xylo", HOST_POWER)
 #: A CPU SUT's power source that reads the host's counters (rig.procedures.qubo.open_power_meter).

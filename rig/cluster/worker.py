@@ -66,6 +66,12 @@ async def _serve(scheduler: str, resources: dict[str, int], name: str, listen_ho
                           f"{exc or 'no answer within ' + str(connect_timeout_s) + ' s'}",
                           hint="start it first (`dask scheduler --host HOST` or `rig cluster "
                                "local`) and check the address and firewall") from None
+    except Exception as exc:  # the scheduler refused this worker, e.g. its name is taken
+        with contextlib.suppress(Exception):
+            await worker.close(timeout=5)
+        raise ConfigError(f"the Dask scheduler at {scheduler} refused worker {name!r}: {exc}",
+                          hint="another worker may have this name (the host name by default): "
+                               "give each worker on a host its own --name") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

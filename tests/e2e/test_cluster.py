@@ -85,7 +85,7 @@ class Workers:
                 env = {"RIG_HOST_POWER_LOCK": str(self.logs / f"{name}.lock"), **env}
             procs.append(start_worker(self.address, resources, self.logs, name=name, env=env,
                                       nthreads=nthreads))
-        self.procs += procs
+            self.procs.append(procs[-1])  # killed at the end even if a later one fails
         wait_for_workers(self.address, [p.name for p in procs], procs, timeout_s=90)
         return procs
 
@@ -180,7 +180,7 @@ def test_two_workers_measure_the_points_of_a_local_sweep(
         e["worker"]["name"] for e in remote}  # every worker that measured, once
     rows = pq.read_table(run / "results.parquet").to_pylist()
     assert sorted(r["key"] for r in rows) == keys
-    assert {r["worker"] for r in rows} <= {"cpu-1", "cpu-2"}
+    assert {r["worker"] for r in rows} == {"cpu-1", "cpu-2"}  # both took points
 
     # rig show reads both folders alike: the same table of workloads.
     shown = [json.loads(run_rig("show", str(only_run(tmp_path / d)), "--json").stdout)
@@ -265,7 +265,7 @@ def test_submitter_killed_then_resumed_on_the_cluster(tmp_path: Path, workers: W
     assert len(rows) == len(points) and len({r["key"] for r in rows}) == len(points)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "complete"
-    assert manifest["resumes"][0]["cluster"] == workers.address
+    assert manifest["resumes"][0]["cluster"] == {"scheduler": workers.address, "retries": 1}
 
 
 @pytest.mark.skipif(not LAVA_PYTHON.exists(), reason="needs .venv-lava (make lava-env)")
@@ -319,16 +319,16 @@ def test_rig_cluster_local_runs_a_sweep_and_stops_every_process(tmp_path: Path) 
         cluster = subprocess.Popen(
             [*RIG, "cluster", "local", "--workers", "2", "--port", "0", "--logs",
              str(tmp_path / "logs")], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, start_new_session=True,
             env={**os.environ, "RIG_HOST_POWER_LOCK": str(tmp_path / "host-power.lock")})
-    pids: list[int] = []
+    group = cluster.pid  # its scheduler and workers are in its process group
     try:
         wait_until("rig cluster local ready", lambda: "run: rig sweep" in log.read_text(), 90)
         text = log.read_text()
         address = text.split()[1]
         pids = [int(line.split("(pid ")[1].split(")")[0]) for line in text.splitlines()
                 if "(pid " in line]
-        assert len(pids) == 2
+        assert len(pids) == 2 and all(os.getpgid(p) == group for p in pids)
         done = run_rig("sweep", "qubo", str(sweep), "--runs-dir", str(tmp_path / "runs"),
                        "--json", "--stand-in", "--cluster", address, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
@@ -338,12 +338,25 @@ def test_rig_cluster_local_runs_a_sweep_and_stops_every_process(tmp_path: Path) 
         assert {e["worker"]["name"] for e in on_disk} == {"local-1"}
         cluster.send_signal(signal.SIGTERM)
         assert cluster.wait(30) == 0
+        # the scheduler and both workers are gone, not only the workers it printed
+        wait_until("every process of the cluster gone", lambda: not group_alive(group), 30)
     finally:
-        if cluster.poll() is None:
-            cluster.kill()
-            cluster.wait(10)
-        for pid in pids:  # workers left behind by a failed stop
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # whatever a failed stop left behind
+            os.killpg(group, signal.SIGKILL)
+        cluster.wait(10)
     assert "cluster stopped" in log.read_text()
-    assert [p for p in pids if Path(f"/proc/{p}").exists()] == []
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group `pgid` is still running (zombies aside)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
