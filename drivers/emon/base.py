@@ -129,7 +129,7 @@ class EnergyMonitor(ABC):
         """A snapshot of every instrument setting, for the run manifest."""
 
     @classmethod
-    def _connected(cls, monitor: M) -> M:
+    def _connect_or_close(cls, monitor: M) -> M:
         """`monitor` after its driver's `connect()` (taking control of the instrument), or
         closed (port released) if that fails: the tail of every serial/network `open`."""
         try:

@@ -285,7 +285,7 @@ class Joulescope(EnergyMonitor):
         except BaseException:
             _finalize(jsdrv)
             raise
-        return cls._connected(monitor)
+        return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
         """Open the device with its defaults and disconnect the DUT until `power_on`."""

@@ -257,7 +257,7 @@ class _ScpiMonitor(EnergyMonitor):
         resource = open_visa_resource(address, backend=backend)
         monitor = cls(resource, voltage_limit_v=voltage_limit_v, simulated=simulated,
                       address=address, **options)
-        return cls._connected(monitor)
+        return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
         """``*CLS`` then ``*IDN?``; refuses an instrument of another model."""

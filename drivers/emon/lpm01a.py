@@ -143,7 +143,7 @@ class Lpm01a(EnergyMonitor):
         """Open `port`, take host control and read the firmware version."""
         transport = SerialTransport(port, baudrate, name="LPM01A")
         monitor = cls(transport, voltage_limit_v=voltage_limit_v, simulated=simulated)
-        return cls._connected(monitor)
+        return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
         """Start the reader, flush a previous session's output, ``htc``, ``version``."""

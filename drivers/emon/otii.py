@@ -65,10 +65,10 @@ from typing import Any
 
 import numpy as np
 
-from drivers.emon import ranges
+from drivers.emon import check_current_range, ranges
 from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
-from drivers.errors import DeviceError, DeviceTimeout, PortError
+from drivers.errors import DeviceError, DeviceTimeout, PortError, VoltageLimitError
 from protocols import otii as wire
 from protocols.errors import ProtocolError
 
@@ -342,10 +342,7 @@ class Otii(EnergyMonitor):
              current_range: str = ranges.AUTO, **options: Any) -> Otii:
         """Connect to the Otii server at `address`, log in / reserve a license if needed and
         pick the device. `current_range` must be "auto" (the Otii auto-ranges)."""
-        try:
-            ranges.normalize(cls.driver, current_range)
-        except ranges.RangeError as exc:
-            raise DeviceError(f"otii: current range: {exc.message}", hint=exc.hint) from None
+        check_current_range(cls.driver, current_range)
         host, port, device = parse_address(address)
 
         def connect() -> OtiiConnection:
@@ -358,13 +355,17 @@ class Otii(EnergyMonitor):
         except BaseException:
             conn.close()
             raise
-        return cls._connected(monitor)
+        return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
         """Log in and reserve a license if needed, pick the device, find the project."""
         self._log_in(self.conn)
         self._license(self.conn)
         self._pick_device()
+        # The app keeps the output on when a client goes away: a crashed session may have
+        # left the DUT powered at another bench's voltage. Off first, as the PPK2 does.
+        self._arc("arc_set_main", enable=False)
+        self._output_on = False
         self.version = self._arc("arc_get_version")
         self._project()
 
@@ -453,6 +454,10 @@ class Otii(EnergyMonitor):
         """Supply voltage (checked before anything is sent, and read back), max current,
         auto-range, channels, the expansion port for GPI1, the sample rate."""
         check_voltage(voltage, self.voltage_limit_v, who="otii")
+        exp_v = max(EXP_VOLTAGE_MIN_V, float(voltage))
+        if self.line_channel in wire.DIGITAL_CHANNELS:  # GPI1's I/O level reaches the DUT too
+            check_voltage(exp_v, self.voltage_limit_v,
+                          who=f"otii: expansion port I/O level (at least {EXP_VOLTAGE_MIN_V} V)")
         if self._running:
             raise DeviceError("otii: configure() during a recording", hint="stop() first")
         kind = self.device.get("type")
@@ -462,14 +467,20 @@ class Otii(EnergyMonitor):
         if not (sample_rate > 0 and sample_rate == round(sample_rate)):
             raise DeviceError(f"otii: sample rate {sample_rate:g} Hz is not a whole number",
                               hint="the Otii takes whole samples per second")
+        self._voltage_v = None  # until the read-back is within the limit: power_on refuses
         self._arc("arc_set_main_voltage", value=float(voltage))
         read_back = float(self._arc("arc_get_main_voltage").get("value", math.nan))
-        check_voltage(read_back, self.voltage_limit_v, who="otii: arc_get_main_voltage read back")
+        try:
+            check_voltage(read_back, self.voltage_limit_v,
+                          who="otii: arc_get_main_voltage read back")
+        except VoltageLimitError:
+            self.power_off()  # it is set already: never leave the DUT on above the limit
+            raise
         self._arc("arc_set_max_current", value=float(self.current_limit_a))
         self._arc("arc_set_range", range="low")
         if self.line_channel in wire.DIGITAL_CHANNELS:
             self._arc("arc_enable_exp_port", enable=True)
-            self._arc("arc_set_exp_voltage", value=max(EXP_VOLTAGE_MIN_V, float(voltage)))
+            self._arc("arc_set_exp_voltage", value=exp_v)
         for channel in self.channels:
             self._arc("arc_enable_channel", channel=channel, enable=True)
         analog = [c for c in self.channels if c not in wire.DIGITAL_CHANNELS]
@@ -503,13 +514,16 @@ class Otii(EnergyMonitor):
                                   "sp": "Sense+ (analog, thresholded)"}[self.line_channel],
         })
         if self.line_channel in wire.DIGITAL_CHANNELS:
-            self._settings["exp_voltage_v"] = max(EXP_VOLTAGE_MIN_V, float(voltage))
+            self._settings["exp_voltage_v"] = exp_v
         if not self.measure_voltage:
             self._settings["voltage_source"] = (
                 voltage_note or "main voltage read back (mv not recorded)")
 
     def power_on(self) -> None:
-        """``arc_set_main`` on."""
+        """``arc_set_main`` on, at the voltage `configure` read back within the limit."""
+        if self._voltage_v is None:
+            raise DeviceError("otii: power_on() before a successful configure()",
+                              hint="call configure(voltage, sample_rate) first")
         self._arc("arc_set_main", enable=True)
         self._output_on = True
         self._settings["main"] = "on"

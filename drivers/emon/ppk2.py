@@ -120,7 +120,7 @@ class Ppk2(EnergyMonitor):
                               hint="use \"source\" (the PPK2 supplies the DUT) or \"ampere\"")
         transport = SerialTransport(port, baudrate, name="PPK2")
         monitor = cls(transport, voltage_limit_v=voltage_limit_v, simulated=simulated, mode=mode)
-        return cls._connected(monitor)
+        return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
         """Switch the DUT's output off and stop the stream a previous session may have left

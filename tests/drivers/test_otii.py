@@ -165,6 +165,7 @@ LOGGED_IN: list[Step] = [
 DEVICE: list[Step] = [
     ("otii_get_devices", {"timeout": 3},
      {"devices": [{"device_id": DEV, "name": "Arc I", "type": "Arc"}]}),
+    ("arc_set_main", arc(enable=False), None),  # off first: a crashed session
     ("arc_get_version", arc(), {"hw_version": "Arc 1.1", "fw_version": "1.1.7"}),
     ("otii_get_active_project", None, {"project_id": 4}),
     ("arc_add_to_project", arc(), None),
@@ -206,6 +207,7 @@ def test_connect_logs_in_reserves_a_license_picks_the_arc_and_creates_a_project(
         ("otii_get_devices", {"timeout": 3}, {"devices": [
             {"device_id": "X1", "name": "Battery box", "type": "Unknown"},
             {"device_id": DEV, "name": "Arc I", "type": "Arc"}]}),
+        ("arc_set_main", arc(enable=False), None),  # off first: a crashed session
         ("arc_get_version", arc(), {"hw_version": "Arc 1.1", "fw_version": "1.1.7"}),
         ("otii_get_active_project", None, {"project_id": -1}),
         ("otii_create_project", None, {"project_id": 1}),
@@ -221,7 +223,7 @@ def test_connect_logs_in_reserves_a_license_picks_the_arc_and_creates_a_project(
     assert settings["device_type"] == "Arc" and settings["server"]["otii_version"] == "3.5.5"
     otii.close()
     assert sock.script == [] and sock.closed
-    assert [m["trans_id"] for m in sock.sent] == [str(i) for i in range(1, 14)]
+    assert [m["trans_id"] for m in sock.sent] == [str(i) for i in range(1, 15)]
 
 
 def test_configure_sends_the_settings_in_order_and_reads_the_voltage_back() -> None:
@@ -291,8 +293,39 @@ def test_a_read_back_voltage_above_the_limit_is_refused() -> None:
     otii.connect()
     with pytest.raises(VoltageLimitError, match=r"read back: 3\.5 V is above"):
         otii.configure(1.8, 4000)
+    # the voltage is set already: the output goes off at once, not at close()
+    assert sock.sent[-1]["cmd"] == "arc_set_main" and sock.sent[-1]["data"]["enable"] is False
+    assert sock.script == []
+    with pytest.raises(DeviceError, match="before a successful configure"):
+        otii.power_on()  # nothing is sent: the voltage the app holds was refused
+    assert sock.sent[-1]["cmd"] == "arc_set_main" and sock.sent[-1]["data"]["enable"] is False
+    sock.script.extend(CLOSE_OFF)
     otii.close()
     assert sock.script == []
+
+
+def test_power_on_before_configure_is_refused() -> None:
+    otii, sock = scripted([*LOGGED_IN, *DEVICE, *CLOSE_OFF])
+    otii.connect()
+    sent = len(sock.sent)
+    with pytest.raises(DeviceError, match="before a successful configure"):
+        otii.power_on()
+    assert len(sock.sent) == sent
+    otii.close()
+
+
+def test_gpi1_io_level_above_a_low_bench_limit_is_refused_before_anything_is_sent() -> None:
+    """GPI1's expansion port runs at 1.2 V at least: on a 1.1 V bench that is above the limit,
+    however low the supply (Sense+ as the timestamp line has no such level)."""
+    sock = ScriptedSocket([*LOGGED_IN, *DEVICE, *CLOSE_OFF])
+    conn = OtiiConnection("127.0.0.1", 1905, sock=sock)  # type: ignore[arg-type]
+    otii = Otii(conn, voltage_limit_v=1.1, address="127.0.0.1:1905")
+    otii.connect()
+    sent = len(sock.sent)
+    with pytest.raises(VoltageLimitError, match="expansion port I/O level"):
+        otii.configure(1.0, 4000)
+    assert len(sock.sent) == sent
+    otii.close()
 
 
 def test_an_arc_takes_only_its_own_rate_and_nothing_is_sent() -> None:
@@ -344,6 +377,7 @@ def test_two_devices_need_a_name_in_the_address() -> None:
         otii.connect()
     assert "host:port/<device id or name>" in info.value.hint
     otii, _ = scripted([*LOGGED_IN, ("otii_get_devices", {"timeout": 3}, two),
+                        ("arc_set_main", {"device_id": "Ace9", "enable": False}, None),
                         ("arc_get_version", {"device_id": "Ace9"}, {}),
                         ("otii_get_active_project", None, {"project_id": 2}),
                         ("arc_add_to_project", {"device_id": "Ace9"}, None)], device="Ace I")
@@ -391,6 +425,8 @@ def test_no_server_at_the_address() -> None:
 def test_a_fixed_current_range_is_refused_before_connecting() -> None:
     with pytest.raises(DeviceError, match="auto-ranges"):
         open_monitor("otii", "127.0.0.1:1", voltage_limit_v=3.3, current_range="18 mA")
+    with pytest.raises(DeviceError, match="auto-ranges"):  # the driver itself, not only the
+        Otii.open("127.0.0.1:1", voltage_limit_v=3.3, current_range="18 mA")  # registry
 
 
 def test_bench_files_with_the_otii(tmp_path) -> None:
