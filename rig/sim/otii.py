@@ -432,13 +432,10 @@ class SimOtii(LoopbackServer):
 
     # -- the samples ----------------------------------------------------------------------------
     def _analog(self, channel: str, starts: np.ndarray, period: int) -> np.ndarray:
-        bounds = np.empty(2 * len(starts), dtype=np.int64)
-        bounds[0::2], bounds[1::2] = starts, starts + period
         with self.world.lock:
             volts = self.world.supply_v
         if channel == wire.MAIN_CURRENT:
-            energy = self.world.energy_between(bounds)[0::2]
-            return quantise_current(energy / (volts * period / NS))
+            return quantise_current(self.world.mean_current(starts, period))
         a, b = int(starts[0]), int(starts[-1]) + period
         off = self._off_intervals(a, b)
         if channel == wire.MAIN_VOLTAGE:  # the supply wherever the output was on in the sample

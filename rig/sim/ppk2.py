@@ -236,10 +236,7 @@ class SimPpk2(SerialInstrument):
         assert t0 is not None
         idx = np.arange(k, end + 1, dtype=np.int64)
         bounds = t0 + idx * _PERIOD_NS
-        energy = self.world.energy_between(bounds)
-        with self.world.lock:
-            volts = self.world.supply_v
-        amps = energy / (volts * (_PERIOD_NS / NS))
+        amps = self.world.mean_current(bounds[:-1], _PERIOD_NS)
         adc, rng = self.calibration.adc_for(amps, self.vdd_mv / 1000)
         logic = self.world.gpio_levels(bounds[:-1])  # D0; D1..D7 unconnected
         self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))

@@ -159,6 +159,17 @@ class World:
             return now if self.horizon_ns is None else min(now, self.horizon_ns)
 
     # -- what an energy monitor sees ----------------------------------------------------------
+    def mean_current(self, starts_ns: np.ndarray, length_ns: int) -> np.ndarray:
+        """Exact mean current [A] over [s, s + length) for each start: the energy drawn over
+        it divided by the supply voltage and the length (what a sampling monitor reads)."""
+        starts = np.asarray(starts_ns, dtype=np.int64)
+        bounds = np.empty(2 * len(starts), dtype=np.int64)
+        bounds[0::2], bounds[1::2] = starts, starts + length_ns
+        energy = self.energy_between(bounds)[0::2]
+        with self.lock:
+            volts = self.supply_v
+        return energy / (volts * length_ns / NS)
+
     def energy_between(self, bounds_ns: np.ndarray) -> np.ndarray:
         """Exact energy [J] drawn over each interval [bounds[k], bounds[k+1])."""
         with self.lock:
