@@ -4,14 +4,13 @@ and GPIO bits, and what it refuses before sending anything."""
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 from drivers.emon.base import Chunk
 from drivers.emon.keysight import N6705, Keysight34465A
 from drivers.errors import DeviceError, InstrumentError, VoltageLimitError
+from tests.deadline import wait_until
 
 from .test_keysight import OK, ScriptedResource, checked, f32
 
@@ -51,14 +50,6 @@ def records(*rows: tuple[float, float, float, float]) -> bytes:
     return f32([v for row in rows for v in row])
 
 
-def wait_until(predicate, what: str) -> None:
-    for _ in range(500):  # a deadline for a thread, not a measurement
-        if predicate():
-            return
-        threading.Event().wait(0.01)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def test_aux_elog_conversation_and_samples() -> None:
     # Two fetches: the DUT just switched on (0 V), high, a pulse; then between the thresholds
     # (keeps low), high again. Bits: unarmed 1, 1, 0 | 0, 1 -> one falling edge, at sample 2.
@@ -78,7 +69,7 @@ def test_aux_elog_conversation_and_samples() -> None:
     monitor.power_on()
     chunks: list[Chunk] = []
     monitor.start(chunks.append)
-    wait_until(lambda: len(chunks) == 2, "both fetches")
+    wait_until(lambda: len(chunks) == 2, "both fetches", timeout_s=5.0)
     res.script += checked("ABOR:ELOG (@1)")
     monitor.stop()
     res.script += checked("OUTP OFF,(@1)")
@@ -133,7 +124,7 @@ def test_an_error_while_logging_is_a_fault_at_once() -> None:
     monitor = aux(res)
     monitor.configure(1.8, 1000)
     monitor.start(lambda chunk: None)
-    wait_until(lambda: monitor.fault is not None, "the fault")
+    wait_until(lambda: monitor.fault is not None, "the fault", timeout_s=5.0)
     assert isinstance(monitor.fault, InstrumentError) and "FIFO overrun" in str(monitor.fault)
     with pytest.raises(InstrumentError, match="reported while logging"):
         monitor.stop()

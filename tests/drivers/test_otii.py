@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from protocols import otii as wire
 from protocols.errors import ProtocolError
 from rig.sim.otii import SimOtii, quantise_current
 from rig.sim.world import NS, PowerParams, World
+from tests.deadline import wait_until
 
 DEV = "Arc512031204843494E3130393033313036"
 HELLO = {"type": "information", "info": "connected",
@@ -493,13 +493,6 @@ def joined(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (np.concatenate([c.current for c in chunks]),
             np.concatenate([c.voltage for c in chunks]),
             np.concatenate([c.gpio for c in chunks]))
-
-
-def wait_until(predicate, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "deadline passed"
-        time.sleep(0.01)
 
 
 def schedule(world: World, sim: SimOtii, k1: int, k2: int, rate: int = ARC_RATE_HZ) -> None:

@@ -4,7 +4,6 @@ bytes out, canned bytes in), then over a pty against the simulated PPK2 sharing 
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -32,8 +31,14 @@ from protocols.ppk2 import (
 )
 from rig.sim.ppk2 import SIM_CALIBRATION, SimPpk2
 from rig.sim.world import NS, PowerParams, World
+from tests.deadline import wait_until as _wait_until
 
 # -- codec ----------------------------------------------------------------------------------------
+
+
+def wait_until(condition, timeout_s: float = 5.0) -> bool:
+    return _wait_until(condition, timeout_s=timeout_s)
+
 
 
 @pytest.mark.parametrize(("data", "expected"), [
@@ -364,15 +369,6 @@ def test_a_lower_rate_averages_blocks_and_keeps_a_pulse() -> None:
 
 # -- over a pty against the simulated PPK2 --------------------------------------------------------
 FS = 100_000
-
-
-def wait_until(condition, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @pytest.fixture

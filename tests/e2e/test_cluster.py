@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import pytest
 from rig.cluster.local import Proc, start_scheduler, start_worker, stop_process, wait_for_workers
 from rig.qubo.suts import LAVA_PYTHON
 from rig.sweep import STAND_IN_HANG_ENV, load_sweep, stand_in_point
+from tests.deadline import wait_until
 
 from .runs import REPO, RIG, events, only_run, run_rig, wait_for_event
 
@@ -130,16 +130,6 @@ def point_events(run: Path) -> list[dict]:
     return [e for e in events(run) if e["event"] == "sweep_point"]
 
 
-def wait_until(what: str, ok, timeout_s: float = 60.0) -> None:
-    """Poll `ok()` until it is true (a deadline, not a timing)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ok():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"{what}: not within {timeout_s} s")
-
-
 def test_two_workers_measure_the_points_of_a_local_sweep(
         tmp_path: Path, scheduler: str, cpu_workers: list[Proc]) -> None:
     sweep = tmp_path / "night.toml"
@@ -205,7 +195,8 @@ def test_worker_killed_mid_point_runs_it_again_elsewhere(
         run = wait_for_event(tmp_path / "runs", "sweep_point", k, proc)
         workers.start(("takes-over", {"cpu-tabu": 1, "host-power": 1}, {}))
         # The new worker measures everything after k while `hangs` is stuck in point k.
-        wait_until("points after k", lambda: len(point_events(run)) == len(points) - 1)
+        wait_until(lambda: len(point_events(run)) == len(points) - 1, "points after k",
+                   timeout_s=60)
         assert [e["index"] for e in point_events(run) if e["worker"]["name"] == "hangs"] \
             == list(range(k))
         hangs.popen.send_signal(signal.SIGKILL)  # mid-point
@@ -323,7 +314,8 @@ def test_rig_cluster_local_runs_a_sweep_and_stops_every_process(tmp_path: Path) 
             env={**os.environ, "RIG_HOST_POWER_LOCK": str(tmp_path / "host-power.lock")})
     group = cluster.pid  # its scheduler and workers are in its process group
     try:
-        wait_until("rig cluster local ready", lambda: "run: rig sweep" in log.read_text(), 90)
+        wait_until(lambda: "run: rig sweep" in log.read_text(), "rig cluster local ready",
+                   timeout_s=90)
         text = log.read_text()
         address = text.split()[1]
         pids = [int(line.split("(pid ")[1].split(")")[0]) for line in text.splitlines()
@@ -339,7 +331,8 @@ def test_rig_cluster_local_runs_a_sweep_and_stops_every_process(tmp_path: Path) 
         cluster.send_signal(signal.SIGTERM)
         assert cluster.wait(30) == 0
         # the scheduler and both workers are gone, not only the workers it printed
-        wait_until("every process of the cluster gone", lambda: not group_alive(group), 30)
+        wait_until(lambda: not group_alive(group), "every process of the cluster gone",
+                   timeout_s=30)
     finally:
         with contextlib.suppress(ProcessLookupError):  # whatever a failed stop left behind
             os.killpg(group, signal.SIGKILL)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import socket
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -32,17 +31,16 @@ from rig.sim.joulescope import (
     serve_source,
 )
 from rig.sim.world import NS, PowerParams, World
+from tests.deadline import wait_until as _wait_until
 
 FS = 10_000
 API = ["open", "close", "publish", "publish_and_wait", "subscribe", "unsubscribe",
        "unsubscribe_all", "device_paths", "query", "finalize"]
 
 
-def wait_until(check, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached before the deadline"
-        time.sleep(0.002)
+def wait_until(check, timeout_s: float = 5.0) -> bool:
+    return _wait_until(check, timeout_s=timeout_s, poll_s=0.002)
+
 
 
 @pytest.mark.parametrize("name", API)

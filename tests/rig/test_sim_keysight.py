@@ -15,6 +15,7 @@ from drivers.errors import InstrumentError
 from protocols.scpi import decode_block, decode_reals, parse_error, real_dtype
 from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.world import NS, PowerParams, World
+from tests.deadline import wait_until
 
 pytest.importorskip("pyvisa_py")
 
@@ -77,13 +78,6 @@ def test_34465a_block_in_both_byte_orders() -> None:
         raw.sock.close()
 
 
-def wait_for(predicate, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 def test_n6705_end_to_end_edge_aligned_to_one_sample() -> None:
     world = World(PARAMS)
     with SimN6705(world) as sim:
@@ -102,11 +96,11 @@ def test_n6705_end_to_end_edge_aligned_to_one_sample() -> None:
             # An edge off the sample grid, once the pre-trigger points are filled; the DUT
             # computes from the edge on.
             edge = armed + 600 * interval_ns + 12_345
-            wait_for(lambda: world.clock.now_ns() > armed, "the arm")
+            wait_until(lambda: world.clock.now_ns() > armed, "the arm")
             world.add_pulse(edge)
             world.add_activity(edge, edge + 10**9)
             # stop() aborts an untriggered capture: let the digitizer see the edge first.
-            wait_for(lambda: sim.trigger_ns is not None, "the trigger")
+            wait_until(lambda: sim.trigger_ns is not None, "the trigger")
             monitor.stop()
         finally:
             monitor.close()
@@ -140,7 +134,7 @@ def test_34465a_end_to_end_trigger_is_sample_zero() -> None:
             world.add_pulse(edge)
             # Active for 200.5 sample periods from the edge: sample 200 is half active.
             world.add_activity(edge, edge + 20_050_000)
-            wait_for(lambda: sum(len(c) for c in chunks) >= 4000, "4000 samples")
+            wait_until(lambda: sum(len(c) for c in chunks) >= 4000, "4000 samples")
             monitor.stop()
         finally:
             monitor.close()
