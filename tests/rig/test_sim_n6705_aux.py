@@ -14,8 +14,9 @@ from drivers.errors import DeviceError
 from protocols.scpi import decode_block, decode_reals, parse_error, real_dtype
 from rig.sim.keysight import SimN6705
 from rig.sim.world import NS, PowerParams, World
+from tests.deadline import wait_until
 
-from .test_sim_keysight import Raw, wait_for
+from .test_sim_keysight import Raw
 
 pytest.importorskip("pyvisa_py")
 
@@ -40,7 +41,7 @@ def test_every_edge_lands_in_the_sample_that_holds_it() -> None:
             monitor.start(chunks.append)  # before the DUT has power: its line reads 0 V
             t0 = sim.elog_t0
             assert t0 is not None
-            wait_for(lambda: world.clock.now_ns() > t0 + 20 * p, "a few records")
+            wait_until(lambda: world.clock.now_ns() > t0 + 20 * p, "a few records")
             monitor.power_on()
             # Three runs framed by pulses, the DUT active inside each; two pulses start in the
             # last 5.12 us of a record, where no raw reading of that record sees them.
@@ -52,7 +53,7 @@ def test_every_edge_lands_in_the_sample_that_holds_it() -> None:
                     world.add_pulse(a)
                     world.add_pulse(b)
                     world.add_activity(a, b)
-            wait_for(lambda: world.clock.now_ns() > marks[-1] + 20_000_000, "the last pulse")
+            wait_until(lambda: world.clock.now_ns() > marks[-1] + 20_000_000, "the last pulse")
             monitor.stop()
         finally:
             monitor.close()
@@ -115,7 +116,7 @@ def test_a_pulse_between_two_raw_readings_is_missed_as_on_the_instrument() -> No
             missed = t0 + (k + 3000) * g + 1_500  # 1.5..3.5 us after a reading: none inside
             world.add_pulse(caught)
             world.add_pulse(missed)
-        wait_for(lambda: world.clock.now_ns() > missed + 5 * p, "both pulses")
+        wait_until(lambda: world.clock.now_ns() > missed + 5 * p, "both pulses")
         rows = np.concatenate([fetch(raw, 100_000) for _ in range(2)])
         raw.sock.close()
     avg, low = rows[:, 0], rows[:, 1]
@@ -132,7 +133,7 @@ def test_an_overrun_loses_the_oldest_records_and_says_so() -> None:
         raw = Raw(sim.port)
         elog(raw)
         p = sim.elog_period_ns
-        wait_for(lambda: world.clock.now_ns() > sim.elog_t0 + 700 * p, "700 records")
+        wait_until(lambda: world.clock.now_ns() > sim.elog_t0 + 700 * p, "700 records")
         rows = fetch(raw, 100_000)
         error = parse_error(raw.ask("SYST:ERR?").decode())
         raw.sock.close()
