@@ -153,3 +153,17 @@ def test_a_bad_stand_in_power_ends_the_shim_with_a_message(value: str) -> None:
     assert proc.returncode == 1
     assert "RIG_LOIHI2_STAND_IN_PROFILER_W" in proc.stderr and "watts > 0" in proc.stderr
     assert proc.stdout == ""  # nothing on the protocol stream
+
+
+def test_profiler_power_leaves_the_load_step_out() -> None:
+    """The shim's arithmetic on what a Loihi 2 profiler gives (imported, no Lava needed): the
+    load's step (before the clock) runs at 3 W for 2 ms, the solve's 4 steps at 1 W for 1 ms."""
+    from firmware.loihi2.shim import solve_power
+
+    times = np.array([2e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    energy = np.array([6e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert solve_power(times, energy, float(energy.sum()), 1, 4e-3) == pytest.approx(1.0)
+    # A total only: over the profiled time of all steps, else over the solve's elapsed time.
+    assert solve_power(times, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 6e-3)
+    assert solve_power(None, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 4e-3)
+    assert solve_power(None, None, None, 1, 4e-3) is None  # no profiler: no power, not 0
