@@ -326,6 +326,16 @@ class SweepStore(RunStore):
         super().__call__(event)
         if isinstance(event, SweepPointDone) and event.worker:
             self._note_worker(event.worker)
+        if isinstance(event, SweepPointDone) and event.result.get("power_source"):
+            self._note_power_source(str(event.result["power_source"]))
+
+    def _note_power_source(self, source: str) -> None:
+        """The manifest lists every power source the points used ("loihi-profiler (SIMULATED)"
+        says a stand-in measured them), written when one is first seen."""
+        sources = self.manifest.setdefault("power_sources", [])
+        if source not in sources:
+            sources.append(source)
+            self._write_manifest()
 
     def _note_worker(self, worker: dict[str, Any]) -> None:
         """The manifest lists each cluster worker that measured points (host, resources,
@@ -419,8 +429,10 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
     """Mean gap and mean power over seeds, per (sut, nodes, density, timeout).
 
     Per row, `power_seeds` counts the seeds with power and `power_status` says why the others
-    have none (None when every measured seed has it); `power` sums it up over the sweep: how
-    many measured points had power, and each reason with the points it applies to.
+    have none (None when every measured seed has it); `energy_j_mean` is the mean energy of the
+    seeds with power and `power_source` what measured it (sources joined by "; "); `power`
+    sums it up over the sweep: how many measured points had power, from which sources, and each
+    reason with the points it applies to.
     """
     rows = []
     for sut, nodes, density, timeout in itertools.product(
@@ -431,6 +443,9 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
         ok = [p for p in points if p.status == "ok"]
         gaps = [float(g) for p in ok if (g := p.result.get("gap")) is not None]
         powers = [float(w) for p in ok if (w := p.result.get("power_w")) is not None]
+        energies = [float(e) for p in ok if p.result.get("power_w") is not None
+                    and (e := p.result.get("energy_j")) is not None]
+        sources = sorted({_power_source(p) for p in ok if p.result.get("power_w") is not None})
         statuses = sorted({_no_power_reason(p) for p in ok if p.result.get("power_w") is None})
         rows.append({
             "sut": sut, "nodes": nodes, "density": density, "timeout_s": timeout,
@@ -442,6 +457,8 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
             "power_w_mean": float(np.mean(powers)) if powers else None,
             "power_seeds": len(powers),
             "power_status": "; ".join(statuses) if statuses else None,
+            "energy_j_mean": float(np.mean(energies)) if energies else None,
+            "power_source": "; ".join(sources) if sources else None,
             "tts": _tts_over_seeds(ok),
         })
     return {
@@ -459,16 +476,31 @@ def _no_power_reason(point: SweepPointDone) -> str:
     return str(point.result.get("power_status") or "power unavailable: no reason recorded")
 
 
+def _power_source(point: SweepPointDone) -> str:
+    """What measured a point's power (recorded since the Loihi profiler was added; before,
+    the source is only in the power status: "measured (rapl)")."""
+    source = point.result.get("power_source")
+    if source:
+        return str(source)
+    status = str(point.result.get("power_status") or "")
+    return status[len("measured ("):-1] if status.startswith("measured (") else "not recorded"
+
+
 def power_overview(done: dict[str, SweepPointDone]) -> dict[str, Any]:
-    """Which measured points had power: {"points", "with_power", "without": {reason: count}}."""
+    """Which measured points had power: {"points", "with_power", "sources": {source: count},
+    "without": {reason: count}}."""
     ok = [p for p in done.values() if p.status == "ok"]
     without: dict[str, int] = {}
+    sources: dict[str, int] = {}
     for p in ok:
         if p.result.get("power_w") is None:
             reason = _no_power_reason(p)
             without[reason] = without.get(reason, 0) + 1
+        else:
+            source = _power_source(p)
+            sources[source] = sources.get(source, 0) + 1
     return {"points": len(ok), "with_power": len(ok) - sum(without.values()),
-            "without": dict(sorted(without.items()))}
+            "sources": dict(sorted(sources.items())), "without": dict(sorted(without.items()))}
 
 
 def power_line(power: dict[str, Any], *, reasons: bool = True) -> str:
@@ -476,6 +508,8 @@ def power_line(power: dict[str, Any], *, reasons: bool = True) -> str:
     if not power["points"]:
         return "power: no point measured yet"
     line = f"power: measured for {power['with_power']} of {power['points']} points"
+    if power.get("sources"):
+        line += " by " + ", ".join(power["sources"])
     if power["without"] and reasons:
         line += "; " + "; ".join(f"{n} without: {why}" for why, n in power["without"].items())
     return line
@@ -554,6 +588,8 @@ def stand_in_point(point: SweepPoint) -> dict[str, Any]:
         "gap": (cost - target) / abs(target), "elapsed_s": point.timeout_s,
         "power_w": power,
         "power_status": "stand-in" if power is not None else "power unavailable: stand-in",
+        **({"energy_j": power * point.timeout_s, "power_source": "stand-in"}
+           if power is not None else {}),
     }
 
 

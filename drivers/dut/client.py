@@ -44,12 +44,16 @@ from protocols.dut.codec import (
     Profile,
     QbestCost,
     QbestTime,
+    Qenergy,
     Qimprove,
     QloadDone,
     QloadReady,
+    QloadUs,
+    Qpower,
     QsolveDone,
     QsolveStart,
     QstateChunk,
+    Qsteps,
     Ready,
     Results,
     TimestampMode,
@@ -201,8 +205,15 @@ class QuboResult:
     best_time_us: int
     state: np.ndarray
     improvements: list[tuple[int, int]] = field(default_factory=list)
-    #: Other ``m-`` lines of the reply (text after ``m-``), e.g. the Lava shim's ``qload-us-<n>``.
+    #: Other ``m-`` lines of the reply (text after ``m-``).
     messages: tuple[str, ...] = ()
+    #: The optional lines (None when the DUT does not send them): the solve's load before its
+    #: clock [µs], the steps it ran, and the DUT's own energy [µJ] and average power [µW] over
+    #: the solve (a Loihi 2 profiler; caps ``power``).
+    load_us: int | None = None
+    steps: int | None = None
+    energy_uj: int | None = None
+    power_uw: int | None = None
 
 
 class DutClient:
@@ -486,7 +497,19 @@ class DutClient:
                     "the shim against protocols/dut/SPEC.md",
                 )
         messages = tuple(e.text for e in events if isinstance(e, Message))
-        return QuboResult(best, best_time, state, improvements, messages)
+        said = {type(e): e for e in events if isinstance(e, QloadUs | Qsteps | Qenergy | Qpower)}
+        if (Qenergy in said) != (Qpower in said):
+            raise DeviceError(
+                f"{self.name} reported {'energy' if Qenergy in said else 'power'} without "
+                f"{'power' if Qenergy in said else 'energy'} for {text!r}",
+                hint="the firmware's qresult does not follow the protocol spec: a solve's "
+                "m-qenergy-uj- and m-qpower-uw- lines come together",
+            )
+        return QuboResult(best, best_time, state, improvements, messages,
+                          load_us=_value(said.get(QloadUs), "us"),
+                          steps=_value(said.get(Qsteps), "n"),
+                          energy_uj=_value(said.get(Qenergy), "uj"),
+                          power_uw=_value(said.get(Qpower), "uw"))
 
     def close(self) -> None:
         """Close the transport."""
@@ -757,6 +780,11 @@ class DutClient:
     def _results(self, events: list[DutEvent], command: str) -> np.ndarray:
         found = self._one(events, Results, command)
         return np.asarray(found.values, dtype=np.float64)
+
+
+def _value(event: DutEvent | None, field_name: str) -> int | None:
+    """The number an optional reply line carried, None when the DUT did not send it."""
+    return None if event is None else int(getattr(event, field_name))
 
 
 def _refusals(events: list[DutEvent]) -> list[str]:

@@ -11,6 +11,9 @@ wall-clock timeout becomes algorithm steps and how improvement times are obtaine
 
 Backend: Lava's CPU simulation (nebm neurons) unless lava-loihi is importable, then Loihi 2
 with its time and energy profiler. RIG_LOIHI2_BACKEND=CPU forces the CPU backend.
+RIG_LOIHI2_STAND_IN_PROFILER_W=<watts> (tests only) runs the CPU backend with a stand-in for the
+Loihi 2 profiler, a chip drawing that many watts while its network runs; the shim then says
+SIMULATED in its name and `simpower` in its caps.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ PROBE_FACTOR = 3.0
 PROBE_SPARE_STEPS = 100
 #: Most steps of a solve (the cost probe keeps one value per step).
 MAX_STEPS = 50_000_000
+#: Environment variable that selects the stand-in profiler (its constant power in watts).
+STAND_IN_ENV = "RIG_LOIHI2_STAND_IN_PROFILER_W"
 
 
 class Port:
@@ -195,12 +200,78 @@ class Problem:
         self.step_s: float | None = None
 
 
+class StandInProfiler:
+    """Stands in for lava-loihi's Loihi 2 profiler (the edge of hardware we do not have; tests
+    only): a chip that draws `power_w` watts while its network runs.
+
+    It sits where lava-optimization keeps its profiler (the solver's ``_profiler``) and offers
+    what `LavaSolver._profile` reads there: ``execution_time`` (s per step) and ``energy``
+    (J per step). The network tells it how long each run of steps took (`record_run`): the
+    host's Lava CPU run stands in for the chip's. Its power is SIMULATED, and labelled so.
+    """
+
+    label = "stand-in profiler, SIMULATED"
+
+    def __init__(self, power_w: float) -> None:
+        self.power_w = power_w
+        self._step_s: list[float] = []
+
+    def record_run(self, steps: int, seconds: float) -> None:
+        """`steps` more steps ran in `seconds`: each took an equal share."""
+        self._step_s += [seconds / steps] * steps
+
+    @property
+    def execution_time(self) -> np.ndarray:
+        return np.array(self._step_s, dtype=np.float64)
+
+    @property
+    def energy(self) -> np.ndarray:
+        return self.power_w * self.execution_time
+
+
+def stand_in_power(environ: dict[str, str]) -> float | None:
+    """The stand-in profiler's watts from `STAND_IN_ENV`, None when unset; SystemExit if bad."""
+    text = environ.get(STAND_IN_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        watts = float(text)
+    except ValueError:
+        watts = float("nan")
+    if not (np.isfinite(watts) and watts > 0):
+        raise SystemExit(f"loihi2 shim: {STAND_IN_ENV}={text!r} is not a power in watts > 0 "
+                         "(the stand-in profiler's constant power; unset it for real runs)")
+    return watts
+
+
+def solve_power(step_times: np.ndarray | None, step_energy: np.ndarray | None,
+                total_energy: float | None, steps_before_clock: int,
+                elapsed_s: float) -> float | None:
+    """The profiler's average power [W] over the solve's steps, None without an energy.
+
+    With per-step times and energies: the energy of the steps the solve's clock paid for over
+    their time (the load's steps are left out). With a total energy only: over the profiled
+    time of all steps, or, without per-step times, over the solve's elapsed time (which then
+    counts the load's steps' energy in).
+    """
+    if step_energy is not None and step_times is not None:
+        time_s = float(np.sum(step_times[steps_before_clock:]))
+        if time_s > 0:
+            return float(np.sum(step_energy[steps_before_clock:])) / time_s
+        return None
+    if total_energy is None:
+        return None
+    if step_times is not None and float(np.sum(step_times)) > 0:
+        return total_energy / float(np.sum(step_times))
+    return total_energy / elapsed_s if elapsed_s > 0 else None
+
+
 class Run:
     """One Lava solve: what it found and how long it took by the shim's clock."""
 
     def __init__(self, elapsed_ns: int, steps: int, state: np.ndarray, best_step: int,
                  cost_series: np.ndarray, step_times_s: np.ndarray | None,
-                 energy_j: float | None, bounds: list[tuple[int, int]] | None = None,
+                 power_w: float | None, bounds: list[tuple[int, int]] | None = None,
                  load_ns: int = 0) -> None:
         #: (steps done, ns since the solve started) at each chunk boundary.
         self.bounds = bounds or [(0, 0), (steps, elapsed_ns)]
@@ -211,13 +282,14 @@ class Run:
         self.best_step = best_step
         self.cost_series = cost_series
         self.step_times_s = step_times_s
-        self.energy_j = energy_j
+        #: The profiler's average power over the solve [W], None without a profiler.
+        self.power_w = power_w
 
 
 class LavaSolver:
     """Runs lava-optimization's QUBO solver on the CPU backend or on Loihi 2."""
 
-    def __init__(self) -> None:
+    def __init__(self, stand_in_w: float | None = None) -> None:
         from lava.lib.optimization.problems.problems import QUBO
         from lava.lib.optimization.solvers.generic.solver import OptimizationSolver, SolverConfig
         from lava.utils import loihi
@@ -225,7 +297,9 @@ class LavaSolver:
         self._qubo, self._solver, self._config = QUBO, OptimizationSolver, SolverConfig
         forced = os.environ.get("RIG_LOIHI2_BACKEND", "").strip()
         # lava-loihi (not public) brings the Loihi 2 compiler and its profiler.
-        self.hardware = forced.upper() != "CPU" and loihi.is_installed()
+        #: The stand-in profiler's watts (tests only): never on hardware, always labelled.
+        self.stand_in_w = stand_in_w
+        self.hardware = stand_in_w is None and forced.upper() != "CPU" and loihi.is_installed()
         self.backend = "Loihi2" if self.hardware else "CPU"
         #: NEBM settings of every network built (main() puts a tuning file's entry over them).
         self.hyperparameters = dict(HYPERPARAMETERS)
@@ -247,26 +321,36 @@ class LavaSolver:
         )
         solver = self._solver(self._qubo(problem.q))
         _, run_cfg = solver._prepare_solver(config)
+        stand_in = None
+        if self.stand_in_w is not None:
+            # Where lava-optimization keeps the Loihi 2 profiler on hardware.
+            stand_in = solver._profiler = StandInProfiler(self.stand_in_w)
         solver.solver_process.create_runtime(run_cfg=run_cfg)
-        return Network(solver, config, max_steps, RunSteps)
+        return Network(solver, config, max_steps, RunSteps, stand_in)
 
     @staticmethod
-    def _profile(profiler: object, steps: int) -> tuple[np.ndarray | None, float | None]:
-        """Per-step execution times (s) and total energy (J) from the Loihi 2 profiler.
+    def _profile(profiler: object, steps: int
+                 ) -> tuple[np.ndarray | None, np.ndarray | None, float | None]:
+        """Per-step execution times (s), per-step energies (J) and total energy (J) from the
+        Loihi 2 profiler (or the stand-in).
 
-        Untested here (no hardware): the names are those of lava-loihi's Loihi2HWProfiler;
-        anything missing is simply not reported.
+        Untested on hardware (we have none): the names are those of lava-loihi's
+        Loihi2HWProfiler; anything missing is simply not reported.
         """
         if profiler is None:
-            return None, None
+            return None, None, None
         times = getattr(profiler, "execution_time", None)
         step_times = None
         if times is not None and np.size(times) == steps:
             step_times = np.asarray(times, dtype=np.float64).ravel()
-        energy = getattr(profiler, "total_energy", None)
-        if energy is None and getattr(profiler, "energy", None) is not None:
-            energy = float(np.sum(profiler.energy))
-        return step_times, None if energy is None else float(energy)
+        energy = getattr(profiler, "energy", None)
+        step_energy = None
+        if energy is not None and np.size(energy) == steps:
+            step_energy = np.asarray(energy, dtype=np.float64).ravel()
+        total = getattr(profiler, "total_energy", None)
+        if total is None and energy is not None:
+            total = float(np.sum(energy))
+        return step_times, step_energy, None if total is None else float(total)
 
     def calibrate(self, problem: Problem) -> float:
         """The time per step [s], measured on a network built for `problem` (at `qload`)."""
@@ -285,29 +369,36 @@ class LavaSolver:
 class Network:
     """A built and started Lava network: run it chunk by chunk, then read what it found."""
 
-    def __init__(self, solver: object, config: object, max_steps: int, run_steps: type) -> None:
+    def __init__(self, solver: object, config: object, max_steps: int, run_steps: type,
+                 stand_in: StandInProfiler | None = None) -> None:
         self.solver = solver
         self.config = config
         self.max_steps = max_steps
         self.steps = 0
         self._run_steps = run_steps
+        self._stand_in = stand_in
         self._stopped = False
 
     def advance(self, steps: int) -> None:
         """Run `steps` more algorithm steps (blocking)."""
+        start = time.perf_counter_ns()
         self.solver.solver_process.run(condition=self._run_steps(num_steps=steps, blocking=True))
+        if self._stand_in is not None:
+            self._stand_in.record_run(steps, (time.perf_counter_ns() - start) / 1e9)
         self.steps += steps
 
-    def result(self, problem: Problem) -> tuple[np.ndarray, int, np.ndarray,
-                                                 np.ndarray | None, float | None]:
-        """(best state, best step, cost per step, per-step times, energy) of the steps run."""
+    def result(self, problem: Problem, elapsed_s: float
+               ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None, float | None]:
+        """(best state, best step, cost per step, per-step times, the profiler's average power
+        over the solve's steps) of the steps run; the solve's clock ran `elapsed_s`."""
         solver = self.solver
         best_state, _, best_step = solver._get_results(self.config)
         series, _ = solver._get_probing(self.config)
         series = np.asarray(series, dtype=np.int64).ravel()[: self.steps]
         state = np.asarray(best_state).ravel()[: problem.n_vars] > 0.5
-        step_times, energy = LavaSolver._profile(solver._profiler, len(series))
-        return state, int(best_step), series // problem.scale, step_times, energy
+        step_times, step_energy, total = LavaSolver._profile(solver._profiler, len(series))
+        power = solve_power(step_times, step_energy, total, WARMUP_STEPS, elapsed_s)
+        return state, int(best_step), series // problem.scale, step_times, power
 
     def stop(self) -> None:
         if not self._stopped:
@@ -356,7 +447,7 @@ class Result:
     """What `qresult` reports: best cost/state, when it was found, the improvements (µs)."""
 
     def __init__(self, cost: int, time_us: int, state: np.ndarray,
-                 improvements: list[tuple[int, int]], energy_j: float | None,
+                 improvements: list[tuple[int, int]], power_w: float | None,
                  elapsed_us: int, load_us: int = 0, steps: int = 0) -> None:
         self.load_us = load_us
         self.steps = steps
@@ -364,7 +455,7 @@ class Result:
         self.time_us = time_us
         self.state = state
         self.improvements = improvements
-        self.energy_j = energy_j
+        self.power_w = power_w
         self.elapsed_us = elapsed_us
 
 
@@ -375,13 +466,15 @@ def timeline(problem: Problem, run: Run) -> Result:
     short Lava run can report a cost its state does not have). The network was built and
     started before the clock (the load), so step k ends at the time the solve's clock read
     when k + 1 steps were done, interpolated inside the chunk that ran it; on Loihi 2 the
-    profiler's per-step times replace the interpolation. Probe values below the best state's
-    cost are not trusted.
+    profiler's per-step times replace the interpolation (the load's steps, before the clock,
+    end at 0). Probe values below the best state's cost are not trusted.
     """
     best = qubo_cost(problem.terms, run.state)
     steps = max(run.steps, 1)
     if run.step_times_s is not None:
-        ends = np.cumsum(run.step_times_s)
+        times = np.asarray(run.step_times_s, dtype=np.float64).copy()
+        times[:WARMUP_STEPS] = 0.0
+        ends = np.cumsum(times)
     else:
         done, at_ns = (np.array(v, dtype=np.float64) for v in zip(*run.bounds, strict=True))
         ends = np.interp(np.arange(1, steps + 1), done, at_ns) / 1e9
@@ -396,7 +489,7 @@ def timeline(problem: Problem, run: Run) -> Result:
     improvements = [(int(ends_us[k]), int(running[k])) for k in at]
     if not improvements or improvements[-1][1] != best:
         improvements.append((int(ends_us[best_step]), best))
-    return Result(best, improvements[-1][0], run.state, improvements, run.energy_j,
+    return Result(best, improvements[-1][0], run.state, improvements, run.power_w,
                   int(run.elapsed_ns // 1000), int(run.load_ns // 1000), run.steps)
 
 
@@ -430,6 +523,8 @@ class Shim:
     # -- MLPerf Tiny commands -----------------------------------------------------------------
     def do_name(self, args: list[str]) -> None:
         vendor = "intel loihi2-hw lava" if self.solver.hardware else "intel lava-cpu"
+        if self.solver.stand_in_w is not None:
+            vendor += f", {StandInProfiler.label}"
         self.port.send(f"m-name-loihi2-[{vendor}]")
 
     def do_profile(self, args: list[str]) -> None:
@@ -472,6 +567,8 @@ class Shim:
     # -- rig extensions -----------------------------------------------------------------------
     def do_caps(self, args: list[str]) -> None:
         words = "bload,qubo,power" if self.solver.hardware else "bload,qubo"
+        if self.solver.stand_in_w is not None:
+            words += ",power,simpower"  # the power is the stand-in's: SIMULATED
         self.port.send("m-timestamp-mode-performance", f"m-caps-[{words}]")
 
     def do_bload(self, args: list[str]) -> None:
@@ -519,13 +616,14 @@ class Shim:
             load_ns = time.perf_counter_ns() - load_start
             self.port.send("m-qsolve-start")
             elapsed_ns, bounds, measured = solve_until(network, timeout_s, step_s)
-            state, best_step, series, step_times, energy = network.result(problem)
+            state, best_step, series, step_times, power = network.result(problem,
+                                                                         elapsed_ns / 1e9)
         except Exception as exc:  # Lava's own failures: report them, keep serving
             raise Rejected(f"qsolve failed: {type(exc).__name__}: {exc}") from exc
         finally:
             if network is not None:
                 network.stop()
-        run = Run(elapsed_ns, network.steps, state, best_step, series, step_times, energy,
+        run = Run(elapsed_ns, network.steps, state, best_step, series, step_times, power,
                   bounds, load_ns)
         self.result = timeline(problem, run)
         problem.step_s = 0.5 * (step_s + measured)  # Lava's speed drifts with the host's load
@@ -542,12 +640,14 @@ class Shim:
         lines += [f"m-qstate-{k}-[{packed[k:k + QSTATE_BYTES_PER_LINE].hex()}]"
                   for k in range(0, len(packed), QSTATE_BYTES_PER_LINE)]
         lines += [f"m-qimprove-{t}-{c}" for t, c in result.improvements]
-        # Not in SPEC.md yet (plain messages): the load before the clock, the steps run.
+        # The load before the clock, the steps run (SPEC.md).
         lines += [f"m-qload-us-{result.load_us}", f"m-qsteps-{result.steps}"]
-        if result.energy_j is not None and result.elapsed_us > 0:
-            # Loihi 2 only (caps `power`): not in SPEC.md yet, decoded as plain messages.
-            lines += [f"m-qenergy-uj-{round(result.energy_j * 1e6)}",
-                      f"m-qpower-uw-{round(result.energy_j / result.elapsed_us * 1e12)}"]
+        if result.power_w is not None:
+            # Caps `power` (Loihi 2's profiler, or the stand-in): the average power over the
+            # solve and the energy it gives over the elapsed time of `m-qsolve-done-`.
+            energy_uj = result.power_w * result.elapsed_us
+            lines += [f"m-qenergy-uj-{round(energy_uj)}",
+                      f"m-qpower-uw-{round(result.power_w * 1e6)}"]
         self.port.send(*lines)
 
 
@@ -589,12 +689,15 @@ def tuned(argv: list[str]) -> dict:
 
 def main() -> int:
     hyperparameters = tuned(sys.argv[1:])
+    stand_in_w = stand_in_power(dict(os.environ))
     exit_with_parent(os.getppid())
     port = Port()
-    solver = LavaSolver()  # imports Lava before the banner: `m-ready` means ready to solve
+    # Imports Lava before the banner: `m-ready` means ready to solve.
+    solver = LavaSolver(stand_in_w)
     solver.hyperparameters = hyperparameters
     shim = Shim(port, solver)
-    print(f"loihi2 shim: Lava {solver.backend} backend", file=sys.stderr)
+    stand_in = "" if stand_in_w is None else f" + {StandInProfiler.label} at {stand_in_w:g} W"
+    print(f"loihi2 shim: Lava {solver.backend} backend{stand_in}", file=sys.stderr)
     try:
         port.send("m-timestamp-mode-performance", "m-init-done", "m-ready")
         while True:

@@ -45,6 +45,12 @@ CAP_ELAP = "elap"
 #: Capability word of a DUT whose lap counter is a simulator's time base (XyloSim: timesteps x
 #: dt), not a measured execution time: the rig labels such times simulated.
 CAP_SIMTIME = "simtime"
+#: Capability word of the DUT's own power measurement (``m-qenergy-uj``/``m-qpower-uw`` of a
+#: Loihi 2 solve, from its profiler).
+CAP_POWER = "power"
+#: Capability word of a DUT whose reported power comes from a stand-in, not a measurement (the
+#: Loihi 2 shim's stand-in profiler): the rig labels such power SIMULATED.
+CAP_SIMPOWER = "simpower"
 #: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
 QUBO_HEADER_BYTES = 8
 QUBO_TERM_BYTES = 12
@@ -229,6 +235,35 @@ class Qimprove:
     cost: int
 
 
+@dataclass(frozen=True)
+class QloadUs:
+    """``m-qload-us-<n>``: the solve's load before its clock started (build, compile, start),
+    in µs by the DUT's timer."""
+
+    us: int
+
+
+@dataclass(frozen=True)
+class Qsteps:
+    """``m-qsteps-<n>``: algorithm steps the solve ran (the load's steps included)."""
+
+    n: int
+
+
+@dataclass(frozen=True)
+class Qenergy:
+    """``m-qenergy-uj-<n>``: energy of the solve in µJ (its average power x elapsed time)."""
+
+    uj: int
+
+
+@dataclass(frozen=True)
+class Qpower:
+    """``m-qpower-uw-<n>``: the DUT's own average power over the solve in µW (its profiler)."""
+
+    uw: int
+
+
 # -- generic lines ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DutErrorLine:
@@ -278,6 +313,10 @@ DutEvent = (
     | QbestTime
     | QstateChunk
     | Qimprove
+    | QloadUs
+    | Qsteps
+    | Qenergy
+    | Qpower
     | DutErrorLine
     | Message
     | Unparsed
@@ -570,6 +609,10 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
     (re.compile(rf"m-qbest-time-us-{_U}"), lambda m: QbestTime(int(m.group(1)))),
     (re.compile(rf"m-qstate-{_U}-\[([0-9a-fA-F]{{0,{2 * QSTATE_BYTES_PER_LINE}}})\]"), _qstate),
     (re.compile(rf"m-qimprove-{_U}-{_S}"), lambda m: Qimprove(int(m.group(1)), int(m.group(2)))),
+    (re.compile(rf"m-qload-us-{_U}"), lambda m: QloadUs(int(m.group(1)))),
+    (re.compile(rf"m-qsteps-{_U}"), lambda m: Qsteps(int(m.group(1)))),
+    (re.compile(rf"m-qenergy-uj-{_U}"), lambda m: Qenergy(int(m.group(1)))),
+    (re.compile(rf"m-qpower-uw-{_U}"), lambda m: Qpower(int(m.group(1)))),
     # Generic lines.
     (re.compile(r"e-\[(.*)\]"), lambda m: DutErrorLine(m.group(1))),
     (re.compile(r"e-(.*)"), lambda m: DutErrorLine(m.group(1))),

@@ -30,7 +30,7 @@ from rig.runner import measure_asc
 EXIT_FOR_STATUS = {"complete": 0, "failed-checks": 1}
 #: What `rig measure qubo --json` and its console lines report of the point's result.
 QUBO_FIELDS = ("gap", "cost", "target", "target_method", "elapsed_s", "load_s", "power_w",
-               "power_status")
+               "power_status", "energy_j", "power_source")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -165,7 +165,9 @@ def _print_qubo(data: dict[str, Any]) -> None:
         out.print(f"solve time: {data['elapsed_s']:.4g} s of a {data['timeout_s']:g} s "
                   f"timeout{load}")
         if data["power_w"] is not None:
-            out.print(f"power: {data['power_w']:#.4g} W")
+            energy = "" if data["energy_j"] is None else f", energy {data['energy_j']:#.4g} J"
+            out.print(escape(f"power: {data['power_w']:#.4g} W{energy} "
+                             f"({data['power_source'] or 'source not recorded'})"))
         else:
             why = str(data["power_status"] or "no reading")
             why = why if why.startswith("power unavailable") else f"power unavailable: {why}"

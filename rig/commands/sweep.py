@@ -123,7 +123,8 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
     else:
         out = Console()
         label = " (SIMULATED: stand-in points)" if outcome.simulated else ""
-        out.print(sweep_table(summary["rows"], title=f"QUBO sweep: fixed timeout{label}"))
+        out.print(sweep_table(summary["rows"],
+                              title=f"QUBO sweep: fixed timeout, mean over seeds{label}"))
         out.print(f"status: [bold]{outcome.status}[/], {summary['points_done']}/"
                   f"{summary['points_total']} points ({summary['points_failed']} failed)")
         out.print(escape(power_line(summary["power"], reasons=False)))
@@ -134,16 +135,20 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
 
 
 def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
-    """(sut, nodes, density, timeout) -> mean gap and mean power over the seeds.
+    """(sut, nodes, density, timeout) -> mean gap, power and energy over the seeds (the title
+    says "mean over seeds").
 
     A power cell without power for every seed points to a note under the table ([1], [2]...)
-    that says why (the rows' `power_status`: what was missing and what to enable)."""
+    that says why (the rows' `power_status`: what was missing and what to enable); the power
+    sources are listed under the table (a stand-in's says SIMULATED)."""
     table = Table(title=title, title_justify="left", caption_justify="left")
     for name in ("SUT", "nodes", "density", "timeout"):
         table.add_column(name, justify="left" if name == "SUT" else "right")
-    table.add_column("gap (mean)", justify="right")
-    table.add_column("power (mean)", justify="right", no_wrap=True)
+    table.add_column("gap", justify="right", no_wrap=True)
+    table.add_column("power", justify="right", no_wrap=True)
+    table.add_column("energy", justify="right", no_wrap=True)
     table.add_column("seeds", justify="right")
+    sources: set[str] = set()
     notes: dict[str, int] = {}
     for row in rows:
         gap = "—" if row["gap_mean"] is None else f"{row['gap_mean']:+.4f}"
@@ -155,13 +160,18 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
                 power += f" ({row['power_seeds']}/{row['seeds']} seeds)"
         if row["seeds"] and row.get("power_status"):
             power += f" \\[{notes.setdefault(row['power_status'], len(notes) + 1)}]"
+        energy = "—" if row.get("energy_j_mean") is None else f"{row['energy_j_mean']:#.4g} J"
+        if row.get("power_source"):
+            sources.add(row["power_source"])
         seeds = f"{row['seeds']}/{row['seeds_expected']}"
         if row["failed"]:
             seeds += f" [red]({row['failed']} failed)[/]"
         table.add_row(row["sut"], str(row["nodes"]), f"{row['density']:g}",
-                      f"{row['timeout_s']:g} s", gap, power, seeds)
-    if notes:
-        table.caption = "\n".join(f"\\[{n}] {escape(why)}" for why, n in notes.items())
+                      f"{row['timeout_s']:g} s", gap, power, energy, seeds)
+    lines = [f"power source: {escape('; '.join(sorted(sources)))}"] if sources else []
+    lines += [f"\\[{n}] {escape(why)}" for why, n in notes.items()]
+    if lines:
+        table.caption = "\n".join(lines)
     return table
 
 

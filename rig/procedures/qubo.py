@@ -9,8 +9,10 @@
 - Maximum workload size: the largest n along the workload pattern that loads and beats the
   trivial cost 0, at one density, stopping at the first failure.
 
-Power comes from a `PowerMeter`; where there is none the results carry None and the reason
-("power unavailable: ..."), never 0. Procedures publish events and return dicts; they print
+Power comes from a `PowerMeter` (host counters), or from the SUT itself with each solve (the
+Loihi 2 profiler: `SolvePower`); where there is none the results carry None and the reason
+("power unavailable: ..."), never 0. Each point records its power source; the energy of a solve
+is its average power x its elapsed time. Procedures publish events and return dicts; they print
 nothing and write no files.
 """
 
@@ -26,7 +28,7 @@ from drivers.emon.host_power import NvmlMonitor, PowerUnavailable, RaplMonitor
 from protocols.errors import RigError
 from rig.events import Event, PhaseProgress, PhaseStarted
 from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
-from rig.qubo.suts import QuboSut, SolveResult
+from rig.qubo.suts import LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED, QuboSut, SolveResult
 from rig.qubo.workloads import WORKLOAD_SIZES, Workload, generate
 from rig.qubo.workloads import gap as bks_gap
 from rig.recording import EmonRecorder
@@ -49,10 +51,12 @@ class TargetLike(Protocol):
 
 @dataclass(frozen=True)
 class PowerReading:
-    """Average power over a window, or None with the reason."""
+    """Average power over a window, or None with the reason; `energy_j` where the instrument
+    reports the window's energy itself (the Loihi 2 profiler)."""
 
     power_w: float | None
     status: str
+    energy_j: float | None = None
 
 
 class PowerMeter(Protocol):
@@ -127,6 +131,34 @@ class MonitorPower:
         self.monitor.close()
 
 
+class SolvePower:
+    """Power the SUT measures itself and reports with each solve (Loihi 2's profiler, or the
+    shim's stand-in for it: source "loihi-profiler (SIMULATED)").
+
+    There is nothing to start or stop: `from_solve` reads the solve's result.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def start(self, duration_s: float) -> None:
+        """Nothing to start: the SUT measures its own solve."""
+
+    def stop(self) -> PowerReading:
+        """No reading without a solve (see `from_solve`)."""
+        return PowerReading(None, f"power unavailable: {self.source} reported nothing")
+
+    def from_solve(self, result: SolveResult) -> PowerReading:
+        """The average power and energy the SUT reported for `result`, or None and why."""
+        if result.power_w is None:
+            return PowerReading(None, f"power unavailable: the SUT sent no {self.source} "
+                                      "reading with this solve (m-qpower-uw- missing)")
+        return PowerReading(result.power_w, f"measured ({self.source})", result.energy_j)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def open_power_meter(source: str) -> PowerMeter:
     """The meter for a SUT's `power_source`; `NoPower` with the reason where there is none
     (the monitor's why and, in brackets, what to enable: "no /sys/class/powercap/intel-rapl
@@ -138,9 +170,8 @@ def open_power_meter(source: str) -> PowerMeter:
             return MonitorPower(NvmlMonitor.open(voltage_limit_v=1.0), "nvml")
     except PowerUnavailable as exc:
         return NoPower(str(exc), source)
-    if source == "loihi-profiler":
-        return NoPower("the Loihi power profiler's readings are not collected by the rig yet",
-                       source)
+    if source in (LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED):
+        return SolvePower(source)
     return NoPower(f"no power instrument for this SUT (power source {source!r})", source)
 
 
@@ -166,6 +197,11 @@ def fixed_timeout_point(
         result = sut.solve(timeout_s, solver_seed)
     finally:
         reading = meter.stop()
+    if isinstance(meter, SolvePower):
+        reading = meter.from_solve(result)
+    energy = reading.energy_j
+    if energy is None and reading.power_w is not None:
+        energy = reading.power_w * float(result.elapsed_s)  # average power x solve time
     target_cost = int(target.cost)
     return {
         "sut": sut.name,
@@ -183,6 +219,8 @@ def fixed_timeout_point(
         "steps": result.steps,
         "power_w": reading.power_w,
         "power_status": reading.status,
+        "energy_j": energy,
+        "power_source": getattr(meter, "source", "unavailable"),
         "improvements": [[float(t), int(c)] for t, c in result.improvements],
         "tts": time_to_solution(result, target_cost, power_w=reading.power_w),
         "load_s": None if result.load_s is None else float(result.load_s),

@@ -16,6 +16,9 @@ class QuboPointMeasured(Event):
     `improvements` are [t_s, cost] pairs by the SUT's clock; `tts` maps each gap threshold
     (as text) to {"latency_s", "energy_j", "cost"} or None when it was not reached. `load_s` is
     the SUT's load before the solve's clock started (None if not measured), never in `elapsed_s`.
+    `energy_j` is the solve's energy (average power x `elapsed_s`, or the SUT's own figure), None
+    without power; `power_source` names what measured the power ("rapl", "loihi-profiler", ...;
+    "loihi-profiler (SIMULATED)" for the Loihi 2 shim's stand-in).
     """
 
     kind: ClassVar[str] = "qubo_point"
@@ -37,6 +40,8 @@ class QuboPointMeasured(Event):
     improvements: list[list[float]] = field(default_factory=list)
     tts: dict[str, Any] = field(default_factory=dict)
     load_s: float | None = None
+    energy_j: float | None = None
+    power_source: str = ""
 
 
 @dataclass(frozen=True)

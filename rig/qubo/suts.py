@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.errors import DeviceError, DeviceTimeout
+from protocols.dut.codec import CAP_POWER, CAP_SIMPOWER
 from protocols.errors import RigError
 from rig.qubo.workloads import Workload, cost, qubo_terms
 
@@ -47,6 +48,9 @@ _SLICE_FRACTION = 0.05
 _SLICE_MAX_S = 1.0
 #: Keep this share of a slice's predicted length free, against calibration error.
 _SAFETY = 0.8
+#: Power sources of the Loihi 2 shim: its chip's profiler, or the stand-in for it (tests).
+LOIHI_PROFILER = "loihi-profiler"
+LOIHI_PROFILER_SIMULATED = "loihi-profiler (SIMULATED)"
 #: Loihi 2 shim: where it lives (relative to the repository) and its environment's Python.
 REPO = Path(__file__).resolve().parents[2]
 LAVA_PYTHON = REPO / ".venv-lava" / "bin" / "python"
@@ -70,6 +74,8 @@ class SolveResult:
     `steps` counts algorithm steps where the SUT has them (sweeps, Lava time steps);
     `load_s` is the SUT's load before this solve's clock started (Lava: building, compiling and
     starting the seeded network), by the SUT's clock, None where the SUT does not say.
+    `power_w` and `energy_j` are the SUT's own average power over the solve and the energy it
+    gives over `elapsed_s` (the Loihi 2 profiler), None where the SUT does not measure them.
     """
 
     best_cost: int
@@ -79,13 +85,16 @@ class SolveResult:
     timer: str = "sut"
     steps: int | None = None
     load_s: float | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
 
 
 class QuboSut(Protocol):
     """What a procedure needs from a system under test."""
 
     name: str
-    #: What measures its power: "rapl", "nvml", "loihi-profiler", an EMON name, "unavailable".
+    #: What measures its power: "rapl", "nvml", "loihi-profiler" (its stand-in: "loihi-profiler
+    #: (SIMULATED)"), an EMON name, "unavailable".
     power_source: str
 
     def load(self, workload: Workload) -> None:
@@ -530,9 +539,10 @@ class Loihi2Sut:
         except BaseException:
             self._transport.close()
             raise
-        # The shim offers its power profile only on Loihi hardware (lava-loihi present).
-        on_hardware = "power" in caps or "loihi2-hw" in self.info.vendor.lower()
-        self.power_source = "loihi-profiler" if on_hardware else "unavailable"
+        # The shim offers its profiler's power only on Loihi hardware (lava-loihi present), or
+        # a stand-in's, which it says is simulated (`simpower`).
+        self.power_source = (LOIHI_PROFILER_SIMULATED if CAP_SIMPOWER in caps
+                             else LOIHI_PROFILER if CAP_POWER in caps else "unavailable")
         self.workload: Workload | None = None
 
     def load(self, workload: Workload) -> None:
@@ -563,11 +573,13 @@ class Loihi2Sut:
                 hint="Lava's scif model can hang in a child process: start the SUT again",
             ) from exc
         improvements = [(t / 1e6, int(c)) for t, c in result.improvements]
-        said = {m.rsplit("-", 1)[0]: int(m.rsplit("-", 1)[1]) for m in result.messages
-                if m.startswith(("qload-us-", "qsteps-")) and m.rsplit("-", 1)[1].isdigit()}
-        load_us = said.get("qload-us")
-        return SolveResult(int(result.best_cost), result.state, improvements, elapsed_us / 1e6,
-                           "sut", said.get("qsteps"), None if load_us is None else load_us / 1e6)
+        measured = self.power_source != "unavailable" and result.power_uw is not None
+        return SolveResult(
+            int(result.best_cost), result.state, improvements, elapsed_us / 1e6, "sut",
+            result.steps, None if result.load_us is None else result.load_us / 1e6,
+            power_w=result.power_uw / 1e6 if measured else None,
+            energy_j=result.energy_uj / 1e6 if measured else None,
+        )
 
     def close(self) -> None:
         """Stop the shim (terminate, then kill its group)."""

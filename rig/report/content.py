@@ -210,7 +210,13 @@ def _simulation_text(system: System) -> str:
         parts.append("XyloSim simulates Xylo's SNN core: outputs are bit-exact, but its "
                      "inference time is the input's length in Xylo time steps (time steps x dt), "
                      "not a time anyone measured, and there are no power rails.")
-    if "Lava CPU" in sim:
+    if "stand-in Loihi profiler" in sim:
+        parts.append("Lava's CPU backend runs the Loihi 2 solver's processes on the host CPU, "
+                     "and the shim's stand-in for the Loihi power profiler reports a fixed, "
+                     "made-up power: gaps are the algorithm's, times are the CPU simulation's, "
+                     "and power and energy (source loihi-profiler (SIMULATED)) test the rig's "
+                     "path from the profiler to this report, not a chip.")
+    elif "Lava CPU" in sim:
         parts.append("Lava's CPU backend runs the Loihi 2 solver's processes on the host CPU: "
                      "gaps are the algorithm's, times are the CPU simulation's, and there is "
                      "no Loihi power profile.")
@@ -711,18 +717,26 @@ def _qubo_results(system: System) -> list[Any]:
                         f"{run.show['points_total']} points, {run.show['points_failed']} "
                         f"failed; seeds {', '.join(map(str, sw['seeds']))}."))
         cell = {(r["nodes"], r["density"], r["timeout_s"]): r for r in rows}
-        gap_rows, power_rows = [], []
+        gap_rows, power_rows, energy_rows = [], [], []
         for n in sw["nodes"]:
             for d in sw["densities"]:
                 cells = [cell.get((n, d, t)) for t in timeouts]
                 gap_rows.append((str(n), pct(d, 0), *[_gap_cell(c) for c in cells]))
                 power_rows.append((str(n), pct(d, 0), *[_power_cell(c) for c in cells]))
+                energy_rows.append((str(n), pct(d, 0), *[_energy_cell(c) for c in cells]))
         align = "rr" + "r" * len(timeouts)
         out.append(Table(head, tuple(gap_rows), align=align,
                          caption=f"Fixed timeout: BKS-gap, mean over seeds, by timeout{label}"))
         if any(r.get("power_w_mean") is not None for r in rows):
             out.append(Table(head, tuple(power_rows), align=align,
                              caption=f"Fixed timeout: average power, mean over seeds{label}"))
+        if any(r.get("energy_j_mean") is not None for r in rows):
+            out.append(Table(head, tuple(energy_rows), align=align,
+                             caption="Fixed timeout: energy of a solve (average power x solve "
+                                     f"time), mean over seeds{label}"))
+        sources = sorted({r["power_source"] for r in rows if r.get("power_source")})
+        if sources:
+            out.append(Para(f"Power source: {'; '.join(sources)}."))
         coverage = _power_coverage(rows)
         if coverage:
             out.append(Para(coverage))
@@ -765,6 +779,12 @@ def _power_cell(row: dict[str, Any] | None) -> str:
     seeds = "" if row.get("power_seeds", row["seeds"]) >= row["seeds"] else \
         f" ({row['power_seeds']}/{row['seeds']} seeds)"
     return si(row["power_w_mean"], "W") + seeds
+
+
+def _energy_cell(row: dict[str, Any] | None) -> str:
+    if row is None or row.get("energy_j_mean") is None:
+        return "unavailable" if row and row["seeds"] else "—"
+    return si(row["energy_j_mean"], "J")
 
 
 def _power_coverage(rows: list[dict[str, Any]]) -> str | None:

@@ -183,8 +183,12 @@ def _sweep_simulation(manifest: dict[str, Any], show: dict[str, Any], sut: str) 
     if manifest.get("simulated"):
         return "simulated sweep"
     if sut == "loihi2":
-        # Lava's CPU backend unless the Loihi profiler measured power (only on Loihi hardware).
+        # Lava's CPU backend unless the Loihi profiler measured power (only on Loihi hardware);
+        # the shim's stand-in profiler runs on the CPU backend and its power is SIMULATED.
         rows = [r for r in show.get("summary", []) if r.get("sut") == sut]
+        sources = " ".join(str(r.get("power_source") or "") for r in rows)
+        if "SIMULATED" in sources:
+            return "Lava CPU backend, stand-in Loihi profiler"
         if not any(r.get("power_w_mean") is not None for r in rows):
             return "Lava CPU backend"
     return None

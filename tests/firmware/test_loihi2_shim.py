@@ -4,6 +4,7 @@ DutClient over a ProcessTransport: boot, caps, identify, a 20-node MIS solved to
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,8 +44,12 @@ def all_costs(nodes: int, edges: np.ndarray) -> np.ndarray:
     return -states.sum(axis=1, dtype=np.int64) + 8 * conflicts
 
 
-def open_shim() -> DutClient:
-    env = dict(os.environ, RIG_LOIHI2_BACKEND="CPU")
+#: The stand-in profiler's constant power [W]: 1 250 000 µW exactly on the wire.
+STAND_IN_W = 1.25
+
+
+def open_shim(**extra_env: str) -> DutClient:
+    env = dict(os.environ, RIG_LOIHI2_BACKEND="CPU", **extra_env)
     transport = ProcessTransport([str(LAVA_PYTHON), str(SHIM)], name="loihi2", env=env)
     client = DutClient(transport, name="loihi2 shim")
     try:
@@ -93,6 +98,9 @@ def test_a_20_node_mis_is_solved_to_its_exact_optimum(shim: DutClient) -> None:
     assert times == sorted(times) and all(0 <= t <= elapsed_us for t in times)
     assert (np.diff(values) < 0).all()  # each improvement is better than the one before
     assert result.improvements[-1] == (result.best_time_us, result.best_cost)
+    # Lava's CPU backend has no profiler: no power, no energy (never a zero).
+    assert result.power_uw is None and result.energy_uj is None
+    assert result.steps is not None and result.steps > 0 and result.load_us is not None
 
 
 def test_bad_commands_are_refused_and_the_shim_keeps_serving(shim: DutClient) -> None:
@@ -114,3 +122,48 @@ def test_a_fresh_shim_refuses_to_solve_or_report_without_a_graph() -> None:
     finally:
         client.close()
     assert group_members(pgid) == []  # close() leaves no Lava process behind
+
+
+def test_the_stand_in_profiler_reports_its_power_and_says_it_is_simulated() -> None:
+    """The edge of the Loihi 2 hardware we do not have: a stand-in profiler at a constant 1.25 W
+    where lava-optimization keeps the chip's profiler. Closed form: the solve's average power is
+    1.25 W and its energy 1.25 W x the elapsed time of `m-qsolve-done-` (the DUT's timer)."""
+    client = open_shim(RIG_LOIHI2_STAND_IN_PROFILER_W=str(STAND_IN_W))
+    try:
+        assert client.negotiate() == frozenset({"bload", "qubo", "power", "simpower"})
+        assert "SIMULATED" in client.identify().vendor
+        graph = nx.gnm_random_graph(NODES, EDGES, seed=GRAPH_SEED)
+        edges = np.array(sorted(graph.edges), dtype=np.int64)
+        client.qubo_load(NODES, mis_terms(NODES, edges))
+        elapsed_us = client.qubo_solve(200_000, SOLVER_SEED, deadline_s=60)
+        result = client.qubo_result()
+    finally:
+        client.close()
+    assert result.power_uw == round(STAND_IN_W * 1e6)
+    assert abs(result.energy_uj - STAND_IN_W * elapsed_us) <= 0.5  # the line's µJ resolution
+    times = [t for t, _ in result.improvements]
+    assert times == sorted(times) and all(0 <= t <= elapsed_us for t in times)
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "lots"])
+def test_a_bad_stand_in_power_ends_the_shim_with_a_message(value: str) -> None:
+    env = dict(os.environ, RIG_LOIHI2_BACKEND="CPU", RIG_LOIHI2_STAND_IN_PROFILER_W=value)
+    proc = subprocess.run([str(LAVA_PYTHON), str(SHIM)], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "RIG_LOIHI2_STAND_IN_PROFILER_W" in proc.stderr and "watts > 0" in proc.stderr
+    assert proc.stdout == ""  # nothing on the protocol stream
+
+
+def test_profiler_power_leaves_the_load_step_out() -> None:
+    """The shim's arithmetic on what a Loihi 2 profiler gives (imported, no Lava needed): the
+    load's step (before the clock) runs at 3 W for 2 ms, the solve's 4 steps at 1 W for 1 ms."""
+    from firmware.loihi2.shim import solve_power
+
+    times = np.array([2e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    energy = np.array([6e-3, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert solve_power(times, energy, float(energy.sum()), 1, 4e-3) == pytest.approx(1.0)
+    # A total only: over the profiled time of all steps, else over the solve's elapsed time.
+    assert solve_power(times, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 6e-3)
+    assert solve_power(None, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 4e-3)
+    assert solve_power(None, None, None, 1, 4e-3) is None  # no profiler: no power, not 0

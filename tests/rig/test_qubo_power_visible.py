@@ -29,7 +29,7 @@ def partly_powered(point: SweepPoint) -> dict:
     if point.nodes == 25 and point.seed == 1:
         result["power_w"], result["power_status"] = None, REASON
     else:
-        result["power_status"] = "measured (rapl)"
+        result["power_status"], result["power_source"] = "measured (rapl)", "rapl"
     return result
 
 
@@ -41,7 +41,8 @@ def sweep(tmp_path: Path) -> Path:
 def test_summary_says_which_points_had_power_and_why_not(sweep: Path, capsys) -> None:
     assert main(["show", str(sweep), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["power"] == {"points": 4, "with_power": 3, "without": {REASON: 1}}
+    assert data["power"] == {"points": 4, "with_power": 3, "sources": {"rapl": 3},
+                             "without": {REASON: 1}}
     rows = {r["nodes"]: r for r in data["summary"]}
     assert rows[10]["power_seeds"] == 2 and rows[10]["power_status"] is None
     assert rows[25]["power_seeds"] == 1 and rows[25]["power_status"] == REASON
@@ -53,7 +54,7 @@ def test_rig_show_of_a_sweep_gives_the_reason_under_the_table(sweep: Path, capsy
     out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
     assert "1.250 W (1/2 seeds) [1]" in out
     assert f"[1] {REASON}" in out
-    assert "power: measured for 3 of 4 points" in out
+    assert "power: measured for 3 of 4 points by rapl" in out
 
 
 def test_report_qubo_results_say_which_points_had_power(sweep: Path) -> None:
@@ -77,7 +78,8 @@ def test_a_host_without_rapl_says_why_and_what_to_enable(tmp_path: Path, monkeyp
     why = row["power_status"]
     assert why.startswith(f"power unavailable: no {tmp_path / 'no-powercap'}/intel-rapl"), why
     assert "VM" in why and "RAPL passthrough" in why and "bare metal" in why
-    assert outcome.summary["power"] == {"points": 2, "with_power": 0, "without": {why: 2}}
+    assert outcome.summary["power"] == {"points": 2, "with_power": 0, "sources": {},
+                                        "without": {why: 2}}
 
 
 def test_summarize_counts_points_without_a_recorded_reason() -> None:

@@ -174,3 +174,47 @@ def test_cpu_sa_point_end_to_end() -> None:
         row = fixed_timeout_point(sut, workload, 0.05, 0, Target(-14), None)
     assert row["cost"] == row["result"].best_cost and row["gap"] == (row["cost"] + 14) / 14
     assert row["power_w"] is None and row["power_status"].startswith("power unavailable")
+
+
+class ProfiledSut(ScriptedSut):
+    """A SUT that measures its own power with each solve, as the Loihi 2 shim's profiler does:
+    `watts` over the solve, energy `watts` x elapsed (None: the solve reported no power)."""
+
+    name = "profiled"
+
+    def __init__(self, watts: float | None, source: str) -> None:
+        super().__init__(TIMELINE)
+        self.watts = watts
+        self.power_source = source
+
+    def solve(self, timeout_s: float, seed: int) -> SolveResult:
+        result = super().solve(timeout_s, seed)
+        if self.watts is not None:
+            result.power_w, result.energy_j = self.watts, self.watts * result.elapsed_s
+        return result
+
+
+@pytest.mark.parametrize("source", ["loihi-profiler", "loihi-profiler (SIMULATED)"])
+def test_the_sut_s_own_power_and_energy_are_recorded_with_their_source(source: str) -> None:
+    sut = ProfiledSut(1.25, source)
+    meter = open_power_meter(sut.power_source)
+    row = fixed_timeout_point(sut, generate(10, 0.25, 0), 1.0, 0, Target(-44), meter)
+    assert (row["power_w"], row["energy_j"]) == (1.25, 1.25 * 1.0)
+    assert row["power_source"] == source and row["power_status"] == f"measured ({source})"
+    # The TTS energy is that power x the latency (gap 0.1 is reached at 0.01 s: cost -40).
+    assert row["tts"]["0.1"]["energy_j"] == pytest.approx(1.25 * 0.01)
+    QuboPointMeasured(**{k: v for k, v in row.items() if k != "result"})  # an event field each
+
+
+def test_a_profiled_solve_without_power_says_why() -> None:
+    sut = ProfiledSut(None, "loihi-profiler")
+    row = fixed_timeout_point(sut, generate(10, 0.25, 0), 1.0, 0, Target(-44),
+                              open_power_meter(sut.power_source))
+    assert row["power_w"] is None and row["energy_j"] is None
+    assert row["power_status"].startswith("power unavailable: the SUT sent no loihi-profiler")
+
+
+def test_a_meter_s_power_gives_the_energy_over_the_solve_time() -> None:
+    row = fixed_timeout_point(ScriptedSut(TIMELINE), generate(10, 0.25, 0), 0.5, 0, Target(-44),
+                              FixedPower(2.5))
+    assert row["energy_j"] == 2.5 * 0.5 and row["power_source"] == "test"
