@@ -56,7 +56,12 @@ COMMAND_FAILURE = "Command failure"
 
 def encode(message: dict[str, Any]) -> bytes:
     """One message on the wire: compact JSON, UTF-8, ``\\r\\n``."""
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + TERMINATOR
+    try:
+        text = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:  # NaN/inf (not JSON), an int of more than 4300 digits
+        raise ProtocolError(f"otii: message {message.get('cmd')!r} cannot be sent ({exc})",
+                            hint="send finite numbers") from None
+    return text.encode() + TERMINATOR
 
 
 def request(cmd: str, trans_id: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,7 +121,7 @@ def decode(raw: bytes) -> dict[str, Any]:
     """One message without its terminator."""
     try:
         msg = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nested too deep
         raise ProtocolError(f"otii: not JSON: {raw[:60]!r} ({exc})") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ProtocolError(f"otii: a message without a type: {raw[:60]!r}")
@@ -141,7 +146,7 @@ def analog_block(data: Any, who: str = "otii") -> AnalogBlock:
         dt = float(data["interval"])
         # One C-level conversion of the whole list (a non-number fails here, not per sample).
         values = np.asarray(data["values"], dtype=np.float64)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # an int beyond float
         raise ProtocolError(f"{who}: bad analog channel data ({exc})") from None
     if values.ndim != 1 or not (math.isfinite(t0) and math.isfinite(dt) and dt > 0):
         raise ProtocolError(f"{who}: bad analog channel data (timestamp {t0}, interval {dt})")
@@ -158,7 +163,7 @@ def digital_events(data: Any, who: str = "otii") -> tuple[np.ndarray, np.ndarray
     try:  # one entry per input change (a few per timed run), not per sample
         times = np.array([float(e["timestamp"]) for e in entries], dtype=np.float64)
         levels = np.array([bool(e["value"]) for e in entries], dtype=np.uint8)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # an int beyond float
         raise ProtocolError(f"{who}: bad digital channel data ({exc})") from None
     if times.size > 1 and np.any(np.diff(times) < 0):
         raise ProtocolError(f"{who}: digital events out of time order")

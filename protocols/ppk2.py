@@ -88,6 +88,8 @@ def encode(cmd: Cmd, *args: int) -> bytes:
     if len(args) != ARG_BYTES[cmd]:
         raise ProtocolError(f"PPK2 {cmd.name} takes {ARG_BYTES[cmd]} argument bytes, "
                             f"got {len(args)}")
+    if not all(0 <= a <= 0xFF for a in args):
+        raise ProtocolError(f"PPK2 {cmd.name}: argument bytes must be 0..255, got {args}")
     return bytes((int(cmd), *args))
 
 
@@ -246,6 +248,9 @@ class Words:
 
 def split_words(raw: bytes | np.ndarray) -> Words:
     """Fields of whole 4-byte little-endian words (`raw` a multiple of 4 bytes)."""
+    if isinstance(raw, bytes | bytearray | memoryview) and len(raw) % WORD_BYTES:
+        raise ProtocolError(f"PPK2 sample data of {len(raw)} bytes is not whole "
+                            f"{WORD_BYTES}-byte words", hint="cut the stream with WordAssembler")
     w = np.frombuffer(raw, dtype="<u4") if isinstance(raw, bytes | bytearray | memoryview) \
         else np.asarray(raw, dtype=np.uint32)
     return Words(

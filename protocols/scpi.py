@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -80,9 +81,12 @@ class BlockDecoder:
                 raise ProtocolError(
                     f"SCPI block must start with '#', got {bytes(self._buf[:16])!r}"
                 )
-            digit = chr(self._buf[1])
+            # bytes.isdigit is ASCII-only; str.isdigit would pass '²' (0xb2) on to int().
+            digit = bytes(self._buf[1:2])
             if not digit.isdigit():
-                raise ProtocolError(f"SCPI block header '#{digit}' has no digit count")
+                raise ProtocolError(
+                    f"SCPI block header: {bytes(self._buf[:2])!r} is not '#' and a digit count"
+                )
             self._digits = int(digit)
             del self._buf[:2]
         if self._digits == 0:
@@ -175,7 +179,8 @@ class ScpiError:
         return f'{self.code},"{self.text}"'
 
 
-_ERROR_RE = re.compile(r'^\s*([+-]?\d+)\s*,\s*"(.*)"\s*$', re.DOTALL)
+#: The code is bounded: int() refuses more than 4300 digits (SCPI codes have at most 5).
+_ERROR_RE = re.compile(r'^\s*([+-]?\d{1,10})\s*,\s*"(.*)"\s*$', re.DOTALL)
 
 
 def parse_error(reply: str) -> ScpiError:
@@ -269,6 +274,10 @@ def header_matches(header: str, pattern: str) -> bool:
 
 
 _CHANNELS_RE = re.compile(r"^\(@\s*([0-9,:\s]+)\)$")
+_CHANNEL_PART_RE = re.compile(r"([0-9]{1,9})(?::([0-9]{1,9}))?")
+#: Most channels one ``lo:hi`` range of a channel list may name (instruments have at most a few
+#: hundred); a garbled reply must not expand into a huge list.
+MAX_CHANNEL_SPAN = 10_000
 
 
 def channel_list(channels: list[int] | tuple[int, ...] | int) -> str:
@@ -286,8 +295,16 @@ def parse_channel_list(text: str) -> list[int]:
     for part in match.group(1).replace(" ", "").split(","):
         if not part:
             continue
-        lo, _, hi = part.partition(":")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        # Bounded: int() refuses > 4300 digits, and a range must not expand without limit.
+        chans = _CHANNEL_PART_RE.fullmatch("".join(part.split()))
+        if chans is None:
+            raise ProtocolError(f"SCPI channel list {text[:40]!r}: {part[:20]!r} is not a "
+                                "channel or a range lo:hi of channels")
+        lo, hi = int(chans.group(1)), int(chans.group(2) or chans.group(1))
+        if hi - lo >= MAX_CHANNEL_SPAN:
+            raise ProtocolError(f"SCPI channel list {text[:40]!r}: the range {lo}:{hi} spans "
+                                f"more than {MAX_CHANNEL_SPAN} channels")
+        out.extend(range(lo, hi + 1))
     return out
 
 
@@ -301,4 +318,6 @@ def parse_number(text: str) -> float:
 
 def format_number(value: float) -> str:
     """A number the way the drivers send it: shortest exact repr (``0.001``, ``5.12e-06``)."""
+    if not math.isfinite(value):
+        raise ProtocolError(f"SCPI: {value!r} is not a number an instrument can be sent")
     return repr(float(value)) if value != int(value) else str(int(value))

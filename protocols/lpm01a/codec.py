@@ -145,7 +145,7 @@ def encode(command: str) -> bytes:
 
 def format_millivolts(volts: float) -> str:
     """A supply voltage as the board writes it: 1.8 -> ``"1800m"`` (rounded to 1 mV)."""
-    if not math.isfinite(volts) or volts < 0:
+    if not math.isfinite(volts * 1000) or volts < 0:  # 1e306 V is finite, its mV are not
         raise ProtocolError(f"LPM01A: {volts!r} is not a supply voltage")
     return f"{round(volts * 1000)}m"
 
