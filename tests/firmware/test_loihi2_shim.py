@@ -14,6 +14,7 @@ import pytest
 from drivers.dut.client import DutClient, DutError
 from drivers.errors import DeviceTimeout
 from drivers.process import ProcessTransport, group_members
+from protocols.dut.codec import QbestCost, QbestTime, Qimprove, QstateChunk
 
 REPO = Path(__file__).resolve().parents[2]
 LAVA_PYTHON = REPO / ".venv-lava" / "bin" / "python"
@@ -64,7 +65,7 @@ def shim() -> Iterator[DutClient]:
 
 def test_boot_caps_and_identity(shim: DutClient) -> None:
     assert shim.timestamp_mode == "performance"
-    assert shim.negotiate() == frozenset({"bload", "qubo"})
+    assert shim.negotiate() == frozenset({"bload", "qubo", "rcrc"})
     info = shim.identify()
     assert (info.name, info.model) == ("loihi2", "qubo01")
     assert "lava-cpu" in info.vendor
@@ -93,6 +94,10 @@ def test_a_20_node_mis_is_solved_to_its_exact_optimum(shim: DutClient) -> None:
     assert times == sorted(times) and all(0 <= t <= elapsed_us for t in times)
     assert (np.diff(values) < 0).all()  # each improvement is better than the one before
     assert result.improvements[-1] == (result.best_time_us, result.best_cost)
+    # rcrc: every result line of qresult (cost, time, state, timeline) carried its CRC-32
+    kinds = (QbestCost, QbestTime, QstateChunk, Qimprove)
+    lines = [e for e in shim.command("qresult") if isinstance(e, kinds)]
+    assert len(lines) == 3 + len(result.improvements) and all(e.checked for e in lines)
 
 
 def test_bad_commands_are_refused_and_the_shim_keeps_serving(shim: DutClient) -> None:
