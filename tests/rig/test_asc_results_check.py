@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
 from rig.config import load_bench
+from rig.console import summary_table
 from rig.events import Event, InstrumentInfo, Note, SampleClassified, SampleFailed
 from rig.procedures import asc
 from rig.sim.dut import SimDut
@@ -59,6 +61,9 @@ def test_accuracy_pass_says_whether_results_were_crc_checked(tmp_path: Path,
         assert summary["results_check"].startswith("results unchecked")
         assert "results verified" not in checks
         assert asc.RESULTS_UNCHECKED in warnings
+        console = Console(record=True, width=200)
+        console.print(summary_table(summary, title="Summary"))
+        assert "results unchecked" in console.export_text()  # what `rig show` prints
 
 
 def test_failed_samples_are_named_and_left_out_of_the_accuracy() -> None:
@@ -74,5 +79,11 @@ def test_failed_samples_are_named_and_left_out_of_the_accuracy() -> None:
     check = next(c for c in summary["checks"] if c["name"] == "results verified")
     assert check["ok"] is False and "sample 1, sample 4" in check["detail"]
     assert not asc.checks_passed(summary)
+    # `rig show` says it: the results row and the failed samples
+    console = Console(record=True, width=200)
+    console.print(summary_table(summary, title="Summary"))
+    shown = console.export_text()
+    assert "CRC-32 on every result line" in shown
+    assert "Samples failed (result unverified)" in shown and "sample 1, sample 4" in shown
     # a run recorded before the rig knew rcrc (no dut info) gets no results_check at all
     assert "results_check" not in asc.summarize(events[1:], scope="accuracy")
