@@ -207,6 +207,8 @@ class AscProcedure:
                 if self.energy_mode:
                     self._next_window()  # its two edges belong to this sample
                 self.publish(SampleFailed(index=index, label=int(label), reason=exc.message))
+                self.publish(Note(level="warning", text=f"sample {index} failed: "
+                                  f"{exc.message}; it is not counted in the accuracy"))
                 self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
                 continue
             scores = [float(s) for s in t.results]

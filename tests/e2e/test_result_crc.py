@@ -94,8 +94,10 @@ def test_every_sample_is_classified_or_failed_by_name(noisy_run) -> None:
     assert summary["results_check"].startswith("CRC-32")
     check = next(c for c in summary["checks"] if c["name"] == "results verified")
     assert check["ok"] is (not failed)
+    warnings = [e["text"] for e in recorded if e["event"] == "note" and e["level"] == "warning"]
     for index, event in failed.items():
         assert f"sample {index}" in check["detail"]
+        assert any(w.startswith(f"sample {index} failed: ") for w in warnings)
         assert "CRC" in event["reason"]
         assert line.hit[index]  # only a corrupted result fails a sample
     # a run with unverified samples failed its own check (exit 1); nothing measured was lost
