@@ -76,6 +76,8 @@ _ROWS = [
      lambda v: f"{v * 1e6:#.4g} µJ"),
     ("power", "Power", str),
     ("timing", "Timing", str),
+    ("results_check", "Results", str),
+    ("samples_failed", "Samples failed (result unverified)", str),
 ]
 
 #: Rows whose numbers are times from the DUT: marked when its timing is simulated.

@@ -176,6 +176,18 @@ class SampleClassified(Event):
 
 
 @dataclass(frozen=True)
+class SampleFailed(Event):
+    """A test sample went through the DUT but its result could not be verified (a CRC-32
+    mismatch, twice): it is neither right nor wrong, and the run's `results verified` check
+    names it."""
+
+    kind: ClassVar[str] = "sample_failed"
+    index: int = 0
+    label: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class TraceSaved(Event):
     """The energy monitor's raw trace was written into the run folder."""
 

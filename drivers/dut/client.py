@@ -23,6 +23,7 @@ from protocols.dut.codec import (
     CAP_BLOAD,
     CAP_ELAP,
     CAP_QUBO,
+    CAP_RESULT_CRC,
     DEFAULT_HEX_PER_COMMAND,
     TIMESTAMP_MODES,
     BloadDone,
@@ -55,6 +56,7 @@ from protocols.dut.codec import (
     QstateChunk,
     Qsteps,
     Ready,
+    ResultCrcMismatch,
     Results,
     TimestampMode,
     WarmupStart,
@@ -139,6 +141,19 @@ class DownloadError(DeviceError):
         self.offset = offset
 
 
+class ResultError(DeviceError):
+    """A result the DUT sent that failed its CRC-32 (or did not arrive whole), even after the
+    one re-ask: the values are unknown. `command` is what asked for them, `reason` what went
+    wrong the second time.
+    """
+
+    def __init__(self, message: str, *, command: str, reason: str,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.command = command
+        self.reason = reason
+
+
 class _TransferFailed(Exception):
     """One download attempt failed verification (internal: it triggers the one retry)."""
 
@@ -156,6 +171,8 @@ class DutStats:
     downloads: int = 0
     retries: int = 0
     bytes_loaded: int = 0
+    #: Result replies re-asked after a CRC mismatch (rig extension ``rcrc``).
+    result_retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,6 +211,8 @@ class InferResult:
     results: np.ndarray
     #: Other ``m-`` lines of the reply (text after ``m-``), e.g. a Xylo HDK's power rails.
     messages: tuple[str, ...] = ()
+    #: True when the scores came on a line whose CRC-32 matched (``rcrc``).
+    checked: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -389,7 +408,7 @@ class DutClient:
         check_count(InferStart, iterations, "inferences")
         self._one(events, InferDone, text)
         laps = tuple(e.us for e in events if isinstance(e, LapUs))
-        results = self._results(events, text)
+        results, checked = self._verified_results(events, text)
         elapsed: int | None = None
         # Energy-mode firmware offering `elap` prints the laps of its two pulses after the window.
         elap = self.timestamp_mode == "energy" and CAP_ELAP in (self.capabilities or ())
@@ -403,12 +422,20 @@ class DutClient:
                 )
             elapsed = (laps[-1] - laps[0]) & _LAP_MASK
         messages = tuple(e.text for e in events if isinstance(e, Message))
-        return InferResult(iterations, warmup, laps, elapsed, results, messages)
+        return InferResult(iterations, warmup, laps, elapsed, results, messages, checked)
 
     def results(self) -> np.ndarray:
-        """``results%``: the class scores of the last inference."""
+        """``results%``: the class scores of the last inference (CRC-checked with ``rcrc``)."""
         text = cmd_results()
-        return self._results(self.command(text), text)
+        return self._verified_results(self.command(text), text)[0]
+
+    @property
+    def results_checked(self) -> bool:
+        """Whether result lines must carry a matching CRC-32 (the DUT listed ``rcrc``).
+
+        Plain MLPerf Tiny firmware sends results unchecked: a corrupted digit goes unseen.
+        """
+        return CAP_RESULT_CRC in (self.capabilities or ())
 
     def timestamp(self) -> int | None:
         """``timestamp%``: the lap counter in performance mode; None in energy mode (a pulse)."""
@@ -461,6 +488,10 @@ class DutClient:
         text = cmd_qresult()
         self._require_capability(CAP_QUBO, "QUBO commands")
         events = self.command(text)
+        if self.results_checked:
+            n_bytes = None if self._qubo is None else -(-self._qubo[0] // 8)
+            events = self._ask_again_unless(lambda ev: _qresult_problem(ev, n_bytes),
+                                            events, text, text)
         best = self._one(events, QbestCost, text).cost
         best_time = self._one(events, QbestTime, text).us
         raw = bytearray()
@@ -777,9 +808,82 @@ class DutClient:
             hint="is this MLPerf Tiny (EEMBC) benchmark firmware at the right baud rate?",
         )
 
-    def _results(self, events: list[DutEvent], command: str) -> np.ndarray:
+    def _verified_results(
+        self, events: list[DutEvent], command: str
+    ) -> tuple[np.ndarray, bool]:
+        """The scores in a reply and whether their CRC-32 matched.
+
+        With ``rcrc`` only a line whose CRC matched counts; otherwise, or after a mismatch,
+        ``results%`` is asked once more, then `ResultError`. A plain DUT's reply without a
+        result line is a `DeviceError` as before.
+        """
+        mismatch = any(isinstance(e, ResultCrcMismatch) for e in events)
+        if self.results_checked or mismatch:
+            events = self._ask_again_unless(_results_problem, events, command, cmd_results())
         found = self._one(events, Results, command)
-        return np.asarray(found.values, dtype=np.float64)
+        return np.asarray(found.values, dtype=np.float64), found.checked
+
+    def _ask_again_unless(
+        self,
+        problem: Callable[[list[DutEvent]], str | None],
+        events: list[DutEvent],
+        command: str,
+        again: str,
+    ) -> list[DutEvent]:
+        """`events` if `problem` finds none in them; else the reply to `again`, asked once,
+        if that one has none; else `ResultError` naming `command` and both problems."""
+        first = problem(events)
+        if first is None:
+            return events
+        self.stats.result_retries += 1
+        events = self.command(again)
+        second = problem(events)
+        if second is None:
+            return events
+        raise ResultError(
+            f"{self.name}: the result of {command!r} failed verification twice: {first}; "
+            f"then, asked again with {again!r}: {second}",
+            command=command, reason=second,
+            hint="bytes are corrupted on the DUT's line: check the cable, ground and baud rate",
+        )
+
+
+def _crc_problem(events: list[DutEvent], kinds: tuple[type, ...]) -> str | None:
+    """What is wrong with the result lines of `kinds` in a reply that must be CRC-checked."""
+    bad = [e for e in events if isinstance(e, ResultCrcMismatch)]
+    if bad:
+        return (f"CRC mismatch on {bad[0].line[:48]!r} (it carried {bad[0].announced:08x}, "
+                f"its text gives {bad[0].computed:08x})")
+    unchecked = [e for e in events if isinstance(e, kinds) and not e.checked]
+    if unchecked:
+        return f"a {type(unchecked[0]).__name__} line without its CRC"
+    return None
+
+
+def _results_problem(events: list[DutEvent]) -> str | None:
+    """Why a reply holds no CRC-checked class scores, or None when it does."""
+    problem = _crc_problem(events, (Results,))
+    if problem is None and not any(isinstance(e, Results) for e in events):
+        problem = "no intact result line (CRC-checked m-results-[...])"
+    return problem
+
+
+def _qresult_problem(events: list[DutEvent], n_bytes: int | None) -> str | None:
+    """Why a ``qresult`` reply is not a whole, CRC-checked result (a state of `n_bytes`
+    bytes when known), or None when it is."""
+    problem = _crc_problem(events, (QbestCost, QbestTime, QstateChunk, Qimprove))
+    if problem is not None:
+        return problem
+    for kind in (QbestCost, QbestTime):
+        if sum(isinstance(e, kind) for e in events) != 1:
+            return f"not exactly one intact {kind.__name__} line"
+    offsets = [e.offset for e in events if isinstance(e, QstateChunk)]
+    sizes = [len(e.data) for e in events if isinstance(e, QstateChunk)]
+    if not offsets or offsets != list(np.cumsum([0, *sizes[:-1]])):
+        return "state lines lost (m-qstate offsets not contiguous from 0)"
+    if n_bytes is not None and sum(sizes) != n_bytes:
+        return f"a state of {sum(sizes)} bytes, not {n_bytes} (state lines lost)"
+    return None
 
 
 def _value(event: DutEvent | None, field_name: str) -> int | None:

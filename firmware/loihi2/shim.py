@@ -5,7 +5,7 @@ lava-optimization 0.4.0); the rig starts it through `drivers.process.ProcessTran
 imports only the standard library, numpy and Lava: the rig's packages need Python 3.11, so the
 little of the protocol it needs (protocols/dut/SPEC.md) is written out here again.
 
-Commands: name, profile (model qubo01), caps (bload, qubo), db load / db <hex> / db print,
+Commands: name, profile (model qubo01), caps (bload, qubo, rcrc), db load / db <hex> / db print,
 bload, timestamp (performance mode), results, qload, qsolve, qresult. See README.md for how a
 wall-clock timeout becomes algorithm steps and how improvement times are obtained.
 
@@ -42,6 +42,8 @@ INTER_BYTE_TIMEOUT_S = 1.0
 #: How often the shim checks that the rig that started it is still there [s].
 PARENT_POLL_S = 0.2
 QSTATE_BYTES_PER_LINE = 32
+#: Capability rcrc: after `caps`, result lines end with -crc-<CRC-32 of the text before it>.
+RESULT_CRC_MARK = "-crc-"
 LAP_MASK = 0xFFFFFFFF
 
 # -- solver settings -----------------------------------------------------------------------------
@@ -504,6 +506,14 @@ class Shim:
         self.expected = 0
         self.problem: Problem | None = None
         self.result: Result | None = None
+        #: rcrc: result lines carry their CRC-32 once the host has asked `caps`.
+        self.result_crc = False
+
+    def checked(self, line: str) -> str:
+        """A result line, with its CRC-32 once the host has asked `caps` (SPEC.md: rcrc)."""
+        if not self.result_crc:
+            return line
+        return f"{line}{RESULT_CRC_MARK}{zlib.crc32(line.encode('ascii')) & 0xFFFFFFFF:08x}"
 
     def lap_us(self) -> int:
         return (time.perf_counter_ns() - self.boot_ns) // 1000 & LAP_MASK
@@ -534,7 +544,7 @@ class Shim:
         self.port.send(f"m-lap-us-{self.lap_us()}")
 
     def do_results(self, args: list[str]) -> None:
-        self.port.send("m-results-[]")  # no inference model here
+        self.port.send(self.checked("m-results-[]"))  # no inference model here
 
     def do_db(self, args: list[str]) -> None:
         if args[:1] == ["load"]:
@@ -566,9 +576,10 @@ class Shim:
 
     # -- rig extensions -----------------------------------------------------------------------
     def do_caps(self, args: list[str]) -> None:
-        words = "bload,qubo,power" if self.solver.hardware else "bload,qubo"
+        words = "bload,qubo,rcrc,power" if self.solver.hardware else "bload,qubo,rcrc"
         if self.solver.stand_in_w is not None:
             words += ",power,simpower"  # the power is the stand-in's: SIMULATED
+        self.result_crc = True
         self.port.send("m-timestamp-mode-performance", f"m-caps-[{words}]")
 
     def do_bload(self, args: list[str]) -> None:
@@ -640,6 +651,7 @@ class Shim:
         lines += [f"m-qstate-{k}-[{packed[k:k + QSTATE_BYTES_PER_LINE].hex()}]"
                   for k in range(0, len(packed), QSTATE_BYTES_PER_LINE)]
         lines += [f"m-qimprove-{t}-{c}" for t, c in result.improvements]
+        lines = [self.checked(line) for line in lines]  # the result: cost, time, state, timeline
         # The load before the clock, the steps run (SPEC.md).
         lines += [f"m-qload-us-{result.load_us}", f"m-qsteps-{result.steps}"]
         if result.power_w is not None:

@@ -33,7 +33,14 @@ if __package__ in (None, ""):
 from firmware.xylo.nir_graph import load_network
 from firmware.xylo.rockpool_import import XyloUnavailable, find_xylo_audio2_hdk, xylo_audio2
 from firmware.xylo.spec import SpecError, XyloSpec
-from protocols.dut.codec import CAP_BLOAD, CAP_SIMTIME, MAX_COMMAND, payload_crc
+from protocols.dut.codec import (
+    CAP_BLOAD,
+    CAP_RESULT_CRC,
+    CAP_SIMTIME,
+    MAX_COMMAND,
+    payload_crc,
+    result_line_with_crc,
+)
 
 PROFILE = "ULPMark for tinyML Firmware V0.0.1"
 NAME = "xylo"
@@ -266,6 +273,8 @@ class XyloShim:
         #: or by the HDK's measured inf_duration.
         self._xylo_ns = 0
         self._results: np.ndarray | None = None
+        #: rcrc: result lines carry their CRC-32 once the host has asked `caps`.
+        self._result_crc = False
 
     def serve(self) -> int:
         """Boot banner, then one reply per command until stdin ends; the exit code."""
@@ -288,7 +297,9 @@ class XyloShim:
             return [f"m-profile-[{PROFILE}]", f"m-model-[{self.spec.model_id}]"]
         if head == "caps":
             caps = (CAP_BLOAD + (",power" if self.backend.has_power else "")
-                    + (f",{CAP_SIMTIME}" if self.backend.simulated_time else ""))
+                    + (f",{CAP_SIMTIME}" if self.backend.simulated_time else "")
+                    + f",{CAP_RESULT_CRC}")
+            self._result_crc = True
             return ["m-timestamp-mode-performance", f"m-caps-[{caps}]"]
         if head == "bload":
             return self._bload(words[1:])
@@ -297,7 +308,7 @@ class XyloShim:
         if head == "infer":
             return self._infer(words[1:])
         if head == "results":
-            return [_results_line(self._results)]
+            return [self._results_line()]
         if head == "timestamp":
             return [self._lap()]
         if head == "idle":
@@ -380,8 +391,12 @@ class XyloShim:
         lines.append(self._lap())
         lines += _power_lines(samples)
         self._results = class_scores(output)
-        lines += ["m-infer-done", _results_line(self._results)]
+        lines += ["m-infer-done", self._results_line()]
         return lines
+
+    def _results_line(self) -> str:
+        line = _results_line(self._results)
+        return result_line_with_crc(line) if self._result_crc else line
 
     def _idle(self, args: list[str]) -> list[str]:
         """``idle <ms>``: the rails while the configured network gets no input for <ms>."""

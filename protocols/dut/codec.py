@@ -12,6 +12,7 @@ here too; `encode_qubo`/`decode_qubo` build and check the binary graph that ``ql
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import zlib
 from collections.abc import Callable, Iterable
@@ -51,6 +52,12 @@ CAP_POWER = "power"
 #: Capability word of a DUT whose reported power comes from a stand-in, not a measurement (the
 #: Loihi 2 shim's stand-in profiler): the rig labels such power SIMULATED.
 CAP_SIMPOWER = "simpower"
+#: Capability word of CRC-checked result lines: once the host has asked ``caps``, the DUT ends
+#: each result line (``m-results-``, ``m-qbest-cost-``, ``m-qbest-time-us-``, ``m-qstate-``,
+#: ``m-qimprove-``) with ``-crc-<8 hex>``, the CRC-32 (`payload_crc`) of the text before it.
+CAP_RESULT_CRC = "rcrc"
+#: What joins a result line to its CRC-32.
+RESULT_CRC_MARK = "-crc-"
 #: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
 QUBO_HEADER_BYTES = 8
 QUBO_TERM_BYTES = 12
@@ -151,9 +158,11 @@ class LapUs:
 
 @dataclass(frozen=True)
 class Results:
-    """``m-results-[a,b,...]``: the class scores of the last inference."""
+    """``m-results-[a,b,...]``: the class scores of the last inference; `checked` when the
+    line carried a CRC-32 that matched (rig extension ``rcrc``)."""
 
     values: tuple[float, ...]
+    checked: bool = False
 
 
 # -- events of the rig's negotiated extensions ------------------------------------------------
@@ -207,9 +216,10 @@ class QsolveDone:
 
 @dataclass(frozen=True)
 class QbestCost:
-    """``m-qbest-cost-<int>``: the cost of the best state found."""
+    """``m-qbest-cost-<int>``: the cost of the best state found (`checked`: CRC-32 matched)."""
 
     cost: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,6 +227,7 @@ class QbestTime:
     """``m-qbest-time-us-<t>``: when (µs after the solve started) the best state was found."""
 
     us: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +236,7 @@ class QstateChunk:
 
     offset: int
     data: bytes
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,20 @@ class Qimprove:
 
     t_us: int
     cost: int
+    checked: bool = False
+
+
+@dataclass(frozen=True)
+class ResultCrcMismatch:
+    """A result line whose ``-crc-`` suffix does not match its text: corrupted on the line.
+
+    `line` is the text before the suffix as received, `announced` the CRC-32 it carried,
+    `computed` the CRC-32 of `line`. Never taken as a result.
+    """
+
+    line: str
+    announced: int
+    computed: int
 
 
 @dataclass(frozen=True)
@@ -317,6 +343,7 @@ DutEvent = (
     | Qsteps
     | Qenergy
     | Qpower
+    | ResultCrcMismatch
     | DutErrorLine
     | Message
     | Unparsed
@@ -416,6 +443,11 @@ def _check_uint(value: object, what: str, *, low: int = 0, high: int = 0xFFFFFFF
 def payload_crc(data: bytes) -> int:
     """CRC-32/IEEE of `data` (zlib's), the checksum ``bload`` and ``qload`` carry."""
     return zlib.crc32(bytes(data)) & 0xFFFFFFFF
+
+
+def result_line_with_crc(line: str) -> str:
+    """`line` (a result line, ASCII) ended with ``-crc-<8 hex>``, its CRC-32 (``rcrc``)."""
+    return f"{line}{RESULT_CRC_MARK}{payload_crc(line.encode('ascii')):08x}"
 
 
 def cmd_caps() -> str:
@@ -620,8 +652,37 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
 ]
 
 
+#: A result line with its CRC-32 (rig extension ``rcrc``): the kinds it may carry, the suffix.
+_CHECKED_LINE = re.compile(
+    r"(m-(?:results|qbest-cost|qbest-time-us|qstate|qimprove)-.*)"
+    + re.escape(RESULT_CRC_MARK) + r"([0-9a-f]{8})"
+)
+_CHECKED_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove)
+
+
+def _checked_line(m: re.Match[str]) -> DutEvent:
+    """A result line whose CRC matched, marked `checked`; else `ResultCrcMismatch`."""
+    line, announced = m.group(1), int(m.group(2), 16)
+    # Invalid UTF-8 was replaced by U+FFFD: its encoding differs from any byte sent, so a
+    # corrupted line never matches by accident of decoding.
+    computed = payload_crc(line.encode("utf-8"))
+    if computed != announced:
+        return ResultCrcMismatch(line, announced, computed)
+    event = _parse_plain(line)
+    if isinstance(event, _CHECKED_KINDS):
+        return dataclasses.replace(event, checked=True)
+    return event  # intact, but not a result (a Message): nothing to mark
+
+
 def parse_line(line: str) -> DutEvent:
     """The event for one reply line (without its line ending)."""
+    m = _CHECKED_LINE.fullmatch(line)
+    if m is not None:
+        return _checked_line(m)
+    return _parse_plain(line)
+
+
+def _parse_plain(line: str) -> DutEvent:
     for pattern, build in _RULES:
         m = pattern.fullmatch(line)
         if m is not None:

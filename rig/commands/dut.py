@@ -111,4 +111,6 @@ def _infer(client: DutClient, args: argparse.Namespace) -> dict[str, Any]:
         "iterations": result.iterations,
         "elapsed_us": result.elapsed_us,  # None from plain energy-mode firmware
         "results": [float(v) for v in result.results],
+        # True when they came with a matching CRC-32 (rcrc); plain firmware's are unchecked.
+        "results_checked": result.checked,
     }

@@ -6,7 +6,10 @@
   per inference is the median over windows; idle power is measured over a span framed by two
   timestamp pulses while the DUT is configured and ready; dynamic = active - idle; dynamic energy
   per inference = dynamic power x mean execution time.
-- Accuracy: every test sample through the DUT, top-1.
+- Accuracy: every test sample through the DUT, top-1. Firmware offering `rcrc` sends each
+  result with its CRC-32; a sample whose result fails it twice is recorded failed, by name, and
+  fails the `results verified` check (the other samples are kept); plain MLPerf Tiny firmware's
+  results are unchecked and the summary says so.
 - Execution time (ASC.md): mean and standard error over all test samples, each timed by the
   DUT as it went through; a run without test samples (performance or energy only) falls back
   to the timed runs and says so (`execution_time_source`).
@@ -27,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from drivers.dut.client import DutClient
-from protocols.dut.codec import CAP_ELAP, CAP_SIMTIME, Message
+from drivers.dut.client import DutClient, ResultError
+from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
 from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.config import Bench
@@ -44,6 +47,7 @@ from rig.events import (
     PhaseProgress,
     PhaseStarted,
     SampleClassified,
+    SampleFailed,
     TraceSaved,
     WindowMeasured,
 )
@@ -129,6 +133,8 @@ class AscProcedure:
             "capabilities": sorted(capabilities),
             "port": self.bench.dut.port, "baud": self.bench.dut.baud,
         }))
+        if CAP_RESULT_CRC not in capabilities:
+            self.publish(Note(level="warning", text=RESULTS_UNCHECKED))
         test = load_test_set(self.bench)
         self.publish(Note(text=f"test set: {test.description}"
                           + (f"; pre-processing: {test.preprocess_method}"
@@ -193,7 +199,18 @@ class AscProcedure:
                                   description=f"{len(test)} test samples through the DUT"))
         for index, (x, label) in enumerate(zip(test.inputs, test.labels, strict=True)):
             self.dut.load(x)
-            t = self._timed(1, 0)
+            try:
+                t = self._timed(1, 0)
+            except ResultError as exc:
+                # The inference ran, its result is unknown: the sample fails, by name, and
+                # the pass goes on (what was measured stays; the check fails the run).
+                if self.energy_mode:
+                    self._next_window()  # its two edges belong to this sample
+                self.publish(SampleFailed(index=index, label=int(label), reason=exc.message))
+                self.publish(Note(level="warning", text=f"sample {index} failed: "
+                                  f"{exc.message}; it is not counted in the accuracy"))
+                self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
+                continue
             scores = [float(s) for s in t.results]
             if len(scores) != len(CLASSES):
                 raise MeasurementFailed(
@@ -326,6 +343,11 @@ FROM_TEST_SET, FROM_TIMED_RUNS = "test_set", "timed_runs"
 #: `timing` of a DUT whose lap counter is a simulator's time base (caps word `simtime`).
 SIMULATED_XYLO_TIMING = "simulated: XyloSim timesteps x dt, not a measured execution time"
 SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured execution time"
+#: `results_check`: how the results the DUT sent were verified (caps word `rcrc`) or not.
+RESULTS_CRC = "CRC-32 on every result line (rcrc): a corrupted result is asked again once, " \
+    "then its sample fails"
+RESULTS_UNCHECKED = ("results unchecked: the firmware does not offer rcrc (plain MLPerf Tiny), "
+                     "so a result corrupted on the line would be taken as sent")
 #: `timing` of a Xylo HDK: its lap counter adds up samna's `inf_duration` per evolve.
 HDK_TIMING = ("measured: samna's inf_duration per evolve on the Xylo HDK (the host clock "
               "around the board's accelerated-time run, USB readout included)")
@@ -343,6 +365,7 @@ def summarize(
     windows = [e for e in events if isinstance(e, WindowMeasured)]
     idles = [e for e in events if isinstance(e, IdleMeasured)]
     samples = [e for e in events if isinstance(e, SampleClassified)]
+    failed = [e for e in events if isinstance(e, SampleFailed)]
     traces = [e for e in events if isinstance(e, TraceSaved)]
     out: dict[str, Any] = {}
     checks: list[dict[str, Any]] = []
@@ -380,6 +403,7 @@ def summarize(
                     "preprocess_time_samples": len(pre),
                     "preprocess_note": AFE_POWER_NOTE}
     out |= _execution_time(runs, samples, scope)
+    out |= _results_check(events, failed, checks)
 
     if idles:
         out["idle_power_w"] = float(np.mean([i.power_w for i in idles]))
@@ -470,6 +494,27 @@ def execution_time_source_text(summary: dict[str, Any]) -> str:
     if source == FROM_TIMED_RUNS:
         return f"{summary.get('execution_time_runs')} timed runs: the run has no test samples"
     return "timed runs"  # a summary stored before the rig named the source
+
+
+def _results_check(events: list[Event], failed: list[SampleFailed],
+                   checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """`results_check` (CRC-32 or unchecked) and, where samples went through the DUT with
+    `rcrc`, the `results verified` check naming every sample whose result failed it."""
+    info = next((e.info for e in events if isinstance(e, InstrumentInfo) and e.role == "dut"),
+                None)
+    if info is None:
+        return {}
+    checked = CAP_RESULT_CRC in (info.get("capabilities") or [])
+    out: dict[str, Any] = {"results_check": RESULTS_CRC if checked else RESULTS_UNCHECKED}
+    if failed:
+        names = ", ".join(f"sample {f.index}" for f in failed)
+        out["samples_failed"] = len(failed)
+        checks.append(_check("results verified", False,
+                             f"{len(failed)} result(s) failed their CRC-32 twice, not counted "
+                             f"in the accuracy: {names}"))
+    elif checked and any(isinstance(e, SampleClassified) for e in events):
+        checks.append(_check("results verified", True, "every result's CRC-32 matched"))
+    return out
 
 
 def _timing(events: list[Event], bench: dict[str, Any]) -> str | None:

@@ -11,7 +11,8 @@ whatever it was doing.
 With `extensions` (the default) it also speaks the rig's negotiated extensions that a DUT shim
 implements: ``caps``, the binary ``bload`` download (raw bytes on the same pty after its
 ready line, CRC-32 checked, inter-byte timeout) and, in energy mode, ``elap`` (``infer`` prints
-the lap counter of both pulses once the window has closed). Without, it is plain MLPerf Tiny
+the lap counter of both pulses once the window has closed) and ``rcrc`` (after ``caps``, result
+lines end with their CRC-32, as the C shim's do). Without, it is plain MLPerf Tiny
 firmware that answers ``caps`` with ``e-[Unknown command: caps]``.
 """
 
@@ -27,7 +28,15 @@ from typing import Protocol
 
 import numpy as np
 
-from protocols.dut.codec import CAP_BLOAD, CAP_ELAP, MAX_COMMAND, TIMESTAMP_MODES, payload_crc
+from protocols.dut.codec import (
+    CAP_BLOAD,
+    CAP_ELAP,
+    CAP_RESULT_CRC,
+    MAX_COMMAND,
+    TIMESTAMP_MODES,
+    payload_crc,
+    result_line_with_crc,
+)
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -132,6 +141,8 @@ class SimDut:
         self._pos = 0
         self._results: np.ndarray | None = None
         self._rx: _BinaryReceive | None = None
+        #: rcrc: result lines carry their CRC-32 once the host has asked `caps`.
+        self._result_crc = False
 
     def _run(self) -> None:
         world = self.world
@@ -207,7 +218,9 @@ class SimDut:
         words = text.split()
         head = words[0] if words else ""
         if head == "caps" and self.extensions:
-            caps = f"{CAP_BLOAD},{CAP_ELAP}" if self.timestamp_mode == "energy" else CAP_BLOAD
+            caps = f"{CAP_BLOAD},{CAP_RESULT_CRC}"
+            caps += f",{CAP_ELAP}" if self.timestamp_mode == "energy" else ""
+            self._result_crc = True
             self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{caps}]")
         elif head == "bload" and self.extensions:
             return self._bload(text[len("bload") :].strip(), gen)
@@ -220,7 +233,7 @@ class SimDut:
         elif head == "infer":
             return self._infer(words[1:], gen)
         elif head == "results":
-            self._say(gen, _results_line(self._results))
+            self._say(gen, self._results_line(self._results))
         elif head == "timestamp":
             self._timestamp(gen)
         else:
@@ -329,8 +342,12 @@ class SimDut:
         if not energy:
             self._say(gen, f"m-lap-us-{world.dut_micros(t2)}")
         self._results = scores
-        self._say(gen, "m-infer-done", _results_line(scores))
+        self._say(gen, "m-infer-done", self._results_line(scores))
         return True
+
+    def _results_line(self, scores: np.ndarray | None) -> str:
+        line = _results_line(scores)
+        return result_line_with_crc(line) if self._result_crc else line
 
     def _timestamp(self, gen: int) -> None:
         world = self.world

@@ -67,7 +67,7 @@ def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
     emon = manifest["instruments"]["emon"]
     assert emon["simulated"] is True and emon["version"].endswith("-sim")
     dut = manifest["instruments"]["dut"]
-    assert dut["timestamp_mode"] == "energy" and dut["capabilities"] == ["bload", "elap"]
+    assert dut["timestamp_mode"] == "energy" and dut["capabilities"] == ["bload", "elap", "rcrc"]
     assert dut["model"] == "asc01"
     # gcc is on every machine this suite runs on: the real C firmware was the DUT.
     assert manifest["instruments"]["virtual_bench"]["dut"].startswith("c-shim")

@@ -64,7 +64,7 @@ def test_info_json_takes_the_mode_from_caps(make_dut, capsys) -> None:
     out = rig_json(capsys, "dut", "--port", dut.path, "info", "--json", "--boot-wait", "0.05")
     assert out == {
         "name": "dut", "vendor": VENDOR, "profile": "ULPMark for tinyML Firmware V0.0.1",
-        "model": "asc01", "timestamp_mode": "performance", "capabilities": ["bload"],
+        "model": "asc01", "timestamp_mode": "performance", "capabilities": ["bload", "rcrc"],
     }
 
 
@@ -91,7 +91,7 @@ def test_info_human_output(make_dut, capsys) -> None:
     dut = make_dut()
     assert main(["dut", "--port", dut.path, "info", "--boot-wait", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "timestamp_mode  energy" in lines and "capabilities    bload, elap" in lines
+    assert "timestamp_mode  energy" in lines and "capabilities    bload, elap, rcrc" in lines
 
 
 @pytest.mark.parametrize(("extensions", "method"), [(True, "binary"), (False, "hex")])
@@ -104,7 +104,9 @@ def test_load_then_infer(make_dut, capsys, tmp_path: Path, extensions: bool, met
     assert out == {"bytes": INPUT_SIZE, "method": method, "verified": True, "attempts": 1}
     out = rig_json(capsys, "dut", "--port", dut.path, "infer", "5", "--warmup", "2", "--json")
     # 5 inferences of 12.5 ms of simulated time, timed by the DUT's own µs timer.
-    assert out == {"iterations": 5, "elapsed_us": 62_500, "results": [0.12, 0.34, 0.56]}
+    # Firmware with the rig's extensions sends its results with a CRC-32 (rcrc).
+    assert out == {"iterations": 5, "elapsed_us": 62_500, "results": [0.12, 0.34, 0.56],
+                   "results_checked": extensions}
 
 
 @pytest.mark.parametrize(("extensions", "elapsed_us"), [(True, 12_500), (False, None)])
@@ -112,7 +114,8 @@ def test_infer_in_energy_mode_is_dut_timed_only_with_elap(make_dut, capsys, exte
                                                           elapsed_us: int | None) -> None:
     dut = make_dut("energy", extensions=extensions)
     out = rig_json(capsys, "dut", "--port", dut.path, "infer", "1", "--json")
-    assert out == {"iterations": 1, "elapsed_us": elapsed_us, "results": [0.0, 0.0, 0.0]}
+    assert out == {"iterations": 1, "elapsed_us": elapsed_us, "results": [0.0, 0.0, 0.0],
+                   "results_checked": extensions}
     assert len(dut.world.falling_edges_between(0, 2**62)) == 2
 
 

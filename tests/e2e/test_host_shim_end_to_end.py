@@ -51,7 +51,8 @@ def test_direct_binary_download_and_infer(binary, audio, mode) -> None:
     world, dut, client = booted(binary, mode)
     try:
         # Energy-mode firmware also offers `elap`: its lap counter around the window.
-        assert client.negotiate() == ({"bload"} if mode == "performance" else {"bload", "elap"})
+        assert client.negotiate() == ({"bload", "rcrc"} if mode == "performance"
+                                     else {"bload", "rcrc", "elap"})
         info = client.identify()
         assert (info.model, info.vendor) == ("asc01", "neurobench-rig host shim")
         loaded = client.load(audio)
@@ -113,7 +114,7 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         world.power(True)
         assert client.wait_for_boot(10.0) == "energy"
         # The DUT could download binary, the path cannot:
-        assert client.negotiate() == frozenset({"bload", "elap"})
+        assert client.negotiate() == frozenset({"bload", "rcrc", "elap"})
         loaded = client.load(audio)
         assert loaded.method == "hex"  # so the client used hex, 26 bytes a command
         edges_before = len(world.falling_edges_between(0, 2**62))
@@ -122,6 +123,9 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         edges = world.falling_edges_between(0, 2**62)[edges_before:]
         assert len(edges) == 2 and edges[1] - edges[0] == round(8 * T * NS)
         assert result.elapsed_us == round(8 * T * 1e6)  # elap lines pass through it too
+        # The result line's CRC-32 (rcrc) still verifies after the "[dut]: " relay.
+        assert result.checked and client.stats.result_retries == 0
+        np.testing.assert_array_equal(client.results(), result.results)
     finally:
         world.power(False)
         client.close()

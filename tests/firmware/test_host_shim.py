@@ -145,11 +145,11 @@ def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     )
     # Energy mode adds `elap`: infer prints its lap counter once the window has closed.
     assert shim.exchange(b"caps%") == (
-        b"m-timestamp-mode-energy\r\nm-caps-[bload,elap]\r\nm-ready\r\n"
+        b"m-timestamp-mode-energy\r\nm-caps-[bload,rcrc,elap]\r\nm-ready\r\n"
     )
     performance = start_shim("performance")
     assert performance.exchange(b"caps%") == (
-        b"m-timestamp-mode-performance\r\nm-caps-[bload]\r\nm-ready\r\n"
+        b"m-timestamp-mode-performance\r\nm-caps-[bload,rcrc]\r\nm-ready\r\n"
     )
     info = shim.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", VENDOR, "asc01")
@@ -243,6 +243,22 @@ def test_infer_in_performance_mode_standalone(start_shim) -> None:
     result = shim.client.infer(3, 0)
     assert len(result.lap_us) == 2 and result.elapsed_us is not None
     np.testing.assert_array_equal(result.results, scores)
+
+
+def test_result_lines_carry_their_crc_once_caps_was_asked(start_shim) -> None:
+    shim = start_shim("performance")
+    empty = shim.exchange(b"results%").decode().split("\r\n")[0]
+    assert empty == "m-results-[]"  # the reference runner never asks caps: plain lines
+    bload_ok(shim, audio_input(1))
+    plain = shim.exchange(b"infer 1 0%").decode().split("\r\n")[6]
+    assert re.fullmatch(r"m-results-\[\d\.\d{3}(,\d\.\d{3}){3}\]", plain)
+    shim.exchange(b"caps%")
+    # rcrc: the CRC-32 (zlib's, as bload's) of the line's text before "-crc-"
+    checked = f"{plain}-crc-{zlib.crc32(plain.encode()):08x}"
+    assert shim.exchange(b"results%") == (checked + "\r\nm-ready\r\n").encode()
+    assert shim.exchange(b"infer 1 0%").decode().split("\r\n")[6] == checked
+    assert shim.client.negotiate() == {"bload", "rcrc"}
+    assert shim.client.infer(1, 0).checked
 
 
 def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:

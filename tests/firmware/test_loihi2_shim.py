@@ -15,6 +15,7 @@ import pytest
 from drivers.dut.client import DutClient, DutError
 from drivers.errors import DeviceTimeout
 from drivers.process import ProcessTransport, group_members
+from protocols.dut.codec import QbestCost, QbestTime, Qimprove, QstateChunk
 
 REPO = Path(__file__).resolve().parents[2]
 LAVA_PYTHON = REPO / ".venv-lava" / "bin" / "python"
@@ -69,7 +70,7 @@ def shim() -> Iterator[DutClient]:
 
 def test_boot_caps_and_identity(shim: DutClient) -> None:
     assert shim.timestamp_mode == "performance"
-    assert shim.negotiate() == frozenset({"bload", "qubo"})
+    assert shim.negotiate() == frozenset({"bload", "qubo", "rcrc"})
     info = shim.identify()
     assert (info.name, info.model) == ("loihi2", "qubo01")
     assert "lava-cpu" in info.vendor
@@ -101,6 +102,10 @@ def test_a_20_node_mis_is_solved_to_its_exact_optimum(shim: DutClient) -> None:
     # Lava's CPU backend has no profiler: no power, no energy (never a zero).
     assert result.power_uw is None and result.energy_uj is None
     assert result.steps is not None and result.steps > 0 and result.load_us is not None
+    # rcrc: every result line of qresult (cost, time, state, timeline) carried its CRC-32
+    kinds = (QbestCost, QbestTime, QstateChunk, Qimprove)
+    lines = [e for e in shim.command("qresult") if isinstance(e, kinds)]
+    assert len(lines) == 3 + len(result.improvements) and all(e.checked for e in lines)
 
 
 def test_bad_commands_are_refused_and_the_shim_keeps_serving(shim: DutClient) -> None:
@@ -130,7 +135,7 @@ def test_the_stand_in_profiler_reports_its_power_and_says_it_is_simulated() -> N
     1.25 W and its energy 1.25 W x the elapsed time of `m-qsolve-done-` (the DUT's timer)."""
     client = open_shim(RIG_LOIHI2_STAND_IN_PROFILER_W=str(STAND_IN_W))
     try:
-        assert client.negotiate() == frozenset({"bload", "qubo", "power", "simpower"})
+        assert client.negotiate() == frozenset({"bload", "qubo", "rcrc", "power", "simpower"})
         assert "SIMULATED" in client.identify().vendor
         graph = nx.gnm_random_graph(NODES, EDGES, seed=GRAPH_SEED)
         edges = np.array(sorted(graph.edges), dtype=np.int64)

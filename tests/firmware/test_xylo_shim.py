@@ -223,7 +223,7 @@ def test_shim_scores_equal_direct_xylosim(
 ) -> None:
     assert client.timestamp_mode == "performance"
     # XyloSim's lap counter is its time base, not a measured time: `simtime` says so.
-    assert client.negotiate() == frozenset({"bload", "simtime"})
+    assert client.negotiate() == frozenset({"bload", "simtime", "rcrc"})
     info = client.identify()
     assert (info.name, info.model) == ("xylo", "xylo-test01")
     assert client.load(encode_raster(raster)).method == "binary"

@@ -18,6 +18,7 @@ from firmware.xylo.shim import (
     encode_raster,
     hdk_duration,
 )
+from protocols.dut.codec import Results, parse_line
 
 #: What the shim needs of a spec: sizes, dt, the model id.
 SPEC = SimpleNamespace(n_input=16, n_output=4, dt=0.01, model_id="xylo-fake01")
@@ -65,7 +66,10 @@ def test_hdk_laps_add_up_the_measured_inf_durations() -> None:
     first, last = laps(lines)
     assert first == 200_000 and last - first == 37_500
     assert fake.resets == 4 and "m-infer-done" in lines
-    assert shim.execute("caps") == ["m-timestamp-mode-performance", "m-caps-[bload,power]"]
+    assert shim.execute("caps") == ["m-timestamp-mode-performance", "m-caps-[bload,power,rcrc]"]
+    # rcrc: after caps the result line carries its CRC-32
+    checked = parse_line(shim.execute("results")[0])
+    assert isinstance(checked, Results) and checked.checked and len(checked.values) > 0
 
 
 def test_an_evolve_without_inf_duration_refuses_the_infer() -> None:

@@ -23,6 +23,7 @@ from protocols.dut.codec import (
     InferStart,
     Name,
     Ready,
+    Results,
     TimestampMode,
     WarmupStart,
 )
@@ -112,14 +113,25 @@ def converse(bench: Bench, *writes: bytes) -> list:
 
 def test_caps_reply_has_the_mode_and_the_capability_words(make_bench) -> None:
     assert converse(make_bench("performance"), b"caps%") == [
-        TimestampMode("performance"), Capabilities(("bload",)), Ready()
+        TimestampMode("performance"), Capabilities(("bload", "rcrc")), Ready()
     ]
     assert converse(make_bench("energy"), b"caps%") == [
-        TimestampMode("energy"), Capabilities(("bload", "elap")), Ready()
+        TimestampMode("energy"), Capabilities(("bload", "rcrc", "elap")), Ready()
     ]
     assert converse(make_bench(extensions=False), b"caps%") == [
         DutErrorLine("Unknown command: caps"), Ready()
     ]
+
+
+def test_result_lines_carry_their_crc_once_caps_was_asked(make_bench) -> None:
+    bench = make_bench("performance")
+    assert converse(bench, b"results%") == [Results(()), Ready()]  # plain until `caps`
+    converse(bench, b"caps%")
+    bench.client._transport.write(b"results%")
+    raw = bench.client._transport.read_until(time.monotonic() + 5.0,
+                                             lambda buf: buf.endswith(b"m-ready\r\n"))
+    assert raw == b"m-results-[]-crc-%08x\r\nm-ready\r\n" % zlib.crc32(b"m-results-[]")
+    assert converse(bench, b"results%") == [Results((), checked=True), Ready()]
 
 
 def test_bload_exchange_exactly_per_spec(make_bench) -> None:

@@ -36,10 +36,21 @@ static uint32_t g_pulse_lap[2];
 static float g_scores[ASC_MODEL_CLASSES];
 static int g_have_scores;
 
+/* Capability rcrc: once the host has asked `caps`, result lines end with -crc-<8 hex>, the
+ * CRC-32 of the text before it. Off after reset, so the reference runner sees plain lines. */
+static int g_result_crc;
+/* While a result line is written: 1, and `put` adds what it writes to `g_line_crc`. */
+static int g_line_crc_on;
+static uint32_t g_line_crc;
+
 /* -- output --------------------------------------------------------------------------------- */
 static void put(const char *s)
 {
-    port_write(s, strlen(s));
+    size_t n = strlen(s);
+    if (g_line_crc_on) {
+        g_line_crc = crc32_update(g_line_crc, (const uint8_t *)s, n);
+    }
+    port_write(s, n);
 }
 
 static void end_line(void)
@@ -124,6 +135,8 @@ static void put_score(float score)
 
 static void put_results(void)
 {
+    g_line_crc = 0u;
+    g_line_crc_on = 1;
     put("m-results-[");
     if (g_have_scores) {
         int c;
@@ -134,7 +147,13 @@ static void put_results(void)
             put_score(g_scores[c]);
         }
     }
-    put_line("]");
+    put("]");
+    g_line_crc_on = 0;
+    if (g_result_crc) {
+        put("-crc-");
+        put_hex8(g_line_crc);
+    }
+    end_line();
 }
 
 static void put_error(const char *text)
@@ -449,6 +468,7 @@ static void cmd_timestamp(void)
 
 static void cmd_caps(void)
 {
+    g_result_crc = 1;
     put("m-timestamp-mode-");
     put_line(mode_name());
     put_line(g_cfg.mode == DUT_MODE_ENERGY ? "m-caps-[" DUT_CAPABILITIES "," DUT_CAP_ELAP "]"
@@ -597,6 +617,8 @@ void dut_init(const dut_config *cfg)
     g_cmd_len = 0;
     g_expected = g_pos = 0;
     g_have_scores = 0;
+    g_result_crc = 0;
+    g_line_crc_on = 0;
     memset(g_input, 0, sizeof g_input);
     put("m-timestamp-mode-");
     put_line(mode_name());
