@@ -22,6 +22,7 @@ from drivers.errors import DeviceError, DeviceTimeout, DutError
 from protocols.dut.codec import (
     CAP_BLOAD,
     CAP_ELAP,
+    CAP_POWER,
     CAP_QUBO,
     CAP_RESULT_CRC,
     DEFAULT_HEX_PER_COMMAND,
@@ -490,7 +491,8 @@ class DutClient:
         events = self.command(text)
         if self.results_checked:
             n_bytes = None if self._qubo is None else -(-self._qubo[0] // 8)
-            events = self._ask_again_unless(lambda ev: _qresult_problem(ev, n_bytes),
+            power = CAP_POWER in (self.capabilities or ())
+            events = self._ask_again_unless(lambda ev: _qresult_problem(ev, n_bytes, power),
                                             events, text, text)
         best = self._one(events, QbestCost, text).cost
         best_time = self._one(events, QbestTime, text).us
@@ -868,13 +870,17 @@ def _results_problem(events: list[DutEvent]) -> str | None:
     return problem
 
 
-def _qresult_problem(events: list[DutEvent], n_bytes: int | None) -> str | None:
+def _qresult_problem(events: list[DutEvent], n_bytes: int | None,
+                     power: bool = False) -> str | None:
     """Why a ``qresult`` reply is not a whole, CRC-checked result (a state of `n_bytes`
-    bytes when known), or None when it is."""
-    problem = _crc_problem(events, (QbestCost, QbestTime, QstateChunk, Qimprove))
+    bytes when known; with `power`, the DUT's power and energy lines too), or None when it is."""
+    problem = _crc_problem(events, (QbestCost, QbestTime, QstateChunk, Qimprove, QloadUs,
+                                    Qsteps, Qenergy, Qpower))
     if problem is not None:
         return problem
-    for kind in (QbestCost, QbestTime):
+    # A power line corrupted in its prefix would be a plain message: lost, not wrong. A DUT
+    # that measures its power (caps `power`) sends both lines with every result.
+    for kind in (QbestCost, QbestTime, *((Qenergy, Qpower) if power else ())):
         if sum(isinstance(e, kind) for e in events) != 1:
             return f"not exactly one intact {kind.__name__} line"
     offsets = [e.offset for e in events if isinstance(e, QstateChunk)]

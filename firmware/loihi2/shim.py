@@ -651,7 +651,6 @@ class Shim:
         lines += [f"m-qstate-{k}-[{packed[k:k + QSTATE_BYTES_PER_LINE].hex()}]"
                   for k in range(0, len(packed), QSTATE_BYTES_PER_LINE)]
         lines += [f"m-qimprove-{t}-{c}" for t, c in result.improvements]
-        lines = [self.checked(line) for line in lines]  # the result: cost, time, state, timeline
         # The load before the clock, the steps run (SPEC.md).
         lines += [f"m-qload-us-{result.load_us}", f"m-qsteps-{result.steps}"]
         if result.power_w is not None:
@@ -660,7 +659,8 @@ class Shim:
             energy_uj = result.power_w * result.elapsed_us
             lines += [f"m-qenergy-uj-{round(energy_uj)}",
                       f"m-qpower-uw-{round(result.power_w * 1e6)}"]
-        self.port.send(*lines)
+        # rcrc: every line of the result (cost, time, state, timeline, load, steps, power).
+        self.port.send(*[self.checked(line) for line in lines])
 
 
 def exit_with_parent(parent: int, poll_s: float = PARENT_POLL_S) -> threading.Thread:

@@ -54,7 +54,8 @@ CAP_POWER = "power"
 CAP_SIMPOWER = "simpower"
 #: Capability word of CRC-checked result lines: once the host has asked ``caps``, the DUT ends
 #: each result line (``m-results-``, ``m-qbest-cost-``, ``m-qbest-time-us-``, ``m-qstate-``,
-#: ``m-qimprove-``) with ``-crc-<8 hex>``, the CRC-32 (`payload_crc`) of the text before it.
+#: ``m-qimprove-``, and ``qresult``'s ``m-qload-us-``, ``m-qsteps-``, ``m-qenergy-uj-``,
+#: ``m-qpower-uw-``) with ``-crc-<8 hex>``, the CRC-32 (`payload_crc`) of the text before it.
 CAP_RESULT_CRC = "rcrc"
 #: What joins a result line to its CRC-32.
 RESULT_CRC_MARK = "-crc-"
@@ -267,6 +268,7 @@ class QloadUs:
     in µs by the DUT's timer."""
 
     us: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,7 @@ class Qsteps:
     """``m-qsteps-<n>``: algorithm steps the solve ran (the load's steps included)."""
 
     n: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,6 +284,7 @@ class Qenergy:
     """``m-qenergy-uj-<n>``: energy of the solve in µJ (its average power x elapsed time)."""
 
     uj: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,7 @@ class Qpower:
     """``m-qpower-uw-<n>``: the DUT's own average power over the solve in µW (its profiler)."""
 
     uw: int
+    checked: bool = False
 
 
 # -- generic lines ----------------------------------------------------------------------------
@@ -654,10 +659,12 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
 
 #: A result line with its CRC-32 (rig extension ``rcrc``): the kinds it may carry, the suffix.
 _CHECKED_LINE = re.compile(
-    r"(m-(?:results|qbest-cost|qbest-time-us|qstate|qimprove)-.*)"
+    r"(m-(?:results|qbest-cost|qbest-time-us|qstate|qimprove|qload-us|qsteps|qenergy-uj"
+    r"|qpower-uw)-.*)"
     + re.escape(RESULT_CRC_MARK) + r"([0-9a-f]{8})"
 )
-_CHECKED_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove)
+_CHECKED_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove, QloadUs, Qsteps,
+                  Qenergy, Qpower)
 
 
 def _checked_line(m: re.Match[str]) -> DutEvent:

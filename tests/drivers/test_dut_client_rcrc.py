@@ -161,3 +161,31 @@ def test_a_qubo_dut_without_rcrc_is_driven_as_before() -> None:
     client.qubo_load(5, QUBO_TERMS)
     assert client.qubo_result().best_cost == -3
     assert transport.done()
+
+
+CAPS_QUBO_POWER_RCRC = (
+    b"caps%", b"m-timestamp-mode-performance\r\nm-caps-[bload,qubo,rcrc,power]\r\nm-ready\r\n")
+POWER_LINES = b"m-qload-us-215301\r\nm-qsteps-66\r\nm-qenergy-uj-62500\r\nm-qpower-uw-1250000\r\n"
+QRESULT_POWER = QRESULT.replace(b"m-ready\r\n", POWER_LINES + b"m-ready\r\n")
+
+
+@pytest.mark.parametrize("first", [
+    checked_qresult(QRESULT_POWER).replace(b"m-qpower-uw-1250000-", b"m-qpower-uw-1750000-"),
+    checked_qresult(QRESULT_POWER).replace(b"m-qenergy-uj-62500-", b"m-qenergy-uj-92500-"),
+    checked_qresult(QRESULT_POWER).replace(b"m-qsteps-66-", b"m-qsteps-67-"),
+    # a power line whose prefix was hit is a plain message: lost, and a power DUT must send it
+    checked_qresult(QRESULT_POWER).replace(b"m-qpower-uw-", b"m-qpowe\xf2-uw-"),
+    QRESULT_POWER,  # lines without their CRC
+])
+def test_the_dut_s_power_and_steps_are_checked_results_too(first: bytes) -> None:
+    """A Loihi 2 solve's own power and energy are results the rig records: a corrupted or lost
+    line is asked again, never taken."""
+    client, transport = booted([
+        CAPS_QUBO_POWER_RCRC, *qload(), (b"qresult%", first),
+        (b"qresult%", checked_qresult(QRESULT_POWER)),
+    ], banner=BANNER_PERF)
+    client.qubo_load(5, QUBO_TERMS)
+    result = client.qubo_result()
+    assert (result.load_us, result.steps, result.energy_uj, result.power_uw) == (
+        215301, 66, 62500, 1250000)
+    assert client.stats.result_retries == 1 and transport.done()

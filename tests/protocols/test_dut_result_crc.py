@@ -19,8 +19,12 @@ from protocols.dut.codec import (
     Message,
     QbestCost,
     QbestTime,
+    Qenergy,
     Qimprove,
+    QloadUs,
+    Qpower,
     QstateChunk,
+    Qsteps,
     ResultCrcMismatch,
     Results,
     parse_line,
@@ -28,7 +32,8 @@ from protocols.dut.codec import (
 )
 
 SCORES = "m-results-[0.012,0.980,0.008,0.000]"
-RESULT_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove)
+RESULT_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove, QloadUs, Qsteps, Qenergy,
+                Qpower)
 
 
 def test_a_result_line_with_its_crc_is_a_checked_result() -> None:
@@ -46,6 +51,10 @@ def test_a_result_line_with_its_crc_is_a_checked_result() -> None:
     ("m-qbest-time-us-420", QbestTime(420, checked=True)),
     ("m-qstate-32-[15ff]", QstateChunk(32, b"\x15\xff", checked=True)),
     ("m-qimprove-10--1", Qimprove(10, -1, checked=True)),
+    ("m-qload-us-215301", QloadUs(215301, checked=True)),
+    ("m-qsteps-66", Qsteps(66, checked=True)),
+    ("m-qenergy-uj-62500", Qenergy(62500, checked=True)),
+    ("m-qpower-uw-1250000", Qpower(1250000, checked=True)),
 ])
 def test_qubo_result_lines_are_checked_too(plain: str, event: object) -> None:
     assert parse_line(result_line_with_crc(plain)) == event
@@ -105,7 +114,8 @@ def _seeded_corruptions(line: str, n: int, seed: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("plain", [SCORES, "m-qbest-cost--42", "m-qstate-0-[15ff07]",
-                                   "m-qimprove-95--2", "m-qbest-time-us-420"])
+                                   "m-qimprove-95--2", "m-qbest-time-us-420",
+                                   "m-qpower-uw-1250000", "m-qenergy-uj-62500"])
 def test_no_corruption_of_a_checked_line_is_taken_as_a_result(plain: str) -> None:
     truth = parse_line(result_line_with_crc(plain))
     unchecked = parse_line(plain)
