@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
+from drivers.dut.qemu import QemuBoard
 from drivers.emon import check_current_range, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
@@ -108,6 +109,7 @@ def measure_asc(
         bus.subscribe(sub)
     bus.publish(RunStarted(
         run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
+        emulated=bench.emulated,
         manifest={"bench": bench.snapshot(), "run_folder": store.path.name, "scope": scope},
     ))
     if space_warning:
@@ -151,6 +153,8 @@ def measure_asc(
             ))
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
         summary["simulated"] = bench.simulated
+        if bench.emulated:
+            summary["emulated"] = bench.emulated
         if status == "complete" and not asc.checks_passed(summary):
             status = "failed-checks"
         bus.publish(RunFinished(status=status, summary=summary,
@@ -234,6 +238,8 @@ class BenchParts:
         self.emon: EnergyMonitor | None = None
         self.recorder: EmonRecorder | None = None
         self.acquiring = False
+        #: The emulator running the DUT firmware (a `[qemu]` bench), ended by its pid.
+        self.qemu: QemuBoard | None = None
 
     def shutdown(self) -> list[str]:
         """Power the DUT off first, then stop and close everything; never raises."""
@@ -250,6 +256,8 @@ class BenchParts:
             steps.append(("finish the trace file", self.recorder.close))
         if self.vbench is not None:
             steps.append(("stop the virtual bench", self.vbench.close))
+        if self.qemu is not None:
+            steps.append(("stop QEMU", self.qemu.close))
         for what, step in steps:
             try:
                 step()
@@ -295,6 +303,15 @@ def connect_bench(
     if bench.dut.kind == "xylo":
         _connect_xylo(bench, parts, bus, checkpoint)
         return
+    if bench.qemu is not None:
+        q = bench.qemu
+        parts.qemu = QemuBoard(q.firmware, machine=q.machine, icount_shift=q.icount_shift)
+        dut_port = parts.qemu.port
+        bus.publish(Note(text=f"QEMU {q.machine} (pid {parts.qemu.pid}) runs {q.firmware}; "
+                              f"its UART is {dut_port}: every time is {bench.emulated}"))
+        bus.publish(InstrumentInfo(role="emulator", info={
+            "emulator": "qemu-system-arm", "machine": q.machine, "firmware": q.firmware,
+            "icount_shift": q.icount_shift, "port": dut_port, "emulated": bench.emulated}))
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
         io = IoManager(SerialTransport(io_port, bench.io_manager.baud, name="IO manager"))
@@ -304,6 +321,13 @@ def connect_bench(
     else:
         parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
     parts.dut.checkpoint = checkpoint
+    if parts.qemu is not None:
+        # The emulated board starts once its port is open: its banner is seen, as on a board
+        # the monitor powers.
+        parts.qemu.power_on()
+        parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+        parts.dut.require_mode(bench.dut.timestamp_mode)
+        return
     if not uses_emon:
         bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
                          "the DUT, so its boot banner is not checked"))

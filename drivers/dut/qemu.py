@@ -3,12 +3,16 @@
 QEMU prints "char device redirected to /dev/pts/N" and then serves the guest's first UART there;
 the rig opens that pty with pyserial as it would a board's port. `-icount shift=N` makes guest
 time count instructions (2^N ns each), so the firmware's own timer gives deterministic,
-instruction-counted times: emulated, never a hardware figure. QEMU runs in its own session, so
+instruction-counted times: emulated, never a hardware figure. The guest is held stopped (-S)
+until `power_on()`, so the rig opens the pty first and sees the boot banner, as on a board the
+energy monitor powers after the port was opened. QEMU runs in its own session, so
 Ctrl-C reaches only the rig, which ends QEMU by its pid (`close()`) on every exit path.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -29,6 +33,16 @@ _KILL_WAIT_S = 5.0
 QEMU_PACKAGE = "qemu-system-arm"
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the rig's process dies, even by `kill -9`, so an
+    emulator is never left running (Linux prctl PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def emulated_label(machine: str, icount_shift: int) -> str:
     """How every figure of such a run is labelled: emulated, not simulated, not hardware."""
     return f"emulated (QEMU {machine}, icount shift={icount_shift}: {2 ** icount_shift} ns " \
@@ -36,7 +50,8 @@ def emulated_label(machine: str, icount_shift: int) -> str:
 
 
 class QemuBoard:
-    """`qemu-system-arm -M <machine> -kernel <elf>` with UART0 on a pty (`port`).
+    """`qemu-system-arm -M <machine> -kernel <elf>` with UART0 on a pty (`port`), the guest
+    stopped until `power_on()` (QEMU's monitor, on its stdin, is told `cont`).
 
     Raises PortError when QEMU or the image is missing, or QEMU does not report its pty within
     `start_timeout_s` (its output is quoted).
@@ -61,14 +76,14 @@ class QemuBoard:
         if not self.elf.is_file():
             raise PortError(f"no firmware image at {self.elf}",
                             hint="build it with `make firmware-arm`")
-        self.argv = [exe, "-M", machine, "-nographic", "-monitor", "none", "-serial", "pty",
-                     "-icount", f"shift={icount_shift}", "-kernel", str(self.elf)]
+        self.argv = [exe, "-M", machine, "-nographic", "-monitor", "stdio", "-serial", "pty",
+                     "-S", "-icount", f"shift={icount_shift}", "-kernel", str(self.elf)]
         # A file, not a pipe: nobody reads QEMU's output after the pty line, and a full pipe
         # would freeze it.
         self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            self.argv, stdin=subprocess.PIPE, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
         )
         self.pid = self._proc.pid
         try:
@@ -101,6 +116,18 @@ class QemuBoard:
                                 hint=f"run it by hand to see why: {' '.join(self.argv)}")
             time.sleep(0.02)
 
+    def power_on(self) -> None:
+        """Start the guest (it boots and prints its banner on the pty)."""
+        if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
+            raise PortError(f"QEMU ({self.machine}) is not running",
+                            hint=f"run it by hand to see why: {' '.join(self.argv)}")
+        try:
+            self._proc.stdin.write(b"cont\n")
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise PortError(f"QEMU ({self.machine}) did not take the monitor command: {exc}",
+                            hint=f"run it by hand to see why: {' '.join(self.argv)}") from exc
+
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -115,6 +142,9 @@ class QemuBoard:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(_KILL_WAIT_S)
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
         if not self._out.closed:
             self._out.close()
 
