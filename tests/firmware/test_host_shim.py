@@ -158,8 +158,8 @@ def start_m4(m4_build: dict[str, Path]) -> Iterator[Callable[..., Shim]]:
     """Boot the Cortex-M4 build in QEMU and reach it over QEMU's pty, as the rig does."""
     started: list[Shim] = []
 
-    def start(image: str = "firmware", *, boot: bool = True) -> Shim:
-        board = QemuBoard(m4_build[image], icount_shift=M4_ICOUNT_SHIFT)
+    def start(image: str = "firmware", *, boot: bool = True, shift: int = M4_ICOUNT_SHIFT) -> Shim:
+        board = QemuBoard(m4_build[image], icount_shift=shift)
         try:
             transport = SerialTransport(board.port, 115200, name="DUT")
         except BaseException:
@@ -712,3 +712,16 @@ def test_m4_lap_counter_wraps_at_2_32_and_the_window_is_still_timed(start_m4) ->
     assert lap0 > M4_WRAP_START_US and lap1 < lap0  # the counter wrapped inside the window
     assert result.elapsed_us == (lap1 - lap0) % 2**32
     assert abs(result.elapsed_us - n * per_inference_us) <= 2 + n * 0.001 * per_inference_us
+
+
+def test_m4_guest_time_counts_instructions_2_to_the_shift_ns_each(start_m4) -> None:
+    # The same inferences are the same instructions: one more icount shift doubles their time
+    # on the firmware's own timer (to the µs the SysTick interrupts add), whatever the host.
+    data = audio_input()
+    elapsed = []
+    for shift in (M4_ICOUNT_SHIFT, M4_ICOUNT_SHIFT + 1):
+        shim = start_m4(shift=shift)
+        bload_ok(shim, data)
+        elapsed.append(shim.client.infer(5, 0).elapsed_us)
+    assert elapsed[0] > 5 * 1000
+    assert elapsed[1] / elapsed[0] == pytest.approx(2.0, rel=1e-3)
