@@ -31,7 +31,7 @@ class ConsoleView:
         if isinstance(event, RunStarted):
             label = " [yellow](SIMULATED: virtual bench)[/]" if event.simulated else ""
             if event.emulated:
-                label += f" [yellow](EMULATED: {event.emulated.removeprefix('emulated ')})[/]"
+                label += f" [yellow]({event.emulated.replace('emulated', 'EMULATED', 1)})[/]"
             dut = event.manifest.get("bench", {}).get("dut", {})
             if dut.get("kind") == "xylo" and not dut.get("hdk"):
                 label += " [yellow](SIMULATED timing: XyloSim)[/]"

@@ -18,6 +18,7 @@ from drivers.dut.qemu import QemuBoard
 from drivers.emon import check_current_range, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
+from drivers.errors import PortError
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
@@ -138,7 +139,7 @@ def measure_asc(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except RigError as exc:
-        status, error = "failed", exc
+        status, error = "failed", _emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown()
         for note in cleanup_notes:
@@ -165,6 +166,16 @@ def measure_asc(
             f"{store.path}"
         )
     return Outcome(store.path, status, summary, error)
+
+
+def _emulator_cause(parts: BenchParts, exc: RigError) -> RigError:
+    """`exc`, or, when the emulated board's QEMU died under it, an error naming that cause."""
+    why = parts.qemu.exit_reason() if parts.qemu is not None else None
+    if why is None:
+        return exc
+    return PortError(f"QEMU {why} (the DUT's port then failed: {exc.message})",
+                     hint="the emulated board stopped: is the image the DUT shim that "
+                          "`make firmware-arm` builds?")
 
 
 def records_trace(bench: Bench) -> bool:

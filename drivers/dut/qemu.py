@@ -26,9 +26,13 @@ from drivers.errors import PortError
 
 #: QEMU's line naming the pty of a `-serial pty` UART.
 PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
+#: A message of QEMU's own ("qemu: fatal: Lockup ...", "qemu-system-arm: ...").
+QEMU_MESSAGE = re.compile(r"(qemu[\w-]*: .*)")
 #: How long `close()` waits for QEMU after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 2.0
 _KILL_WAIT_S = 5.0
+#: How long `exit_reason()` gives a QEMU whose pty just closed to be gone.
+EXIT_WAIT_S = 0.5
 #: The Debian package that has the emulator (facts.md; `make system-deps` installs it).
 QEMU_PACKAGE = "qemu-system-arm"
 
@@ -45,8 +49,8 @@ _PR_SET_PDEATHSIG = 1
 
 def emulated_label(machine: str, icount_shift: int) -> str:
     """How every figure of such a run is labelled: emulated, not simulated, not hardware."""
-    return f"emulated (QEMU {machine}, icount shift={icount_shift}: {2 ** icount_shift} ns " \
-           "per instruction)"
+    return (f"emulated: QEMU {machine}, -icount shift={icount_shift}, {2 ** icount_shift} ns per "
+            "instruction")
 
 
 class QemuBoard:
@@ -127,6 +131,23 @@ class QemuBoard:
         except OSError as exc:
             raise PortError(f"QEMU ({self.machine}) did not take the monitor command: {exc}",
                             hint=f"run it by hand to see why: {' '.join(self.argv)}") from exc
+
+    def exit_reason(self) -> str | None:
+        """Why QEMU is gone ("exited with status 134: qemu: fatal: Lockup ..."), or None while
+        it runs (after waiting `EXIT_WAIT_S` for it to end) or after `close()`."""
+        if self._proc is None:
+            return None
+        try:  # a QEMU that aborts closes its pty a moment before it can be reaped
+            self._proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return None
+        rc = self._proc.returncode
+        how = (f"exited with status {rc}" if rc >= 0
+               else f"was ended by {signal.Signals(-rc).name}")
+        # QEMU's own messages start "qemu...: " (after a monitor prompt, maybe); the rest is
+        # the monitor echoing `cont`.
+        said = QEMU_MESSAGE.search(self._output().decode(errors="replace"))
+        return how + (f": {said.group(1).strip()}" if said else "")
 
     @property
     def running(self) -> bool:

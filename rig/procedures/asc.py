@@ -345,7 +345,7 @@ FROM_TEST_SET, FROM_TIMED_RUNS = "test_set", "timed_runs"
 SIMULATED_XYLO_TIMING = "simulated: XyloSim timesteps x dt, not a measured execution time"
 SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured execution time"
 #: `timing` of a DUT firmware run under QEMU (a `[qemu]` bench): its own timer on guest time.
-EMULATED_TIMING = "{}: the firmware's own timer counts guest instructions, not a hardware figure"
+EMULATED_TIMING = "{} (the firmware's own timer counts guest instructions; not a hardware figure)"
 #: `results_check`: how the results the DUT sent were verified (caps word `rcrc`) or not.
 RESULTS_CRC = "CRC-32 on every result line (rcrc): a corrupted result is asked again once, " \
     "then its sample fails"

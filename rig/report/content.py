@@ -131,7 +131,7 @@ def _status_mark(run: ReportRun, system: System) -> str:
     if run.simulation:
         marks.append(f"SIMULATED ({run.simulation})")
     elif run.emulation:
-        marks.append("EMULATED " + run.emulation.removeprefix("emulated "))
+        marks.append(f"EMULATED ({run.emulation.removeprefix('emulated: ')})")
     return ", ".join(marks)
 
 

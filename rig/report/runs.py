@@ -41,7 +41,7 @@ class ReportRun:
     trace: Path | None = None
     #: The run's notes (test set, download method, calibration...), as the procedure said them.
     notes: list[str] = field(default_factory=list)
-    #: Why its numbers are emulated ("emulated (QEMU mps2-an386, ...)"), or None.
+    #: Why its numbers are emulated ("emulated: QEMU mps2-an386, ..."), or None.
     emulation: str | None = None
 
     @property
@@ -88,7 +88,7 @@ class System:
         """The mark printed on every table, figure and page of its section, or None."""
         if self.simulation:
             return f"SIMULATED ({self.simulation})"
-        return f"EMULATED ({self.emulation.removeprefix('emulated (')}" if self.emulation \
+        return f"EMULATED ({self.emulation.removeprefix('emulated: ')})" if self.emulation \
             else None
 
 

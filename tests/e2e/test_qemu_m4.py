@@ -16,7 +16,7 @@ from .runs import REPO, RIG, bench_variant, events, only_run, run_rig, wait_for_
 
 pytestmark = pytest.mark.slow
 
-LABEL = "emulated (QEMU mps2-an386, icount shift=5: 32 ns per instruction)"
+LABEL = "emulated: QEMU mps2-an386, -icount shift=5, 32 ns per instruction"
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +81,14 @@ def test_measure_asc_on_the_emulated_cortex_m4_is_complete_and_labelled_emulated
     assert manifest["instruments"]["dut"]["vendor"] == "neurobench-rig mps2-an386 Cortex-M4"
     shown = run_rig("show", str(run))
     text = " ".join(shown.stdout.split())
-    assert f"(EMULATED: {LABEL.removeprefix('emulated ')})" in text and "SIMULATED" not in text
+    assert f"(EMULATED: {LABEL.removeprefix('emulated: ')})" in text and "SIMULATED" not in text
     assert json.loads(run_rig("show", str(run), "--json").stdout)["emulated"] == LABEL
     assert qemu_processes(m4_elf) == []  # QEMU ended with the run
     report = run_rig("report", str(run), "--out", str(tmp_path / "report"), "--format", "md",
                      timeout=300)
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "report" / "report.md").read_text()
-    assert md.count("EMULATED (QEMU mps2-an386, icount shift=5") >= 3  # box, section, tables
+    assert md.count("EMULATED (QEMU mps2-an386, -icount shift=5, 32 ns per instruction)") >= 3
     assert "Some results in this report are emulated" in md and "SIMULATED" not in md
 
 
@@ -112,3 +112,18 @@ def test_a_missing_firmware_image_is_a_one_line_error(tmp_path: Path, m4_elf: Pa
     assert done.returncode == 2, done.stderr
     assert f"no firmware image at {tmp_path / 'nowhere.elf'}" in done.stderr
     assert "make firmware-arm" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_firmware_that_never_boots_is_an_error_and_qemu_is_ended(tmp_path: Path,
+                                                                  m4_elf: Path) -> None:
+    garbage = tmp_path / "not-the-shim.elf"
+    garbage.write_bytes(bytes(4096))  # QEMU runs it: a board with the wrong image
+    mode = 'timestamp_mode = "performance"'
+    bench = m4_bench(tmp_path, garbage, boot=(mode, f"{mode}\nboot_timeout_s = 1.0"))
+    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    # QEMU's own words: the image locked the emulated core up, and QEMU stopped.
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("rig: error: QEMU was ended by SIGABRT: qemu: fatal: Lockup")
+    assert "make firmware-arm" in error and "Traceback" not in done.stderr
+    assert qemu_processes(garbage) == []
