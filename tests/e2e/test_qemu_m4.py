@@ -85,11 +85,14 @@ def test_measure_asc_on_the_emulated_cortex_m4_is_complete_and_labelled_emulated
     assert json.loads(run_rig("show", str(run), "--json").stdout)["emulated"] == LABEL
     assert qemu_processes(m4_elf) == []  # QEMU ended with the run
     report = run_rig("report", str(run), "--out", str(tmp_path / "report"), "--format", "md",
-                     timeout=300)
+                     "--json", timeout=300)
     assert report.returncode == 0, report.stderr
     md = (tmp_path / "report" / "report.md").read_text()
     assert md.count("EMULATED (QEMU mps2-an386, -icount shift=5, 32 ns per instruction)") >= 3
     assert "Some results in this report are emulated" in md and "SIMULATED" not in md
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert results["systems"][0]["emulated"] == results["runs"][0]["emulated"] == LABEL
+    assert results["runs"][0]["simulated"] is None
 
 
 def test_ctrl_c_ends_qemu_and_marks_the_run_interrupted(tmp_path: Path, m4_elf: Path) -> None:
