@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from rig.store import RunStore
 from rig.trace_space import check_trace_space
 
 EMON_TRACE = "emon.jls"
+#: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so
+#: that a board left on by a crashed run discharges and really reboots.
+POWER_OFF_S = 0.2
 
 # The trace-length estimate for the disk-space check (`asc_trace_seconds`). Over, not under:
 # it only decides whether to warn or refuse before the run starts.
@@ -328,10 +332,18 @@ def connect_bench(
     )
     # The DUT's waits end at once too when the monitor failed or the trace cannot be written.
     parts.dut.checkpoint = parts.recorder.check
+    powers_dut = getattr(parts.emon, "powers_dut", True)
+    if powers_dut:
+        # A known state whatever a crashed run left: the DUT off (a DUT left powered would not
+        # reboot at power-on, so no banner), its unread replies dropped, then a power cycle.
+        off_at = time.monotonic()
+        parts.emon.power_off()
+        parts.dut.discard_input()
+        time.sleep(max(0.0, off_at + POWER_OFF_S - time.monotonic()))
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
     parts.emon.power_on()
-    if getattr(parts.emon, "powers_dut", True):
+    if powers_dut:
         parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
     else:  # the supply is the bench's, not the monitor's: the DUT booted before we listened
         _mode_without_banner(bench, parts.dut, bus)

@@ -268,6 +268,11 @@ class DutClient:
                 self.capabilities = None
                 return mode
 
+    def discard_input(self) -> None:
+        """Drop whatever the DUT sent that nobody read (a crashed session's replies, half a
+        line): call with the DUT unpowered, before powering it, so its banner starts clean."""
+        self._drain()
+
     def require_mode(self, mode: str) -> None:
         """Raise `DeviceError` unless the firmware's timestamp mode is `mode`."""
         if mode not in TIMESTAMP_MODES:

@@ -146,7 +146,8 @@ class Lpm01a(EnergyMonitor):
         return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
-        """Start the reader, flush a previous session's output, ``htc``, ``version``."""
+        """Start the reader, stop and flush a previous session's acquisition, ``htc``, the DUT
+        off (``pwr off``), ``version``."""
         if self._reader is None:
             self._reader = threading.Thread(target=self._read_loop, name="lpm01a-reader")
             self._reader.daemon = True
@@ -164,6 +165,10 @@ class Lpm01a(EnergyMonitor):
             raise DeviceError("LPM01A: the reader thread did not flush the port", hint=_CABLE_HINT)
         self._command("htc")
         self._connected = True
+        # A crashed session leaves the supply on: `pwr on` would then not reboot the DUT, and
+        # its boot banner would never come. Off here, so the runner's power-on is a power cycle.
+        self._command("pwr off")
+        self._settings["pwr"] = "off"
         self.version = self._query("version")
 
     def close(self) -> None:

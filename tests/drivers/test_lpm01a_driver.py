@@ -89,6 +89,8 @@ CONNECT = [
     # Leftovers of a previous session: samples and half a line, dropped by the flush.
     (b"stop\n", b"1234-07\r\n1234-07\r\nPowerShield > ack stop\r\n12"),
     (b"htc\n", ack("htc")),
+    # A crashed session leaves the DUT powered: off, so that power-on reboots it.
+    (b"pwr off\n", ack("pwr off")),
     (b"version\n", ack("version") + b"PowerShield > 1.0.5\r\n"),
 ]
 
@@ -114,11 +116,12 @@ def connected(extra=()) -> tuple[Lpm01a, ScriptedTransport]:
     return monitor, transport
 
 
-def test_connect_flushes_takes_control_and_reads_the_version():
+def test_connect_flushes_takes_control_switches_the_dut_off_and_reads_the_version():
     monitor, transport = connected()
     try:
         assert transport.errors == []
-        assert transport.written == [b"stop\n", b"htc\n", b"version\n"]
+        assert transport.written == [b"stop\n", b"htc\n", b"pwr off\n", b"version\n"]
+        assert monitor.settings()["pwr"] == "off"
         assert transport.resets == 1
         assert monitor.version == "1.0.5"
     finally:
@@ -130,7 +133,7 @@ def test_configure_sends_every_command_in_order_and_keeps_the_settings():
     monitor, transport = connected(CONFIGURE)
     monitor.configure(1.8, 1000)
     assert transport.errors == []
-    assert transport.written[3:] == [cmd for cmd, _ in CONFIGURE]
+    assert transport.written[len(CONNECT):] == [cmd for cmd, _ in CONFIGURE]
     assert monitor.sample_rate == 1000.0
     s = monitor.settings()
     assert s["driver"] == "lpm01a" and s["version"] == "1.0.5" and s["simulated"] is False
@@ -468,7 +471,7 @@ def test_configure_picks_bin_hexa_above_5_khz_or_as_asked(rate, fmt, freq, expec
     script[at] = (f"freq {freq}\n".encode(), ack(f"freq {freq}"))
     monitor, transport = connected(script)
     monitor.configure(1.8, rate, data_format=fmt)
-    assert transport.errors == [] and transport.written[3:] == [cmd for cmd, _ in script]
+    assert transport.errors == [] and transport.written[len(CONNECT):] == [cmd for cmd, _ in script]
     assert monitor.settings()["format"] == expected
     assert monitor._decoder.bin_hexa == (expected == "bin_hexa")  # followed from the ack
     transport.expect(*CLOSE)
