@@ -153,6 +153,9 @@ class Lpm01a(EnergyMonitor):
             self._reader.daemon = True
             self._reader.start()
         # A previous session may have left an acquisition streaming: stop it, let it drain.
+        # Host control first, so that `stop` is acked, not refused with an error line that
+        # could come after the flush and be taken for a refusal of the next command.
+        self.transport.write(encode("htc"))
         self.transport.write(encode("stop"))
         self._last_rx = time.monotonic()
         give_up = time.monotonic() + FLUSH_MAX_S
