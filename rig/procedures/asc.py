@@ -182,7 +182,7 @@ class AscProcedure:
         self.publish(PhaseProgress(phase="calibrate", done=1, total=1))
         self.publish(Note(text=f"calibration: {per_inference * 1e3:.4g} ms per inference "
                                f"({cal.timer} timer); {iterations} iterations per run; "
-                               "the DUT's reply is awaited "
+                               "reply deadline "
                                f"{self._deadline_s(iterations + self.opts.warmup):.4g} s per run"))
 
         if self.scope == "performance":

@@ -85,5 +85,5 @@ def test_a_lost_reply_ends_the_run_within_3x_the_calibrated_time(tmp_path: Path)
     assert float(deadline) == pytest.approx(max(30.0, 3 * float(expected)), rel=1e-3)
     assert float(deadline) < 60.0
     # The deadline the procedure used is on record from the calibration on.
-    awaited = float(re.search(r"awaited ([\d.]+) s per run", calibration).group(1))
+    awaited = float(re.search(r"reply deadline ([\d.]+) s per run", calibration).group(1))
     assert awaited == pytest.approx(max(30.0, 3 * 817 * float(per_ms) / 1e3), rel=1e-3)
