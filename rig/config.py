@@ -7,6 +7,7 @@ is touched.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,9 @@ class DutConfig:
     hdk: bool = False
     #: kind = "xylo" on an HDK: how often the power rails are sampled [Hz].
     power_frequency_hz: float = 5.0
+    #: Seconds one inference takes, as far as known (0: not declared). It only bounds the wait
+    #: for the DUT's replies until the calibration run has measured the time.
+    inference_time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,10 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _choice(dataset.name, DATASETS, path, "dataset.name")
     _positive(dut.baud, path, "dut.baud")
     _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
+    if not (math.isfinite(dut.inference_time_s) and dut.inference_time_s >= 0):
+        raise ConfigError(f"{path}: [dut] inference_time_s: expected a finite number of seconds "
+                          f"> 0 (0: not declared), found {dut.inference_time_s}",
+                          hint="the DUT's time per inference, e.g. 0.0125; or leave it out")
     _positive(emon.sample_rate_hz, path, "emon.sample_rate_hz")
     if dataset.name == "synthetic-asc":
         _positive(dataset.samples_per_class, path, "dataset.samples_per_class")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,9 @@ from drivers.emon.lpm01a import Lpm01a
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
+from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import RigError
+from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
@@ -33,16 +36,23 @@ from rig.store import RunStore
 from rig.trace_space import check_trace_space
 
 EMON_TRACE = "emon.jls"
+#: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so
+#: that a board left on by a crashed run discharges and really reboots.
+POWER_OFF_S = 0.2
 
 # The trace-length estimate for the disk-space check (`asc_trace_seconds`). Over, not under:
 # it only decides whether to warn or refuse before the run starts.
-#: Seconds per inference when the bench gives no number (a real DUT): the ASC procedure's own
-#: timeout guess; microcontroller ASC models take well under that.
+#: Seconds per inference when the bench gives no number (no `[dut] inference_time_s`, no
+#: `[sim]`); microcontroller ASC models take well under that.
 DEFAULT_INFERENCE_S = 1.0
 #: Largest input downloaded per test sample: 1 s of 8 kHz int16 audio (synthetic-asc).
 INPUT_BYTES_GUESS = 16_000
-#: UART bits per input byte in a hex download (two 10-bit characters); binary takes half.
-DOWNLOAD_BITS_PER_BYTE = 20
+#: UART characters (10 bits each) per input byte, by download method. Binary (`bload`): the
+#: byte itself (the command and its CRC reply are a few dozen characters per input). Hex (`db`):
+#: two hex digits, each command's share of "db ", "%" and its "m-ready" reply (13 characters
+#: per command of `per_command` bytes), and the `db print` read-back (~4 characters per byte).
+BINARY_CHARS_PER_BYTE = 1.0
+HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 #: Test samples assumed when a bench asks for every sample (samples_per_class = 0) and the
 #: split's csv cannot be counted: a generous guess.
 ALL_TEST_SAMPLES_GUESS = 2000
@@ -172,8 +182,8 @@ def asc_trace_seconds(bench: Bench) -> float:
     """Upper estimate [s] of an ASC run's trace: boot, calibration, idle, the timed runs, and
     the accuracy pass (a download and an inference per test sample)."""
     o = bench.asc
-    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
-    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    inference_s = _inference_s(bench)
+    load_s = _download_s(bench)
     run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
     runs_s = o.runs * (run_s + o.warmup * inference_s)
     setup_s = bench.dut.boot_timeout_s + load_s + o.calibration_iterations * inference_s
@@ -184,9 +194,9 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     """Rough host seconds each ASC phase takes, for a remaining-time display before a phase
     has progress of its own (on the virtual bench, divided by its speed)."""
     o = bench.asc
-    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
+    inference_s = _inference_s(bench)
     speed = bench.sim.speed if bench.sim else 1.0
-    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    load_s = _download_s(bench)
     run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
     phases = {}
     if scope != "accuracy":
@@ -197,6 +207,33 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     if scope in ("all", "accuracy"):
         phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s) / speed
     return phases
+
+
+def asc_download_method(bench: Bench) -> str:
+    """How the rig will download the inputs, as far as the bench tells before connecting:
+    "binary" (`bload` with CRC-32) from the virtual bench's DUT, which offers it; "hex" (`db`)
+    behind an IO manager, whose pass-through carries no raw bytes, and from a DUT on a port
+    (whether its firmware offers `bload` is known only after `caps`: the slower one)."""
+    if bench.io_manager is None and bench.sim is not None and bench.dut.port == VIRTUAL_PORT:
+        return "binary"
+    return "hex"
+
+
+def _download_s(bench: Bench) -> float:
+    """Seconds one input's download takes on the DUT's UART, by `asc_download_method`."""
+    if asc_download_method(bench) == "binary":
+        chars = BINARY_CHARS_PER_BYTE
+    else:
+        per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
+        chars = 2 + len("db %m-ready\r\n") / per_command + HEX_READ_BACK_CHARS_PER_BYTE
+    return INPUT_BYTES_GUESS * chars * 10 / bench.dut.baud
+
+
+def _inference_s(bench: Bench) -> float:
+    """Seconds per inference: the bench's declaration, the virtual bench's, else a guess."""
+    if bench.dut.inference_time_s > 0:
+        return bench.dut.inference_time_s
+    return bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
 
 
 def _asc_test_samples(bench: Bench) -> int:
@@ -328,10 +365,18 @@ def connect_bench(
     )
     # The DUT's waits end at once too when the monitor failed or the trace cannot be written.
     parts.dut.checkpoint = parts.recorder.check
+    powers_dut = getattr(parts.emon, "powers_dut", True)
+    if powers_dut:
+        # A known state whatever a crashed run left: the DUT off (a DUT left powered would not
+        # reboot at power-on, so no banner), its unread replies dropped, then a power cycle.
+        off_at = time.monotonic()
+        parts.emon.power_off()
+        parts.dut.discard_input()
+        time.sleep(max(0.0, off_at + POWER_OFF_S - time.monotonic()))
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
     parts.emon.power_on()
-    if getattr(parts.emon, "powers_dut", True):
+    if powers_dut:
         parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
     else:  # the supply is the bench's, not the monitor's: the DUT booted before we listened
         _mode_without_banner(bench, parts.dut, bus)

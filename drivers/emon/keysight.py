@@ -548,6 +548,18 @@ class N6705(_ScpiMonitor):
         """What stopped the acquisition thread, if anything (a waiting recorder ends with it)."""
         return self._worker_error
 
+    def connect(self) -> None:
+        """Identify, then a known state whatever a crashed session left: its Elog and
+        digitizer acquisition aborted, the DUT's output off."""
+        super().connect()
+        with self._io_lock:
+            self._write(f"ABOR:ELOG {self.chan}")
+            self._write(f"ABOR:ACQ {self.chan}")
+            self._errors()  # nothing to abort is no fault
+        self._checked(f"OUTP OFF,{self.chan}")
+        self._output_on = False
+        self._settings["output"] = "off"
+
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
         against the error queue."""
@@ -773,6 +785,13 @@ class Keysight34465A(_ScpiMonitor):
         self._dtype = real_dtype(real_bits, big_endian=True)
         self._power_requested: str | None = None
         self._trigger_seen = False
+
+    def connect(self) -> None:
+        """Identify, then abort a measurement a crashed session left running."""
+        super().connect()
+        with self._io_lock:
+            self._write("ABOR")
+            self._errors()  # nothing to abort is no fault
 
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Current range, aperture = sample period, external falling-edge trigger, timed samples.

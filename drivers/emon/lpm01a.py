@@ -146,12 +146,16 @@ class Lpm01a(EnergyMonitor):
         return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
-        """Start the reader, flush a previous session's output, ``htc``, ``version``."""
+        """Start the reader, stop and flush a previous session's acquisition, ``htc``, the DUT
+        off (``pwr off``), ``version``."""
         if self._reader is None:
             self._reader = threading.Thread(target=self._read_loop, name="lpm01a-reader")
             self._reader.daemon = True
             self._reader.start()
         # A previous session may have left an acquisition streaming: stop it, let it drain.
+        # Host control first, so that `stop` is acked, not refused with an error line that
+        # could come after the flush and be taken for a refusal of the next command.
+        self.transport.write(encode("htc"))
         self.transport.write(encode("stop"))
         self._last_rx = time.monotonic()
         give_up = time.monotonic() + FLUSH_MAX_S
@@ -164,6 +168,10 @@ class Lpm01a(EnergyMonitor):
             raise DeviceError("LPM01A: the reader thread did not flush the port", hint=_CABLE_HINT)
         self._command("htc")
         self._connected = True
+        # A crashed session leaves the supply on: `pwr on` would then not reboot the DUT, and
+        # its boot banner would never come. Off here, so the runner's power-on is a power cycle.
+        self._command("pwr off")
+        self._settings["pwr"] = "off"
         self.version = self._query("version")
 
     def close(self) -> None:

@@ -17,8 +17,9 @@ from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.commands.common import print_json
 
-#: How long `info` listens for a boot banner before asking `caps` instead.
-BOOT_WAIT_S = 0.5
+#: How long `info` listens for a boot banner before asking `caps` instead: as long as the
+#: MLPerf Tiny runner waits (a slower board's banner comes well after 0.5 s).
+BOOT_WAIT_S = 2.0
 
 
 def _positive(text: str) -> float:

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from drivers.dut.client import DutClient, ResultError
+from drivers.dut.client import DutClient, InferResult, ResultError
+from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
 from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
@@ -64,6 +66,14 @@ AFE_POWER_NOTE = (
 
 #: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
 RUN_MARGIN = 1.02
+
+#: How long the rig waits for the DUT to finish an `infer`: this many times the time expected...
+DEADLINE_FACTOR = 3.0
+#: ... but never less than this [s] (command overhead, a slow UART, a busy host).
+MIN_DEADLINE_S = 30.0
+#: Seconds per inference assumed for the calibration run when the bench declares none (no
+#: `[dut] inference_time_s`, no `[sim]`): 10 calibration inferences then get the 30 s floor.
+FIRST_CALL_INFERENCE_S = 1.0
 
 #: Which parts of the method a run measures: "performance" the timed runs (latency), "energy"
 #: idle power and the timed runs as energy windows (needs energy-mode firmware and a monitor),
@@ -121,6 +131,17 @@ class AscProcedure:
                 hint="flash energy-mode firmware, or measure performance or accuracy",
             )
         self._edges_used = recorder.edge_count if recorder else 0
+        # Seconds per inference the reply deadlines assume, and where the figure came from:
+        # the bench's declaration until the calibration run has measured it.
+        if bench.dut.inference_time_s > 0:
+            self._expected_s, self._expected_from = (bench.dut.inference_time_s,
+                                                     "[dut] inference_time_s")
+        elif bench.sim is not None:
+            self._expected_s, self._expected_from = (bench.sim.inference_ms / 1e3,
+                                                     "[sim] inference_ms")
+        else:
+            self._expected_s, self._expected_from = (
+                FIRST_CALL_INFERENCE_S, "assumed: the bench declares no [dut] inference_time_s")
 
     # -- the method ---------------------------------------------------------------------------
     def run(self) -> None:
@@ -153,14 +174,22 @@ class AscProcedure:
         how = ("binary with CRC-32" if loaded.method == "binary"
                else "hex, checked by read-back")
         self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
+        host_start = time.monotonic()
         cal = self._timed(self.opts.calibration_iterations, 0)
+        host_s = time.monotonic() - host_start
         per_inference = cal.elapsed_s / cal.iterations
         iterations = max(
             self.opts.min_iterations, math.ceil(self.opts.min_run_s * RUN_MARGIN / per_inference)
         )
+        # From now on the deadlines assume the measured time (the host's wait if longer: a
+        # simulator slower than its own time base). Host time bounds a wait, it measures nothing.
+        self._expected_s = max(per_inference, host_s / cal.iterations)
+        self._expected_from = "calibration run"
         self.publish(PhaseProgress(phase="calibrate", done=1, total=1))
         self.publish(Note(text=f"calibration: {per_inference * 1e3:.4g} ms per inference "
-                               f"({cal.timer} timer); {iterations} iterations per run"))
+                               f"({cal.timer} timer); {iterations} iterations per run; "
+                               "reply deadline "
+                               f"{self._deadline_s(iterations + self.opts.warmup):.4g} s per run"))
 
         if self.scope == "performance":
             self.publish(Note(text="performance only: idle power and energy are not measured"))
@@ -236,8 +265,7 @@ class AscProcedure:
         """One `infer`, timed by the DUT timer or by the energy monitor's edges."""
         if self.energy_mode:
             self._check_no_stray_edges()
-        timeout = 30.0 + 4.0 * iterations * self._guess_s()
-        result = self.dut.infer(iterations, warmup, timeout_s=timeout)
+        result = self._infer(iterations, warmup)
         dut_s = None if result.elapsed_us is None else result.elapsed_us / 1e6
         if not self.energy_mode:
             if dut_s is None:
@@ -252,9 +280,22 @@ class AscProcedure:
         return Timed(iterations, elapsed, "emon", result.results, (start, end),
                      dut_s=dut_s, emon_s=elapsed)
 
-    def _guess_s(self) -> float:
-        sim = self.bench.sim
-        return sim.inference_ms / 1e3 if sim else 1.0
+    def _deadline_s(self, inferences: int) -> float:
+        """How long to wait for `inferences` inferences: max(30 s, 3x the expected time)."""
+        return max(MIN_DEADLINE_S, DEADLINE_FACTOR * inferences * self._expected_s)
+
+    def _infer(self, iterations: int, warmup: int) -> InferResult:
+        """`infer` with a deadline from the expected time; a lost reply ends the run with an
+        error naming the missing line and what was expected."""
+        expected = (iterations + warmup) * self._expected_s
+        try:
+            return self.dut.infer(iterations, warmup,
+                                  timeout_s=self._deadline_s(iterations + warmup))
+        except DeviceTimeout as exc:
+            raise DeviceTimeout(
+                f"{exc.message} (expected {expected:.4g} s: {iterations + warmup} inferences "
+                f"at {self._expected_s * 1e3:.4g} ms, {self._expected_from})",
+                hint=exc.hint) from None
 
     def _next_window(self) -> tuple[int, int]:
         """The next two falling edges: the start and end pulses of the run just done."""
