@@ -276,6 +276,26 @@ TOML_VALUES = st.recursive(
     SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                      st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=6)
+NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+                    st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1.0, 0.0, 0,
+                                     -1, 2**63 - 1]))
+
+
+def values_for(original: Any) -> st.SearchStrategy:
+    """Mostly a value of the original's kind (a number for a number: the loader's checks
+    past the type), else any TOML value."""
+    if isinstance(original, bool):
+        same = st.booleans()
+    elif isinstance(original, int | float):
+        same = NUMBERS
+    elif isinstance(original, str):
+        same = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+    elif isinstance(original, list):
+        same = st.lists(NUMBERS | SCALARS, min_size=1, max_size=4)
+    else:
+        same = TOML_VALUES
+    return st.one_of(same, same, TOML_VALUES)
 
 
 def leaves(data: Any, at: tuple = ()) -> list[tuple]:
@@ -288,6 +308,12 @@ def leaves(data: Any, at: tuple = ()) -> list[tuple]:
         for i, v in enumerate(data):
             out += leaves(v, (*at, i))
     return out
+
+
+def at(data: Any, where: tuple) -> Any:
+    for step in where:
+        data = data[step]
+    return data
 
 
 def substituted(base: dict[str, Any], where: tuple, value: Any, new_key: str | None) -> dict:
@@ -309,9 +335,10 @@ def fuzz(base_file: Path, load: Any):
     @settings(max_examples=200, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture,
                                      HealthCheck.too_slow])
-    @given(where=st.sampled_from(places), value=TOML_VALUES,
-           new_key=st.none() | st.sampled_from(["x", "seed", "port"]))
-    def check(tmp_path: Path, where: tuple, value: Any, new_key: str | None) -> None:
+    @given(where=st.sampled_from(places), data=st.data(),
+           new_key=st.none() | st.none() | st.sampled_from(["x", "seed", "port"]))
+    def check(tmp_path: Path, where: tuple, data: st.DataObject, new_key: str | None) -> None:
+        value = data.draw(values_for(at(base, where)), label="value")
         path = tmp_path / base_file.name
         path.write_text(toml_document(substituted(base, where, value, new_key)),
                         encoding="utf-8")
