@@ -40,7 +40,7 @@ from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, RunFinished, RunStarted
 from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.stopping import StopRequest
-from rig.store import EVENTS, INCOMPLETE, RunStore, load_run
+from rig.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
 
 #: `procedure` of a sweep's run folder (manifest.json and run_started).
 PROCEDURE = "qubo-sweep"
@@ -777,12 +777,17 @@ def resume_sweep(
     subscribers: list[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
     dispatch: PointDispatch | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
     """Run the points of a sweep folder that are not on disk yet, appending to its events;
-    with `dispatch` they are measured by it (a cluster), whoever measured the others."""
+    with `dispatch` they are measured by it (a cluster), whoever measured the others.
+
+    A damaged manifest.json (unreadable, or without the keys a sweep needs) is rewritten from
+    the run_started event of events.jsonl; `warn` is told so, in one line, before it is."""
     run_path = Path(run_path)
     with _exclusive(run_path):
         _terminate_torn_line(run_path / EVENTS)
+        _repair_manifest(run_path, warn)
         record = read_sweep(run_path, check_running=False)
         kind = record.manifest.get("point_function", REAL)
         if dispatch is not None and (point_function is not None or kind == CUSTOM):
@@ -811,6 +816,42 @@ def resume_sweep(
         return _run(store, bus, record.spec, todo, point_function, already=record.done,
                     stop=stop, dispatch=dispatch, stand_in=kind == STAND_IN,
                     known=known_targets(record.done))
+
+
+#: What a sweep's manifest.json must hold for `resume_sweep` to use it as it is.
+MANIFEST_KEYS: dict[str, type] = {"procedure": str, "sweep": dict}
+#: Keys a resume adds to: kept from a damaged manifest only when of their type.
+_APPENDED_KEYS: dict[str, type] = {"resumes": list, "workers": dict, "instruments": dict,
+                                   "telemetry": dict, "traces": list, "power_sources": list}
+
+
+def _repair_manifest(run_path: Path, warn: Callable[[str], None] | None) -> None:
+    """Rewrite a damaged manifest.json from events.jsonl's run_started (what the run started
+    with; the keys the damaged file still holds are kept), after telling `warn`; refuse, with
+    the folder untouched, when events.jsonl cannot rebuild it."""
+    raw, why = read_manifest(run_path / MANIFEST)  # the file itself, never a rebuilt one
+    kept: dict[str, Any] = {}
+    if why is None:
+        missing = [k for k, kind in MANIFEST_KEYS.items() if not isinstance(raw.get(k), kind)]
+        if not missing:
+            return
+        why = (f"{MANIFEST} is missing" if not (run_path / MANIFEST).exists() else
+               f"{MANIFEST} lacks {', '.join(missing)} (or holds the wrong type)")
+        kept = {k: v for k, v in raw.items() if isinstance(v, _APPENDED_KEYS.get(k, object))}
+    started = next((e for e in load_run(run_path).events if isinstance(e, RunStarted)), None)
+    if started is None or started.procedure != PROCEDURE or "sweep" not in started.manifest:
+        raise ConfigError(f"{run_path}: {why}, and {EVENTS} holds no sweep run_started to "
+                          "rebuild it from; nothing was changed",
+                          hint=f"restore {MANIFEST} from a copy of the folder, then resume")
+    if warn is not None:
+        warn(f"{run_path}: {why}; rewriting it from the run_started event of {EVENTS}")
+    when = dt.datetime.fromtimestamp(started.at).astimezone().isoformat(timespec="seconds")
+    manifest = {**kept, "run_id": started.run_id, "procedure": started.procedure,
+                "device": started.device, "simulated": started.simulated,
+                "started_at": when, **started.manifest}
+    tmp = run_path / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, run_path / MANIFEST)
 
 
 def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:
