@@ -473,8 +473,7 @@ def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:
     if table.get("rig"):
         check_rig_name(str(table["rig"]), where=f"{path}: [mqtt] rig")
     if "power_rate_hz" in table:
-        rate = number(table["power_rate_hz"], path=path, table="mqtt", key="power_rate_hz",
-                      span=NUMBER_SPANS["mqtt.power_rate_hz"])
+        rate = number(table["power_rate_hz"], path=path, table="mqtt", key="power_rate_hz")
         check_power_rate(rate, where=f"{path}: [mqtt] power_rate_hz")
 
 
