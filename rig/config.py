@@ -517,6 +517,9 @@ def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) 
 def _coerce(value: Any, expected: type, path: Path, section: str, key: str) -> Any:
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if isinstance(value, str) and "\x00" in value:  # no path, port or name holds one
+        raise ConfigError(f"{_where(path, section)} {key}: {value!r} holds a NUL character",
+                          hint="remove the \\u0000 from the value")
     # TOML booleans are ints to Python; a bool is never a number here.
     ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
     if not ok:

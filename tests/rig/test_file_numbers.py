@@ -289,8 +289,9 @@ def values_for(original: Any) -> st.SearchStrategy:
         same = st.booleans()
     elif isinstance(original, int | float):
         same = NUMBERS
-    elif isinstance(original, str):
-        same = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
+    elif isinstance(original, str):  # paths and ports: a NUL byte too
+        same = st.one_of(st.text(st.characters(exclude_categories=("Cs",)), max_size=12),
+                         st.sampled_from(["", "\x00", "a\x00b", "virtual", "/"]))
     elif isinstance(original, list):
         same = st.lists(NUMBERS | SCALARS, min_size=1, max_size=4)
     else:
@@ -374,6 +375,17 @@ def test_fuzz_bench_loader_with_every_table(tmp_path: Path) -> None:
     full.write_text(toml_document(bench_raw()))
     load_bench(full)
     fuzz(full, load_bench)(tmp_path)
+
+
+def test_fuzz_bench_loader_on_a_xylo_bench(tmp_path: Path) -> None:
+    """A Xylo bench: its spec file is resolved and checked at load."""
+    raw = tomllib.loads((REPO / "benches" / "xylo.toml").read_text())
+    raw["dut"]["spec"] = str((REPO / "benches" / raw["dut"]["spec"]).resolve())
+    xylo = tmp_path / "base" / "xylo.toml"
+    xylo.parent.mkdir()
+    xylo.write_text(toml_document(raw))
+    load_bench(xylo)
+    fuzz(xylo, load_bench)(tmp_path)
 
 
 def test_fuzz_sweep_loader(tmp_path: Path) -> None:
