@@ -81,3 +81,14 @@ def test_what_needs_the_instrument_marks_the_folder_refused(tmp_path: Path) -> N
     assert "status: refused" in show.stdout and "nothing was measured" in show.stdout
     data = json.loads(run_rig("show", str(run), "--json").stdout)
     assert data["status"] == REFUSED and data["measured"] == {}
+
+
+def test_a_report_of_a_refused_run_says_refused(tmp_path: Path) -> None:
+    run, _ = refused_run(tmp_path)
+    done = run_rig("report", str(run), "--out", str(tmp_path / "report"))
+    assert done.returncode == 2
+    assert "was refused by the instrument before anything was measured" in done.stderr
+    done = run_rig("report", str(run), "--out", str(tmp_path / "report"), "--allow-incomplete")
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "The instrument refused the bench's settings; nothing was measured." in text
