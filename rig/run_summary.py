@@ -18,6 +18,10 @@ from rig.store import MANIFEST, RunRecord, load_run, read_manifest
 from rig.sweep import is_sweep, read_sweep, summarize
 from rig.units import pct, si
 
+#: What a run folder marked refused (`rig.store.REFUSED`) means, for `rig show` and the runner.
+REFUSED_TEXT = ("refused: the instrument did not take the bench's settings; the DUT was never "
+                "powered and nothing was measured")
+
 #: The headline figures of an ASC summary as people read them: (key, label, text of summary).
 #: The report's results table and the runner GUI's show exactly these.
 ASC_FIGURES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
-from drivers.emon import check_current_range, open_monitor
+from drivers.emon import check_current_range, monitor_class, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
+from drivers.errors import DeviceTimeout, PortError
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
@@ -32,7 +33,7 @@ from rig.live_power import PowerPreview
 from rig.procedures import asc
 from rig.recording import EmonRecorder
 from rig.stopping import StopRequest
-from rig.store import RunStore
+from rig.store import REFUSED, RunStore
 from rig.trace_space import check_trace_space
 
 EMON_TRACE = "emon.jls"
@@ -108,6 +109,7 @@ def measure_asc(
     if scope not in asc.SCOPES:  # before anything is opened or created
         raise ConfigError(f"unknown ASC scope {scope!r}",
                           hint=f"choose one of {', '.join(asc.SCOPES)}")
+    check_bench_setup(bench)
     space_warning = _check_trace_space(bench, runs_root)
     store = RunStore.create(runs_root, "asc", device)
     events: list[Event] = []
@@ -146,7 +148,7 @@ def measure_asc(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except RigError as exc:
-        status, error = "failed", exc
+        status, error = REFUSED if parts.refused else "failed", exc
     finally:
         cleanup_notes = parts.shutdown()
         for note in cleanup_notes:
@@ -271,6 +273,8 @@ class BenchParts:
         self.emon: EnergyMonitor | None = None
         self.recorder: EmonRecorder | None = None
         self.acquiring = False
+        #: The monitor refused the bench's settings (`connect_bench`): nothing was powered.
+        self.refused = False
 
     def shutdown(self) -> list[str]:
         """Power the DUT off first, then stop and close everything; never raises."""
@@ -348,14 +352,15 @@ def connect_bench(
         return
     parts.emon = open_bench_monitor(bench, emon_port,
                                     virtual=bench.emon.address == VIRTUAL_PORT)
-    if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
-        raise ConfigError(
-            f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
-            "per capture), but ASC energy windows need both edges of every run",
-            hint=getattr(parts.emon, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
-                         "energy; record traces with `rig emon record`"),
-        )
-    parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
+    try:  # what only the instrument can tell (its model, its module): a refusal, not a failure
+        if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
+            raise _every_edge_refusal(bench, parts.emon)
+        parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
+    except (DeviceTimeout, PortError):
+        raise
+    except RigError:
+        parts.refused = True
+        raise
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
                                                   **parts.emon.settings()}))
     emon = parts.emon
@@ -397,6 +402,46 @@ def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus,
     parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
 
 
+def check_bench_setup(bench: Bench) -> None:
+    """Refuse, from the bench alone, what the monitor would refuse once opened: a supply or
+    sample rate no such instrument gives (its driver's `check_setup`), or a monitor that does
+    not see every timestamp edge for ASC energy. Called before any run folder or port exists;
+    what needs the instrument itself is refused in `connect_bench` (status "refused")."""
+    if not records_trace(bench):
+        return
+    options = _monitor_options(bench)
+    try:
+        cls = monitor_class(bench.emon.driver)
+        if bench.dut.timestamp_mode == "energy" and not cls.sees_every_edge_with(**options):
+            raise _every_edge_refusal(bench, cls)
+        cls.check_setup(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
+                        voltage_limit_v=bench.voltage_limit_v, **options)
+    except RigError as exc:
+        where = f"{bench.path}: [emon] "
+        message = exc.message if exc.message.startswith(where) else where + exc.message
+        raise ConfigError(message, hint=exc.hint) from None
+
+
+def _every_edge_refusal(bench: Bench, monitor: Any) -> ConfigError:
+    """ASC energy windows on a monitor that sees the timestamp line only as a trigger."""
+    return ConfigError(
+        f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
+        "per capture), but ASC energy windows need both edges of every run",
+        hint=getattr(monitor, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
+                     "energy; record traces with `rig emon record`"),
+    )
+
+
+def _monitor_options(bench: Bench) -> dict[str, Any]:
+    """The driver options `open_bench_monitor` opens the bench's monitor with."""
+    options: dict[str, Any] = {}
+    if bench.emon.timestamp_input == "aux":
+        options["timestamp_input"] = "aux"
+    if bench.emon.driver == "ppk2":
+        options["mode"] = bench.emon.ppk2_mode
+    return options
+
+
 def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
     """The bench's energy monitor, opened at `address`, in the bench's current range."""
     if bench.emon.driver == "joulescope" and virtual:
@@ -417,11 +462,9 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         check_current_range("lpm01a", bench.emon.current_range)  # it auto-ranges: only "auto"
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)
-    aux = {"timestamp_input": "aux"} if bench.emon.timestamp_input == "aux" else {}
-    if bench.emon.driver == "ppk2":
-        aux["mode"] = bench.emon.ppk2_mode
     return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
-                        simulated=bench.simulated, current_range=bench.emon.current_range, **aux)
+                        simulated=bench.simulated, current_range=bench.emon.current_range,
+                        **_monitor_options(bench))
 
 
 def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:

@@ -95,6 +95,19 @@ class EnergyMonitor(ABC):
         self.voltage_limit_v = voltage_limit_v
         self.stats = MonitorStats()
 
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """Refuse, without the instrument, what `configure(voltage, sample_rate)` would refuse
+        of a driver opened with `options` (a supply or rate no such instrument gives); the rig
+        calls it before it creates a run folder. Drivers with more to check extend it."""
+        check_voltage(voltage, voltage_limit_v, who=cls.driver)
+
+    @classmethod
+    def sees_every_edge_with(cls, **options: Any) -> bool:
+        """`sees_every_edge` of a driver opened with `options` (known before opening it)."""
+        return cls.sees_every_edge
+
     @property
     @abstractmethod
     def sample_rate(self) -> float:

@@ -339,11 +339,26 @@ class _ScpiMonitor(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
 
-    def _check_configurable(self, voltage: float, sample_rate: float, max_rate: float) -> None:
-        check_voltage(voltage, self.voltage_limit_v, who=self.driver)
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """The voltage limit, and a rate up to the fastest of the mode `options` select."""
+        cls._check_rate(voltage, sample_rate, voltage_limit_v, cls._max_rate(**options))
+
+    @classmethod
+    def _max_rate(cls, **options: Any) -> float:
+        raise NotImplementedError
+
+    @classmethod
+    def _check_rate(cls, voltage: float, sample_rate: float, voltage_limit_v: float,
+                    max_rate: float) -> None:
+        check_voltage(voltage, voltage_limit_v, who=cls.driver)
         if not 0 < sample_rate <= max_rate:
-            raise DeviceError(f"{self.driver}: sample rate {sample_rate:g} Hz is out of range",
+            raise DeviceError(f"{cls.driver}: sample rate {sample_rate:g} Hz is out of range",
                               hint=f"use up to {max_rate:g} Hz")
+
+    def _check_configurable(self, voltage: float, sample_rate: float, max_rate: float) -> None:
+        self._check_rate(voltage, sample_rate, self.voltage_limit_v, max_rate)
         if self._running:
             raise DeviceError(f"{self.driver}: configure() during an acquisition",
                               hint="stop() first")
@@ -560,6 +575,16 @@ class N6705(_ScpiMonitor):
         self._output_on = False
         self._settings["output"] = "off"
 
+    @classmethod
+    def _max_rate(cls, *, timestamp_input: str = "gpio", **options: Any) -> float:
+        """The digitizer's fastest rate, or in aux mode the Elog's."""
+        return 1 / (cls.ELOG_MIN_PERIOD_S if timestamp_input == "aux" else cls.MIN_INTERVAL_S)
+
+    @classmethod
+    def sees_every_edge_with(cls, *, timestamp_input: str = "gpio", **options: Any) -> bool:
+        """Every edge reaches the stream only through the auxiliary input."""
+        return timestamp_input == "aux"
+
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
         against the error queue."""
@@ -771,6 +796,10 @@ class Keysight34465A(_ScpiMonitor):
         f"energy use {EVERY_EDGE_SETUPS}; record traces with `rig emon record`")
     #: Fastest sample timer with the DIG option (50 kS/s).
     MAX_RATE_HZ = 50_000.0
+
+    @classmethod
+    def _max_rate(cls, **options: Any) -> float:
+        return cls.MAX_RATE_HZ
 
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None,

@@ -205,6 +205,29 @@ class Lpm01a(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
 
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """The supply the board can give (1.8..3.3 V) within the limit, and a rate it knows."""
+        cls._millivolts(voltage, voltage_limit_v)
+        freq_token(sample_rate)
+
+    @staticmethod
+    def _millivolts(voltage: float, voltage_limit_v: float) -> int:
+        """The whole millivolts sent for `voltage`; refused above the limit or the board's
+        range."""
+        check_voltage(voltage, voltage_limit_v, who="LPM01A")
+        # The board takes whole millivolts: never round up past the bench limit
+        # (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300).
+        millivolts = min(round(voltage * 1000), math.floor(voltage_limit_v * 1000 + 1e-9))
+        if not VOLT_MIN_MV <= millivolts <= VOLT_MAX_MV:
+            raise VoltageLimitError(
+                f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
+                f"not {voltage:g} V",
+                hint="set a supply voltage the PowerShield can deliver in the bench file",
+            )
+        return millivolts
+
     def configure(
         self, voltage: float, sample_rate: float, *, data_format: str | None = None
     ) -> None:
@@ -214,18 +237,8 @@ class Lpm01a(EnergyMonitor):
         it can stream without end) and bin_hexa above. Everything is checked before the first
         byte goes out.
         """
-        check_voltage(voltage, self.voltage_limit_v, who="LPM01A")
-        # The board takes whole millivolts: never round up past the bench limit
-        # (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300).
-        millivolts = min(round(voltage * 1000),
-                         math.floor(self.voltage_limit_v * 1000 + 1e-9))
+        millivolts = self._millivolts(voltage, self.voltage_limit_v)
         volt = format_millivolts(millivolts / 1000)
-        if not VOLT_MIN_MV <= millivolts <= VOLT_MAX_MV:
-            raise VoltageLimitError(
-                f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
-                f"not {voltage:g} V",
-                hint="set a supply voltage the PowerShield can deliver in the bench file",
-            )
         freq = freq_token(sample_rate)
         if data_format is None:
             data_format = "bin_hexa" if sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED else "ascii_dec"

@@ -126,6 +126,7 @@ def check_complete(runs: list[ReportRun], allow_incomplete: bool) -> None:
         why = {
             "failed-checks": f"failed its checks ({', '.join(failed) or 'see rig show'})",
             "interrupted": "was interrupted before it finished",
+            "refused": "was refused by the instrument before anything was measured",
             "incomplete": "ended without finishing (killed or crashed)",
             "failed": f"failed: {run.show.get('error', 'see rig show')}",
             "running": "is still being measured by another rig process",

@@ -101,7 +101,7 @@ def test_bench_mqtt_table(tmp_path):
     ('rig = "a"\n', "[mqtt] url is missing"),
     ('url = "mqtt://a:pw@b"\n', "carries a password"),
     ('url = "mqtt://b"\npower_rate_hz = 11\n', "power_rate_hz must be in"),
-    ('url = "mqtt://b"\nqueue = 0\n', "queue: expected > 0"),
+    ('url = "mqtt://b"\nqueue = 0\n', "queue: expected an integer in [1, "),
     ('url = "mqtt://b"\nrig = "a/b"\n', "cannot name a rig"),
     ('url = "mqtt://b"\ncolour = 1\n', "unknown key 'colour'"),
 ])

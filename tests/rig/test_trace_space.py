@@ -223,7 +223,8 @@ def test_measure_asc_publishes_the_warning_as_a_note(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     sim = load_bench(REPO / "benches" / "sim.toml")
-    bench = replace(sim, emon=replace(sim.emon, sample_rate_hz=1e6))  # a Joulescope's rate
+    # A Joulescope's rate (an LPM01A's driver refuses 1 MHz before the trace is estimated).
+    bench = replace(sim, emon=replace(sim.emon, driver="joulescope", sample_rate_hz=1e6))
     need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz)
     fake_disk(monkeypatch, free=GiB + need)  # fits with the reserve kept, but tight
     monkeypatch.setattr(runner, "connect_bench", refuse_to_open)
