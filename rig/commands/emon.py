@@ -110,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
         monitor.configure(args.voltage, args.rate)
         rate = float(monitor.sample_rate)
         count = round(args.duration * rate)
-        recorder = EmonRecorder(rate, args.out, simulated=args.simulated, stop_after=count)
+        # Simulated when the instrument says so in its identity reply (a virtual bench's).
+        simulated = bool(args.simulated or getattr(monitor, "simulated", False))
+        recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count)
         monitor.start(recorder.on_chunk)
         monitor.power_on()
         recorder.wait_for_samples(count, timeout_s=WAIT_SLACK_S + 2.0 * args.duration)
@@ -150,7 +152,7 @@ def _report(
     return {
         "out": str(args.out),
         "driver": args.driver,
-        "simulated": bool(args.simulated),
+        "simulated": bool(args.simulated or getattr(monitor, "simulated", False)),
         "samples": recorder.samples,
         "requested_samples": count,
         "sample_rate_hz": rate,
