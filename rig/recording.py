@@ -140,6 +140,12 @@ class EmonRecorder:
                 current, voltage, gpio = current[:n], voltage[:n], gpio[:n]
             if n <= 0:
                 return
+            if self.trace_path is not None:
+                # The trace file stores float32 samples: integrate exactly those, so that the
+                # run's figures are what its trace reproduces (`rig analyze RUN_FOLDER`, to
+                # 1e-9), not ~1e-8 apart. Converted once here, the writer then reuses them.
+                current = np.asarray(current, dtype=np.float32)
+                voltage = np.asarray(voltage, dtype=np.float32)
             self._integrate(first, current, voltage, gpio)
             self._n = first + n
             self._received += n
@@ -192,12 +198,6 @@ class EmonRecorder:
         if len(self._scratch) < n:
             self._scratch = np.empty(max(n, 2 * len(self._scratch)), dtype=np.float64)
         prod = self._scratch[:n]
-        if self.trace_path is not None:
-            # The trace file stores float32 samples: integrate exactly those, so that the run's
-            # figures are what its trace reproduces (`rig analyze RUN_FOLDER`, to 1e-9), not
-            # ~1e-8 apart; far below any monitor's resolution.
-            current = current.astype(np.float32, copy=False)
-            voltage = voltage.astype(np.float32, copy=False)
         # In float64 whatever the chunk's dtype: two float32 samples have an exact float64
         # product, which a float32 multiply would round (by up to 6e-8 relative).
         np.multiply(current, voltage, out=prod, dtype=np.float64)
