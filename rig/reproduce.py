@@ -20,6 +20,7 @@ from rig.analysis import falling_edges, span_power, window_energies
 from rig.errors import ConfigError
 from rig.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.procedures import asc
+from rig.run_summary import run_simulated
 from rig.store import load_run
 from rig.traces import read_trace
 
@@ -146,7 +147,8 @@ def reproduce_run(path: str | Path) -> Reproduction:
                                 dtype=np.int64)]))
     edges = falling_edges(trace.gpio)
     off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
-    return Reproduction(run, trace_path, trace.simulated, fs, len(windows), len(idles),
+    simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
+    return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
                         figures, off_edge)
 
 
