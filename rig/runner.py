@@ -28,7 +28,16 @@ from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
-from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
+from rig.events import (
+    Event,
+    EventBus,
+    InstrumentInfo,
+    Note,
+    RunFinished,
+    RunStarted,
+    TraceSaved,
+    instruments_simulated,
+)
 from rig.live_power import PowerPreview
 from rig.procedures import asc
 from rig.recording import EmonRecorder
@@ -143,7 +152,8 @@ def measure_asc(
                           checkpoint=checkpoint, preview=preview if live else None)
             if checkpoint is not None:
                 checkpoint()
-            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope).run()
+            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope,
+                             simulated=bench.simulated or instruments_simulated(events)).run()
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
@@ -162,7 +172,8 @@ def measure_asc(
                 clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
             ))
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
-        summary["simulated"] = bench.simulated
+        # The bench's word, or an instrument's own (a XyloSim DUT, a simulated monitor).
+        summary["simulated"] = bench.simulated or instruments_simulated(events)
         if status == "complete" and not asc.checks_passed(summary):
             status = "failed-checks"
         bus.publish(RunFinished(status=status, summary=summary,
@@ -365,7 +376,8 @@ def connect_bench(
                                                   **parts.emon.settings()}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, trace_path, simulated=bench.simulated,
+        emon.sample_rate, trace_path,
+        simulated=bench.simulated or bool(getattr(emon, "simulated", False)),
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )
     # The DUT's waits end at once too when the monitor failed or the trace cannot be written.

@@ -179,6 +179,8 @@ class RunStore:
             self._write_manifest()
         elif isinstance(event, InstrumentInfo):
             self.manifest.setdefault("instruments", {})[event.role] = event.info
+            if event.info.get("simulated"):  # an instrument said it is a simulator (XyloSim)
+                self.manifest["simulated"] = True
             self._write_manifest()
         elif isinstance(event, TelemetryReport):
             self.manifest.setdefault("telemetry", {})[event.sink] = {

@@ -8,6 +8,7 @@ at `start()` and are contiguous unless the instrument dropped samples (drivers r
 from __future__ import annotations
 
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +57,17 @@ def check_voltage(requested_v: float, limit_v: float, *, who: str = "supply") ->
             hint="lower the supply voltage in the bench file, or raise voltage_limit_v if the "
             "DUT is rated for it",
         )
+
+
+#: An identity word that marks an instrument simulator: "1.0.5-sim", "MY00000001-SIM",
+#: "Arc (simulated)". No real instrument's version or serial holds it as a word.
+_SIMULATOR_WORD = re.compile(r"(?i)(?<![a-z0-9])sim(ulated|ulator)?(?![a-z0-9])")
+
+
+def identifies_as_simulator(*identity: str | None) -> bool:
+    """Whether what an instrument said about itself (version, ``*IDN?``, hardware name) says
+    it is a simulator: the rig labels a monitor simulated from its own reply, never assumes."""
+    return any(text and _SIMULATOR_WORD.search(text) for text in identity)
 
 
 @dataclass

@@ -88,7 +88,13 @@ import numpy as np
 
 from drivers.emon import ranges
 from drivers.emon.aux_line import LineThreshold
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+    identifies_as_simulator,
+)
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, PortError
 from protocols.errors import ProtocolError
 from protocols.scpi import (
@@ -264,6 +270,8 @@ class _ScpiMonitor(EnergyMonitor):
         self._write("*CLS")
         self.identity = self._query("*IDN?")
         fields = [f.strip() for f in self.identity.split(",")]
+        # The virtual bench's serial numbers end in "-SIM": simulated, whatever the caller said.
+        self.simulated = self.simulated or identifies_as_simulator(*fields[2:3])
         model = fields[1] if len(fields) > 1 else self.identity
         if self.model_hint and self.model_hint not in model.upper():
             raise DeviceError(

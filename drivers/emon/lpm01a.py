@@ -28,7 +28,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+    identifies_as_simulator,
+)
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
@@ -173,6 +179,8 @@ class Lpm01a(EnergyMonitor):
         self._command("pwr off")
         self._settings["pwr"] = "off"
         self.version = self._query("version")
+        # The virtual bench's board answers e.g. "1.0.5-sim": simulated, whatever the caller said.
+        self.simulated = self.simulated or identifies_as_simulator(self.version)
 
     def close(self) -> None:
         """Stop, switch the DUT off, give control back (``hrc``), close the port. Idempotent."""

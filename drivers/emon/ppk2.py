@@ -31,7 +31,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+    identifies_as_simulator,
+)
 from drivers.errors import DeviceError, DeviceTimeout, VoltageLimitError
 from drivers.transport import SerialTransport
 from protocols.errors import ProtocolError, RigError
@@ -144,6 +150,8 @@ class Ppk2(EnergyMonitor):
             self.calibration = parse_metadata(reply.decode("ascii", "replace"))
         except ProtocolError as exc:
             raise DeviceError(f"PPK2: {exc.message}", hint=exc.hint or _CABLE_HINT) from None
+        # The virtual bench's PPK2 adds a "sim: 1" metadata line: simulated, whatever was said.
+        self.simulated = self.simulated or identifies_as_simulator(*self.calibration.extra)
 
     def close(self) -> None:
         """Stop, switch the DUT off, release the port. Idempotent."""

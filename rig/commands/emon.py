@@ -123,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
         monitor.configure(args.voltage, args.rate)
         rate = float(monitor.sample_rate)
         count = round(args.duration * rate)
-        # The wait ends at once with the monitor's own fault (an unplugged LPM01A), not at
-        # its deadline.
-        recorder = EmonRecorder(rate, args.out, simulated=args.simulated, stop_after=count,
+        # Simulated when the instrument says so in its identity reply (a virtual bench's). The
+        # wait ends at once with the monitor's own fault (an unplugged LPM01A), not at its
+        # deadline.
+        simulated = bool(args.simulated or getattr(monitor, "simulated", False))
+        recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count,
                                 fault=lambda: getattr(monitor, "fault", None))
         monitor.start(recorder.on_chunk)
         monitor.power_on()
@@ -171,7 +173,7 @@ def _report(
     return {
         "out": str(args.out),
         "driver": args.driver,
-        "simulated": bool(args.simulated),
+        "simulated": bool(args.simulated or getattr(monitor, "simulated", False)),
         "samples": recorder.samples,
         "requested_samples": count,
         "sample_rate_hz": rate,

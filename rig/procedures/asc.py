@@ -108,11 +108,15 @@ class AscProcedure:
         publish: Callable[[Event], None],
         *,
         scope: str = "all",
+        simulated: bool = False,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigError(f"unknown ASC scope {scope!r}",
                               hint=f"choose one of {', '.join(SCOPES)}")
         self.scope = scope
+        #: Whether the numbers come from a simulation: the bench's or a monitor's word, and
+        #: the DUT's own (`simtime` in its caps) once it has answered.
+        self.simulated = simulated
         self.bench = bench
         self.opts = bench.asc
         self.dut = dut
@@ -148,11 +152,15 @@ class AscProcedure:
         """Identify, calibrate, measure idle, the timed runs, then accuracy."""
         capabilities = self.dut.negotiate()  # plain MLPerf Tiny firmware: empty
         info = self.dut.identify()
+        # A DUT whose lap counter is a simulator's time base is a simulator (XyloSim).
+        dut_simulated = CAP_SIMTIME in capabilities
+        self.simulated = self.simulated or dut_simulated
         self.publish(InstrumentInfo(role="dut", info={
             "name": info.name, "vendor": info.vendor, "profile": info.profile,
             "model": info.model, "timestamp_mode": self.dut.timestamp_mode,
             "capabilities": sorted(capabilities),
             "port": self.bench.dut.port, "baud": self.bench.dut.baud,
+            "simulated": dut_simulated,
         }))
         if CAP_RESULT_CRC not in capabilities:
             self.publish(Note(level="warning", text=RESULTS_UNCHECKED))
@@ -212,7 +220,7 @@ class AscProcedure:
                 index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
                 time_per_inference_s=t.elapsed_s / t.iterations,
                 inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
-                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s,
+                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s, simulated=self.simulated,
             ))
             if self.scope == "performance":
                 pass  # the same runs, timed only: no energy asked for
@@ -257,6 +265,7 @@ class AscProcedure:
                 timer=timer, dut_time_s=t.dut_s, emon_time_s=t.emon_s,
                 preprocess_s=_item(test.preprocess_s, index),
                 preprocess_host_s=_item(test.preprocess_host_s, index),
+                simulated=self.simulated,
             ))
             self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
 
@@ -331,7 +340,8 @@ class AscProcedure:
         self.recorder.annotate(start, "idle span start")
         self.recorder.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
-                                  duration_s=(end - start) / fs, power_w=power))
+                                  duration_s=(end - start) / fs, power_w=power,
+                                  simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
     def _measure_rail_idle(self) -> None:
@@ -344,7 +354,8 @@ class AscProcedure:
         if power is None:
             raise MeasurementFailed("the DUT reported no power rails for `idle`",
                                     hint="power from the rails needs a Xylo HDK")
-        self.publish(IdleMeasured(duration_s=ms / 1000, power_w=power))
+        self.publish(IdleMeasured(duration_s=ms / 1000, power_w=power,
+                                  simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
     def _publish_rail_window(self, index: int, t: Timed) -> None:
@@ -353,6 +364,7 @@ class AscProcedure:
         self.publish(WindowMeasured(
             index=index, iterations=t.iterations, duration_s=t.elapsed_s, energy_j=energy,
             mean_power_w=t.rail_power_w, energy_per_inference_j=energy / t.iterations,
+            simulated=self.simulated,
         ))
 
     def _publish_window(self, index: int, t: Timed) -> None:
@@ -367,6 +379,7 @@ class AscProcedure:
             index=index, iterations=t.iterations, start_sample=start, end_sample=end,
             start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,
             mean_power_w=power, energy_per_inference_j=energy / t.iterations,
+            simulated=self.simulated,
         ))
 
     def _require_finite(self, power: float, start: int, end: int, what: str) -> None:

@@ -95,7 +95,7 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
         with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "ppk2", "--port", vb.ports["emon"],
                          "--duration", "1", "--voltage", "1.8", "--rate", str(FS),
-                         "--out", str(out), "--simulated", "--json"])
+                         "--out", str(out), "--json"])  # simulated: it says so
         assert not errors, errors
         deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
         while vb.world.powered and time.monotonic() < deadline:
@@ -107,7 +107,8 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
     assert report["samples"] == FS and report["requested_samples"] == FS
     assert report["sample_rate_hz"] == FS and report["dropped"] == 0 and report["edges"] == 2
     trace = read_trace(out)
-    assert len(trace) == FS and trace.simulated
+    assert len(trace) == FS and trace.simulated  # from its "sim: 1" metadata, no flag given
+    assert report["simulated"] is True
     falls = np.flatnonzero((trace.gpio[1:] & 1) < (trace.gpio[:-1] & 1)) + 1
     assert falls.tolist() == [K1, K2]
     window_w = float((trace.current[K1:K2].astype(float) * trace.voltage[K1:K2]).mean())
