@@ -47,7 +47,7 @@ def test_an_unplugged_lpm01a_ends_the_recording_with_its_samples_kept(
 ) -> None:
     out = tmp_path / "capture.jls"
     with VirtualBench(load_bench(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
-        puller = unplug_after(vb, 1.0)
+        puller = unplug_after(vb, 3.0)  # 3 s of simulated time: at least 1 s reaches the file
         code = main(["emon", "record", "--driver", "lpm01a", "--port", vb.ports["emon"],
                      "--duration", "20", "--voltage", "1.8", "--rate", str(FS),
                      "--out", str(out), "--simulated"])
