@@ -8,6 +8,7 @@ at `start()` and are contiguous unless the instrument dropped samples (drivers r
 from __future__ import annotations
 
 import logging
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -57,6 +58,21 @@ def check_voltage(requested_v: float, limit_v: float, *, who: str = "supply") ->
             hint="lower the supply voltage in the bench file, or raise voltage_limit_v if the "
             "DUT is rated for it",
         )
+
+
+def whole_millivolts(requested_v: float, limit_v: float, span_mv: tuple[int, int], *,
+                     who: str, hint: str) -> int:
+    """The whole millivolts an instrument is sent for `requested_v`: refused above the bench
+    limit (`check_voltage`) or outside the instrument's `span_mv`, and never rounded up past
+    the limit (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300)."""
+    check_voltage(requested_v, limit_v, who=who)
+    millivolts = min(round(requested_v * 1000), math.floor(limit_v * 1000 + 1e-9))
+    low, high = span_mv
+    if not low <= millivolts <= high:
+        raise VoltageLimitError(
+            f"{who}: can only supply {low / 1000:g}..{high / 1000:g} V, not {requested_v:g} V",
+            hint=hint)
+    return millivolts
 
 
 #: An identity word that marks an instrument simulator: "1.0.5-sim", "MY00000001-SIM",

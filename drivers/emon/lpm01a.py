@@ -32,10 +32,10 @@ from drivers.emon.base import (
     Chunk,
     ChunkCallback,
     EnergyMonitor,
-    check_voltage,
     identifies_as_simulator,
+    whole_millivolts,
 )
-from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
+from drivers.errors import DeviceError, DeviceTimeout, InstrumentError
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from protocols.lpm01a.codec import (
@@ -224,17 +224,9 @@ class Lpm01a(EnergyMonitor):
     def _millivolts(voltage: float, voltage_limit_v: float) -> int:
         """The whole millivolts sent for `voltage`; refused above the limit or the board's
         range."""
-        check_voltage(voltage, voltage_limit_v, who="LPM01A")
-        # The board takes whole millivolts: never round up past the bench limit
-        # (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300).
-        millivolts = min(round(voltage * 1000), math.floor(voltage_limit_v * 1000 + 1e-9))
-        if not VOLT_MIN_MV <= millivolts <= VOLT_MAX_MV:
-            raise VoltageLimitError(
-                f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
-                f"not {voltage:g} V",
-                hint="set a supply voltage the PowerShield can deliver in the bench file",
-            )
-        return millivolts
+        return whole_millivolts(
+            voltage, voltage_limit_v, (VOLT_MIN_MV, VOLT_MAX_MV), who="LPM01A",
+            hint="set a supply voltage the PowerShield can deliver in the bench file")
 
     def configure(
         self, voltage: float, sample_rate: float, *, data_format: str | None = None

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 from typing import Any, Protocol
@@ -35,10 +34,10 @@ from drivers.emon.base import (
     Chunk,
     ChunkCallback,
     EnergyMonitor,
-    check_voltage,
     identifies_as_simulator,
+    whole_millivolts,
 )
-from drivers.errors import DeviceError, DeviceTimeout, VoltageLimitError
+from drivers.errors import DeviceError, DeviceTimeout
 from drivers.transport import SerialTransport
 from protocols.errors import ProtocolError, RigError
 from protocols.ppk2 import (
@@ -183,14 +182,8 @@ class Ppk2(EnergyMonitor):
     @staticmethod
     def _setup(voltage: float, sample_rate: float, voltage_limit_v: float) -> tuple[int, float]:
         """(regulator millivolts, decimation ratio), or the refusal of either."""
-        check_voltage(voltage, voltage_limit_v, who="PPK2")
-        # The regulator takes whole mV: rounding must not carry a voltage at the limit over it.
-        mv = min(round(voltage * 1000), math.floor(voltage_limit_v * 1000 + 1e-6))
-        if not VDD_MIN_MV <= mv <= VDD_MAX_MV:
-            raise VoltageLimitError(
-                f"PPK2: its regulator sets {VDD_MIN_MV / 1000:g}..{VDD_MAX_MV / 1000:g} V, "
-                f"not {voltage:g} V",
-                hint="set a supply voltage the PPK2 can deliver in the bench file")
+        mv = whole_millivolts(voltage, voltage_limit_v, (VDD_MIN_MV, VDD_MAX_MV), who="PPK2",
+                              hint="set a supply voltage the PPK2 can deliver in the bench file")
         ratio = SAMPLE_RATE_HZ / sample_rate if sample_rate > 0 else 0.0
         if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
             raise DeviceError(
