@@ -31,6 +31,8 @@ BOARDS_TXT = Path("/usr/share/arduino/hardware/arduino/avr/boards.txt")
 SIZE_LINE = re.compile(r"flash (\d+) of (\d+) B, SRAM (\d+) of (\d+) B")
 READY = b"m-ready\r\n"
 
+pytestmark = pytest.mark.slow
+
 needs_avr = pytest.mark.skipif(simavr_uno_missing() is not None,
                                reason=f"the AVR toolchain is missing: {simavr_uno_missing()}")
 
