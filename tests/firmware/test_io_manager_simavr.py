@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from drivers.transport import SerialTransport
+from rig.sim.host_dut import host_shim_binary
 from rig.sim.pty import Pty
 from rig.sim.simavr_uno import SimavrUno, simavr_uno_missing
 from tests.firmware.simavr_uno import relay
@@ -166,6 +167,35 @@ def stub_sketch(tmp_path_factory: pytest.TempPathFactory) -> Path:
                            "-o", str(exe)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return exe
+
+
+def test_dut_lines_are_relayed_with_the_prefix_byte_for_byte(simavr_uno_build) -> None:
+    shim_binary = host_shim_binary(build=True)
+    if shim_binary is None:
+        pytest.skip("no C compiler: the host DUT shim cannot be built")
+    harness, elf = simavr_uno_build
+    dut_side = Pty()
+    uno_process = SimavrUno(dut_side.path, harness=harness, elf=elf)
+    port = SerialTransport(uno_process.path, 115200, name="simavr UNO")
+    shim = subprocess.Popen([str(shim_binary), "--mode", "energy"], stdin=dut_side.master,
+                            stdout=dut_side.master)
+    try:
+        # The DUT's boot banner, relayed as it comes (the sketch relays at any time).
+        banner = port.read_until(time.monotonic() + 10.0, lambda b: b.endswith(READY))
+        assert banner == (b"[dut]: m-timestamp-mode-energy\r\n[dut]: m-init-done\r\n"
+                          b"[dut]: m-ready\r\n")
+        # Forwarded, acknowledged, then the DUT's reply line by line with the prefix.
+        assert exchange(port, b"dut name%", replies=2) == (
+            b"m-dut-passthrough(name)\r\nm-ready\r\n"
+            b"[dut]: m-name-dut-[neurobench-rig host shim]\r\n[dut]: m-ready\r\n")
+    finally:
+        shim.terminate()
+        shim.wait(timeout=10)
+        port.close()
+        report = uno_process.close()
+        dut_side.close()
+    # "name%" down; the banner (25 + 13 + 9) and the reply (39 + 9) up, every bit of each.
+    assert "5 bytes to the DUT, 95 from it, 0 framing errors" in report, report
 
 
 def stub_answer(uno_exe: Path, *payloads: bytes) -> bytes:
