@@ -51,8 +51,9 @@
 #define POLL_CYCLES (F_CPU / 1000UL)
 /* Bytes from the DUT waiting to be clocked onto PB2 (the DUT's UART sends at 9600 baud; its
  * side is a process that writes at once, so its bytes queue here). When full, the DUT's device
- * is not read until there is room: nothing is dropped. */
-#define DUT_QUEUE 65536u
+ * is not read until there is room. 256 KiB holds the largest reply of the host shim, a `db
+ * print` of its whole 32 KiB buffer (about 119 KB), which it drops if nobody reads it. */
+#define DUT_QUEUE 262144u
 /* Bytes waiting for a writer that is not keeping up (the rig's pty, the DUT's device). */
 #define OUT_QUEUE 65536u
 /* Without --speed: after this much simulated time without a byte or an edge anywhere, the
