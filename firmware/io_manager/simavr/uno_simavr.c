@@ -22,7 +22,8 @@
  * AVR runs as fast as the host allows, and once no byte or edge has crossed any pin for 10 ms of
  * simulated time (the sketch can only be spinning in loop()) its clock stops until the next
  * byte arrives: simulated time then counts work, not waiting. Exits 0 on SIGTERM, SIGINT or SIGHUP, or when its parent dies; 2 on bad
- * arguments or a missing/unloadable ELF; 1 if the AVR crashes. */
+ * arguments or a missing/unloadable ELF; 1 if the AVR crashes. SIGUSR1 prints the counts it
+ * prints on exit (simulated and wall time, bytes each way, framing errors) on stderr. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -107,7 +108,10 @@ static unsigned g_rx_bit;
 static uint8_t g_rx_byte;
 static unsigned long g_bytes_from_dut = 0;
 
+static volatile sig_atomic_t g_report = 0;
+
 static void on_signal(int sig) { (void)sig; g_stop = 1; }
+static void on_report(int sig) { (void)sig; g_report = 1; }
 
 static int set_raw(int fd)
 {
@@ -223,17 +227,35 @@ static void on_tx_pin(avr_irq_t *irq, uint32_t value, void *param)
 }
 
 /* -- SoftwareSerial RX: the DUT -> PB2 ------------------------------------------------------- */
+/* Take the next queued byte and put its start bit on the line at cycle `start`. */
+static void begin_rx_frame(avr_cycle_count_t start)
+{
+    g_rx_byte = g_dut_queue[g_dq_head];
+    g_dq_head = (g_dq_head + 1) % DUT_QUEUE;
+    g_dq_len--;
+    g_bytes_from_dut++;
+    g_rx_busy = 1;
+    g_rx_bit = 0;
+    g_rx_frame_start = start;
+    g_last_activity = start;
+    avr_raise_irq(g_rx_pin, 0); /* start bit */
+}
+
 static avr_cycle_count_t drive_rx_bit(avr_t *avr, avr_cycle_count_t when, void *param)
 {
-    (void)avr; (void)when; (void)param;
+    (void)avr; (void)param;
     unsigned k = ++g_rx_bit;
     if (k <= 8) {
         avr_raise_irq(g_rx_pin, (g_rx_byte >> (k - 1)) & 1u);
     } else if (k == 9) {
         avr_raise_irq(g_rx_pin, 1); /* stop bit */
     } else {
-        g_rx_busy = 0; /* the stop bit has lasted its bit time: the line is free */
-        return 0;
+        /* The stop bit has lasted its bit time: the next byte follows at once, as from a
+         * UART with more to send, or the line stays idle. */
+        g_rx_busy = 0;
+        if (g_dq_len == 0) return 0;
+        begin_rx_frame(when);
+        return g_rx_frame_start + bit_start(1);
     }
     return g_rx_frame_start + bit_start(k + 1);
 }
@@ -241,15 +263,7 @@ static avr_cycle_count_t drive_rx_bit(avr_t *avr, avr_cycle_count_t when, void *
 static void start_rx_frame(void)
 {
     if (g_rx_busy || g_dq_len == 0) return;
-    g_rx_byte = g_dut_queue[g_dq_head];
-    g_dq_head = (g_dq_head + 1) % DUT_QUEUE;
-    g_dq_len--;
-    g_bytes_from_dut++;
-    g_rx_busy = 1;
-    g_rx_bit = 0;
-    g_rx_frame_start = g_avr->cycle;
-    g_last_activity = g_avr->cycle;
-    avr_raise_irq(g_rx_pin, 0); /* start bit */
+    begin_rx_frame(g_avr->cycle);
     avr_cycle_timer_register(g_avr, bit_start(1), drive_rx_bit, NULL);
 }
 
@@ -307,9 +321,23 @@ static void wait_while_idle(avr_t *avr)
     g_last_activity = avr->cycle;
 }
 
+/* What crossed the pins so far (on exit, and on SIGUSR1). */
+static void report_counts(void)
+{
+    fprintf(stderr,
+            "uno-simavr: %.3f s simulated in %.3f s wall; %lu bytes to the DUT, %lu from it, "
+            "%lu framing errors; dropped: %lu to the host, %lu to the DUT; %llu idle waits\n",
+            (double)g_avr->cycle / F_CPU, wall_elapsed_s(), g_bytes_to_dut, g_bytes_from_dut,
+            g_framing_errors, g_to_host.dropped, g_to_dut.dropped, g_idle_waits);
+}
+
 static avr_cycle_count_t service(avr_t *avr, avr_cycle_count_t when, void *param)
 {
     (void)param;
+    if (g_report) {
+        g_report = 0;
+        report_counts();
+    }
     serve_host();
     serve_dut();
     if (g_speed == 0.0) wait_while_idle(avr);
@@ -361,6 +389,7 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     signal(SIGHUP, on_signal);
+    signal(SIGUSR1, on_report);
     signal(SIGPIPE, SIG_IGN);
 
     elf_firmware_t fw;
@@ -428,12 +457,7 @@ int main(int argc, char **argv)
     while (!g_stop && state != cpu_Done && state != cpu_Crashed)
         state = avr_run(g_avr);
 
-    double wall = wall_elapsed_s();
-    fprintf(stderr,
-            "uno-simavr: %.3f s simulated in %.3f s wall; %lu bytes to the DUT, %lu from it, "
-            "%lu framing errors; dropped: %lu to the host, %lu to the DUT; %llu idle waits\n",
-            (double)g_avr->cycle / F_CPU, wall, g_bytes_to_dut, g_bytes_from_dut,
-            g_framing_errors, g_to_host.dropped, g_to_dut.dropped, g_idle_waits);
+    report_counts();
     if (state == cpu_Crashed) {
         fputs("uno-simavr: the AVR crashed\n", stderr);
         return 1;
