@@ -2,7 +2,7 @@
 
 `rig dut` commands reach the host build of the DUT shim through the emulated UNO, and a short
 ASC accuracy pass (one test sample: every input goes down as hex and is read back at 9600 baud,
-about 105 s of simulated UNO time) gives the reference model's scores. No harness outlives a run.
+about 113 s of simulated UNO time) gives the reference model's scores. No harness outlives a run.
 """
 
 from __future__ import annotations
