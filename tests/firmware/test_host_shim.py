@@ -303,6 +303,22 @@ def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:
 
 
 @VIA_BOTH
+@pytest.mark.parametrize("mode", ["energy", "performance"])
+def test_timestamp_pulses_in_energy_mode_and_reads_the_timer_in_performance(start_shim,
+                                                                            mode: str) -> None:
+    shim = start_shim(mode)
+    reply = shim.exchange(b"timestamp%").decode()
+    if mode == "performance":
+        assert re.fullmatch(r"m-lap-us-\d+\r\nm-ready\r\n", reply), reply
+        return
+    assert reply == "m-ready\r\n"  # the pulse goes to the timestamp GPIO: stderr, standalone
+    shim.proc.terminate()
+    assert shim.proc.wait(timeout=REPLY_S) == 0
+    assert shim.proc.stderr is not None
+    assert shim.proc.stderr.read().decode().split()[0::2] == ["gpio-fall"]
+
+
+@VIA_BOTH
 @pytest.mark.parametrize(
     "command, error",
     [
