@@ -261,7 +261,8 @@ def test_harness_is_killed_by_pid_and_dies_with_its_parent(simavr_uno_build, tmp
     assert shell.stdout is not None
     child = int(shell.stdout.readline())
     deadline = time.monotonic() + 10.0
-    while not announced.read_text() and time.monotonic() < deadline:
+    # (the file appears once the shell's child has set up its redirection)
+    while not (announced.exists() and announced.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)  # it prints its port after arming the parent-death signal
     assert announced.read_text().startswith("port: /dev/")
     shell.kill()
