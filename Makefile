@@ -5,11 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: run test lint bench sim clean firmware-host lava-env system-deps
+.PHONY: firmware-avr
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
 test: $(STAMP) firmware-host lava-env system-deps  ## Install test deps, build the shims, run the suite.
+	@$(MAKE) --no-print-directory firmware-avr
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -35,11 +37,19 @@ DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libh
 	libxcb-render-util.so.0:libxcb-render-util0 libxcb-xkb.so.1:libxcb-xkb1 \
 	libxkbcommon-x11.so.0:libxkbcommon-x11-0 libxcb-randr.so.0:libxcb-randr0 \
 	libxcb-shape.so.0:libxcb-shape0 libxcb-xinerama.so.0:libxcb-xinerama0 libEGL.so.1:libegl1
+# The IO manager sketch on a real AVR (firmware/io_manager): avr-gcc and avr-libc, the Arduino
+# core with arduino-mk, and libsimavr for the harness that runs it (firmware/io_manager/simavr).
+DEB_TOOLS += avr-gcc:gcc-avr avr-size:binutils-avr
+DEB_LIBS  += libsimavr.so.2:libsimavr2
+DEB_FILES := /usr/lib/avr/include/avr/io.h:avr-libc /usr/include/simavr/sim_avr.h:libsimavr-dev \
+	/usr/share/arduino/hardware/arduino/avr/boards.txt:arduino-core-avr \
+	/usr/share/arduino/Arduino.mk:arduino-mk
 system-deps:
 	@missing=""; \
 	for pair in $(DEB_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	for pair in $(DEB_LIBS); do ldconfig -p | grep -q "$${pair%%:*}" || missing="$$missing $${pair#*:}"; done; \
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$$missing fonts-dejavu-core"; \
+	for pair in $(DEB_FILES); do [ -e $${pair%%:*} ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing$$missing"; \
@@ -51,6 +61,14 @@ firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it whe
 	@if command -v $(CC) >/dev/null 2>&1; then \
 		$(MAKE) -C firmware/dut/host OUT=$(CURDIR)/build/firmware; \
 	else echo "no C compiler: the virtual bench will use its Python DUT"; fi
+
+# The IO manager sketch for an Arduino UNO (arduino-mk; fails above the UNO's flash and SRAM)
+# and the simavr harness that runs it (firmware/io_manager/simavr).
+firmware-avr:  ## Build io_manager.ino for the UNO with avr-gcc and the simavr harness.
+	@if [ -f /usr/share/arduino/Arduino.mk ] && command -v avr-gcc >/dev/null 2>&1; then \
+		$(MAKE) -s -C firmware/io_manager OUT=$(CURDIR)/build/firmware/io_manager-uno uno-size && \
+		$(MAKE) -s -C firmware/io_manager/simavr OUT=$(CURDIR)/build/firmware; \
+	else echo "no avr-gcc or arduino-mk (make system-deps): the simavr IO manager is unavailable"; fi
 
 # The Loihi 2 shim runs Lava, which needs Python 3.10 (facts.md): its own environment.
 PYTHON310 ?= $(firstword $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null) \

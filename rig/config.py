@@ -35,6 +35,7 @@ PPK2_MODES = ("source", "ampere")
 DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
+SIM_IO_MANAGERS = ("python", "simavr")
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,9 @@ class SimConfig:
     inference_ms: float = 12.5
     speed: float = 50.0
     dut: str = "auto"
+    #: The IO manager in front of the DUT: "python" (rig.sim.io_manager) or "simavr" (the
+    #: sketch's real AVR build on simavr, rig.sim.simavr_uno; `make firmware-avr`).
+    io_manager: str = "python"
 
 
 @dataclass(frozen=True)
@@ -349,6 +353,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise VoltageLimitError(exc.message, hint=exc.hint) from None
     if sim is not None:
         _choice(sim.dut, SIM_DUTS, path, "sim.dut")
+        _choice(sim.io_manager, SIM_IO_MANAGERS, path, "sim.io_manager")
         if sim.active_power_mw < sim.idle_power_mw:
             raise ConfigError(
                 f"{path}: [sim] active_power_mw ({sim.active_power_mw}) is below idle_power_mw "

@@ -160,6 +160,19 @@ def test_errors_are_one_line_with_exit_code_2(make_dut, capsys, tmp_path: Path) 
         assert len(err) == 1 and err[0].startswith("rig: error: ") and text in err[0], err
 
 
+def test_a_port_or_a_bench_exactly_one(capsys) -> None:
+    cases = [
+        (["dut", "info"], "no DUT given"),
+        (["dut", "--port", "/dev/null", "--device", "sim", "info"],
+         "give --port or --device/--bench, not both"),
+        (["dut", "--device", "no-such-bench", "info"], "unknown device 'no-such-bench'"),
+    ]
+    for argv, text in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0].startswith("rig: error: ") and text in err[0], err
+
+
 def test_silent_port_times_out_at_the_given_deadline(capsys) -> None:
     pty = Pty()  # nobody answers on the other side
     try:

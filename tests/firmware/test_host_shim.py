@@ -1,5 +1,9 @@
 """The host-built C DUT shim (firmware/dut) end to end over real ptys, standalone and on a
-scripted sim bus, plus a syntax check of its Arduino port against a stub Arduino.h."""
+scripted sim bus, plus a syntax check of its Arduino port against a stub Arduino.h.
+
+Tests marked ``@VIA_BOTH`` run twice: on the shim's pty directly, and through the IO manager
+sketch's real AVR build on simavr (tests/firmware/simavr_uno.py) relaying at 9600 baud, with
+the rig's IO manager transport: the same commands must get the same replies."""
 
 from __future__ import annotations
 
@@ -20,13 +24,16 @@ import numpy as np
 import pytest
 
 from drivers.dut.client import DutClient
+from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DutDecoder, DutErrorLine, DutEvent, Ready
+from protocols.io_manager.codec import MAX_PASSTHROUGH
 from rig.datasets.synthetic import make_split
 from rig.sim.dut import SimDut
 from rig.sim.model import LinearAscModel
 from rig.sim.pty import Pty
 from rig.sim.world import World
+from tests.firmware.simavr_uno import Relay, relay
 
 pytestmark = pytest.mark.slow
 
@@ -68,9 +75,11 @@ class Shim:
 
     proc: subprocess.Popen
     pty: Pty
-    transport: SerialTransport
+    transport: SerialTransport | IoManagerTransport
     client: DutClient
     decoder: DutDecoder = field(default_factory=DutDecoder)
+    #: The emulated UNO in between, when the test runs through it.
+    relay: Relay | None = None
 
     def exchange(self, payload: bytes, until: bytes = READY) -> bytes:
         """Write raw bytes; return what arrives up to and including the `until` ending."""
@@ -81,20 +90,29 @@ class Shim:
         return self.decoder.feed(self.exchange(payload, until))
 
 
+#: Run a test on the shim's pty directly and through the simavr UNO (`start_shim` indirect).
+VIA_BOTH = pytest.mark.parametrize("start_shim", ["direct", "simavr-uno"], indirect=True)
+
+
 @pytest.fixture
-def start_shim(shim_binary: Path) -> Iterator[Callable[..., Shim]]:
+def start_shim(shim_binary: Path, request: pytest.FixtureRequest
+               ) -> Iterator[Callable[..., Shim]]:
     started: list[Shim] = []
+    via = getattr(request, "param", "direct")
+    build = request.getfixturevalue("simavr_uno_build") if via == "simavr-uno" else None
 
     def start(mode: str = "performance", *, env: dict[str, str] | None = None,
               pass_fds: tuple[int, ...] = (), boot: bool = True) -> Shim:
         pty = Pty()
         # Opened before the shim starts: opening a port flushes its input, banner included.
-        transport = SerialTransport(pty.path, 115200, name="DUT")
+        uno = relay(build, pty.path) if build is not None else None
+        transport: SerialTransport | IoManagerTransport = (
+            uno.transport() if uno is not None else SerialTransport(pty.path, 115200, name="DUT"))
         proc = subprocess.Popen(
             [str(shim_binary), "--mode", mode], stdin=pty.master, stdout=pty.master,
             stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, pass_fds=pass_fds,
         )
-        shim = Shim(proc, pty, transport, DutClient(transport))
+        shim = Shim(proc, pty, transport, DutClient(transport), relay=uno)
         started.append(shim)
         if boot:
             assert shim.client.wait_for_boot(REPLY_S) == mode
@@ -108,6 +126,9 @@ def start_shim(shim_binary: Path) -> Iterator[Callable[..., Shim]]:
         if shim.proc.stderr is not None:
             shim.proc.stderr.close()
         shim.transport.close()
+        if shim.relay is not None:
+            counts = shim.relay.close()
+            assert "0 framing errors" in counts, counts  # every bit of every byte made it
         shim.pty.close()
 
 
@@ -129,6 +150,7 @@ def bload_ok(shim: Shim, data: bytes) -> None:
     assert bload(shim, data) == f"m-bload-done-{zlib.crc32(data):08x}\r\nm-ready\r\n".encode()
 
 
+@VIA_BOTH
 # -- boot, identity --------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["energy", "performance"])
 def test_boot_banner_is_the_reference_firmware_s(start_shim, mode: str) -> None:
@@ -137,6 +159,7 @@ def test_boot_banner_is_the_reference_firmware_s(start_shim, mode: str) -> None:
     assert banner == f"m-timestamp-mode-{mode}\r\nm-init-done\r\nm-ready\r\n".encode()
 
 
+@VIA_BOTH
 def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     shim = start_shim("energy")
     assert shim.exchange(b"name%") == f"m-name-dut-[{VENDOR}]\r\nm-ready\r\n".encode()
@@ -163,6 +186,7 @@ def test_hex_download_of_a_model_input_reads_back(start_shim) -> None:
     assert shim.client.read_buffer() == data
 
 
+@VIA_BOTH
 def test_db_print_lines_hold_16_bytes(start_shim) -> None:
     shim = start_shim()
     shim.client.load(bytes(range(20)))
@@ -202,6 +226,7 @@ def test_bload_times_out_after_a_silent_second(start_shim) -> None:
     assert shim.exchange(b"name%").startswith(b"m-name-dut-")
 
 
+@VIA_BOTH
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -277,6 +302,23 @@ def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:
     assert lap0 <= int(edges[1]) <= lap1 <= int(edges[3])
 
 
+@VIA_BOTH
+@pytest.mark.parametrize("mode", ["energy", "performance"])
+def test_timestamp_pulses_in_energy_mode_and_reads_the_timer_in_performance(start_shim,
+                                                                            mode: str) -> None:
+    shim = start_shim(mode)
+    reply = shim.exchange(b"timestamp%").decode()
+    if mode == "performance":
+        assert re.fullmatch(r"m-lap-us-\d+\r\nm-ready\r\n", reply), reply
+        return
+    assert reply == "m-ready\r\n"  # the pulse goes to the timestamp GPIO: stderr, standalone
+    shim.proc.terminate()
+    assert shim.proc.wait(timeout=REPLY_S) == 0
+    assert shim.proc.stderr is not None
+    assert shim.proc.stderr.read().decode().split()[0::2] == ["gpio-fall"]
+
+
+@VIA_BOTH
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -316,14 +358,23 @@ SAME_AS_SIMDUT = [
 ]
 
 
+@VIA_BOTH
+def relayable(command: bytes) -> bool:
+    """Whether the IO manager passes `command` through as it is: what it refuses or trims
+    itself (over-long, empty, padded with spaces) is its own business (test_io_manager_*)."""
+    text = command[:-1]
+    return len(text) > 0 and len(command) <= MAX_PASSTHROUGH and text == text.strip()
+
+
 def test_replies_are_byte_identical_to_the_python_simdut(start_shim) -> None:
     shim = start_shim("energy")
+    commands = SAME_AS_SIMDUT if shim.relay is None else list(filter(relayable, SAME_AS_SIMDUT))
     world = World(speed=1000.0)
     sim = SimDut(world, _BigBufferModel(), timestamp_mode="energy", vendor=VENDOR)
     with sim, SerialTransport(sim.path, 115200, name="SimDut") as sim_port:
         world.power(True)
         sim_port.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
-        for command in SAME_AS_SIMDUT:
+        for command in commands:
             sim_port.write(command)
             expected = sim_port.read_until(time.monotonic() + REPLY_S,
                                            lambda b: b.endswith(READY))
