@@ -5,11 +5,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: run test lint bench sim clean firmware-host firmware-arm lava-env system-deps
+.PHONY: firmware-avr
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
 test: $(STAMP) firmware-host lava-env system-deps  ## Install test deps, build the shims, run the suite.
+	@$(MAKE) --no-print-directory firmware-avr
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -39,12 +41,20 @@ DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libh
 # newlib-nano is a file, not a command: checked by its specs file below.
 DEB_TOOLS += qemu-system-arm:qemu-system-arm arm-none-eabi-gcc:gcc-arm-none-eabi
 NEWLIB_NANO := /usr/lib/arm-none-eabi/newlib/nano.specs
+# The IO manager sketch on a real AVR (firmware/io_manager): avr-gcc and avr-libc, the Arduino
+# core with arduino-mk, and libsimavr for the harness that runs it (firmware/io_manager/simavr).
+DEB_TOOLS += avr-gcc:gcc-avr avr-size:binutils-avr
+DEB_LIBS  += libsimavr.so.2:libsimavr2
+DEB_FILES := /usr/lib/avr/include/avr/io.h:avr-libc /usr/include/simavr/sim_avr.h:libsimavr-dev \
+	/usr/share/arduino/hardware/arduino/avr/boards.txt:arduino-core-avr \
+	/usr/share/arduino/Arduino.mk:arduino-mk
 system-deps:
 	@missing=""; \
 	for pair in $(DEB_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	for pair in $(DEB_LIBS); do ldconfig -p | grep -q "$${pair%%:*}" || missing="$$missing $${pair#*:}"; done; \
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$$missing fonts-dejavu-core"; \
 	[ -f $(NEWLIB_NANO) ] || missing="$$missing libnewlib-arm-none-eabi"; \
+	for pair in $(DEB_FILES); do [ -e $${pair%%:*} ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 			echo "installing$$missing"; \
@@ -61,6 +71,14 @@ firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it whe
 # and fails above the RAM of the smallest board we name (README).
 firmware-arm:  ## Build the C DUT shim for a Cortex-M4 (QEMU mps2-an386) with arm-none-eabi-gcc.
 	$(MAKE) -C firmware/dut/mps2-an386 OUT=$(CURDIR)/build/firmware/arm
+
+# The IO manager sketch for an Arduino UNO (arduino-mk; fails above the UNO's flash and SRAM)
+# and the simavr harness that runs it (firmware/io_manager/simavr).
+firmware-avr:  ## Build io_manager.ino for the UNO with avr-gcc and the simavr harness.
+	@if [ -f /usr/share/arduino/Arduino.mk ] && command -v avr-gcc >/dev/null 2>&1; then \
+		$(MAKE) -s -C firmware/io_manager OUT=$(CURDIR)/build/firmware/io_manager-uno uno-size && \
+		$(MAKE) -s -C firmware/io_manager/simavr OUT=$(CURDIR)/build/firmware; \
+	else echo "no avr-gcc or arduino-mk (make system-deps): the simavr IO manager is unavailable"; fi
 
 # The Loihi 2 shim runs Lava, which needs Python 3.10 (facts.md): its own environment.
 PYTHON310 ?= $(firstword $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null) \

@@ -9,8 +9,13 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from rig.errors import RigError
-from rig.run_summary import asc_figure_rows, replicability_verdict, run_summary
-from rig.store import list_runs
+from rig.run_summary import (
+    REFUSED_TEXT,
+    asc_figure_rows,
+    replicability_verdict,
+    run_summary,
+)
+from rig.store import REFUSED, list_runs
 from rig.sweep import power_line
 from rig.units import si
 
@@ -203,6 +208,9 @@ class EarlierRuns(QtWidgets.QWidget):
                 for col in range(5):
                     item.setToolTip(col, f"{r['damaged']}: reopen to see what events.jsonl "
                                          "still holds")
+            elif r["status"] == REFUSED:
+                for col in range(5):
+                    item.setToolTip(col, REFUSED_TEXT)
             self.tree.addTopLevelItem(item)
         for col in range(4):
             self.tree.resizeColumnToContents(col)

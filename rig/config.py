@@ -16,6 +16,7 @@ from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
 from rig.errors import ConfigError
+from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 
 #: A port value that means "the virtual bench's pty for this device".
 VIRTUAL_PORT = "virtual"
@@ -36,6 +37,7 @@ PPK2_MODES = ("source", "ampere")
 DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
+SIM_IO_MANAGERS = ("python", "simavr")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class DutConfig:
     hdk: bool = False
     #: kind = "xylo" on an HDK: how often the power rails are sampled [Hz].
     power_frequency_hz: float = 5.0
+    #: Seconds one inference takes, as far as known (0: not declared). It only bounds the wait
+    #: for the DUT's replies until the calibration run has measured the time.
+    inference_time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ class SimConfig:
     inference_ms: float = 12.5
     speed: float = 50.0
     dut: str = "auto"
+    #: The IO manager in front of the DUT: "python" (rig.sim.io_manager) or "simavr" (the
+    #: sketch's real AVR build on simavr, rig.sim.simavr_uno; `make firmware-avr`).
+    io_manager: str = "python"
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,41 @@ class Bench:
         data["path"] = str(self.path)
         return data
 
+
+#: Where every number of a bench file may lie, by "table.key" (`rig.file_numbers.number` checks
+#: each when the file is loaded). Every int or float field of the tables above has an entry
+#: (tests/rig/test_file_numbers.py checks it): wide enough for any real bench, narrow enough
+#: that nothing downstream overflows or waits forever.
+SEED_SPAN = at_least(0, 2**32 - 1)
+BAUD_SPAN = positive(20e6, "baud")
+NUMBER_SPANS: dict[str, Span] = {
+    "bench.voltage_limit_v": positive(60.0, "V"),
+    "dut.baud": BAUD_SPAN,
+    "dut.boot_timeout_s": positive(3600.0, "s"),
+    "dut.power_frequency_hz": positive(1e3, "Hz"),
+    # The DUT's declared time per inference (0: not declared; the deadlines then use [sim] or
+    # the calibration run).
+    "dut.inference_time_s": at_least(0.0, 3600.0, "s"),
+    "emon.sample_rate_hz": positive(10e6, "Hz"),
+    "emon.supply_voltage_v": positive(60.0, "V"),
+    "io_manager.baud": BAUD_SPAN,
+    "dataset.samples_per_class": at_least(0, 1_000_000),
+    "dataset.seed": SEED_SPAN,
+    "dataset.rate_hz": positive(384_000, "Hz"),
+    "procedure.asc.runs": at_least(1, 10_000),
+    "procedure.asc.min_run_s": positive(86_400.0, "s"),
+    "procedure.asc.min_iterations": at_least(1, 10**9),
+    "procedure.asc.warmup": at_least(0, 10**6),
+    "procedure.asc.calibration_iterations": at_least(1, 10**6),
+    "procedure.asc.idle_s": positive(3600.0, "s"),
+    "procedure.asc.replicability_tolerance": Span(0.0, 1.0, low_open=True),
+    "sim.idle_power_mw": positive(1e6, "mW"),
+    "sim.active_power_mw": positive(1e6, "mW"),
+    "sim.inference_ms": positive(3.6e6, "ms"),
+    "sim.speed": positive(10_000.0),
+    "mqtt.power_rate_hz": positive(10.0, "Hz"),
+    "mqtt.queue": at_least(1, 10**7),
+}
 
 _SECTIONS: dict[str, type] = {
     "dut": DutConfig,
@@ -263,7 +306,9 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             f"{path}: [bench] voltage_limit_v is missing",
             hint="state the highest supply voltage the DUT may get, e.g. voltage_limit_v = 3.3",
         )
-    limit = _number(top, "voltage_limit_v", path, "bench", minimum=0.0, exclusive=True)
+    limit = number(top["voltage_limit_v"], path=path, table="bench", key="voltage_limit_v",
+                   span=NUMBER_SPANS["bench.voltage_limit_v"],
+                   hint="the highest supply voltage the DUT may get, e.g. voltage_limit_v = 3.3")
 
     sections: dict[str, Any] = {}
     for key, cls in _SECTIONS.items():
@@ -290,8 +335,6 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     dataset: DatasetConfig = sections["dataset"]
     sim: SimConfig | None = sections["sim"]
     io_manager: IoManagerConfig | None = sections["io_manager"]
-    if io_manager is not None:
-        _positive(io_manager.baud, path, "io_manager.baud")
     _choice(dut.kind, DUT_KINDS, path, "dut.kind")
     _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
     if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
@@ -306,15 +349,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _check_timestamp_input(emon, path)
     _check_ppk2_mode(emon, path)
     _choice(dataset.name, DATASETS, path, "dataset.name")
-    _positive(dut.baud, path, "dut.baud")
-    _positive(dut.boot_timeout_s, path, "dut.boot_timeout_s")
-    _positive(emon.sample_rate_hz, path, "emon.sample_rate_hz")
     if dataset.name == "synthetic-asc":
         _positive(dataset.samples_per_class, path, "dataset.samples_per_class")
-    elif dataset.samples_per_class < 0:
-        raise ConfigError(f"{path}: [dataset] samples_per_class: expected >= 0 (0 = all), "
-                          f"found {dataset.samples_per_class}")
-    _positive(dataset.rate_hz, path, "dataset.rate_hz")
     if dataset.name == "dcase2020" and not dataset.path:
         raise ConfigError(f"{path}: [dataset] path is missing",
                           hint="the TAU Urban Acoustic Scenes 2020 Mobile folder")
@@ -332,13 +368,6 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise ConfigError(f"{path}: [dataset] name: a Xylo takes spike rasters from its "
                               "analog front end; found 'synthetic-asc' (audio for the C shim)",
                               hint='use name = "synthetic-dcase" or "dcase2020"')
-    _positive(asc.runs, path, "procedure.asc.runs")
-    _positive(asc.min_run_s, path, "procedure.asc.min_run_s")
-    _positive(asc.min_iterations, path, "procedure.asc.min_iterations")
-    _positive(asc.calibration_iterations, path, "procedure.asc.calibration_iterations")
-    _positive(asc.idle_s, path, "procedure.asc.idle_s")
-    if asc.warmup < 0:
-        raise ConfigError(f"{path}: [procedure.asc] warmup: expected >= 0, found {asc.warmup}")
     if emon.driver != "none":
         if not emon.address:
             raise ConfigError(f"{path}: [emon] port is missing", hint="the monitor's serial port")
@@ -348,8 +377,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise VoltageLimitError(exc.message, hint=exc.hint) from None
     if sim is not None:
         _choice(sim.dut, SIM_DUTS, path, "sim.dut")
-        for key in ("idle_power_mw", "active_power_mw", "inference_ms", "speed"):
-            _positive(getattr(sim, key), path, f"sim.{key}")
+        _choice(sim.io_manager, SIM_IO_MANAGERS, path, "sim.io_manager")
         if sim.active_power_mw < sim.idle_power_mw:
             raise ConfigError(
                 f"{path}: [sim] active_power_mw ({sim.active_power_mw}) is below idle_power_mw "
@@ -368,6 +396,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         )
     qemu = _check_qemu(sections["qemu"], dut, emon, path)
     flagged = bool(_typed(top, "simulated", bool, path, "bench", default=False))
+    refuse_non_finite(raw, path)  # the backstop: no nan/inf anywhere, known key or not
     simulated = flagged or sim is not None
     return Bench(
         name=name,
@@ -514,10 +543,8 @@ def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:
     if table.get("rig"):
         check_rig_name(str(table["rig"]), where=f"{path}: [mqtt] rig")
     if "power_rate_hz" in table:
-        rate = _coerce(table["power_rate_hz"], float, path, "mqtt", "power_rate_hz")
+        rate = number(table["power_rate_hz"], path=path, table="mqtt", key="power_rate_hz")
         check_power_rate(rate, where=f"{path}: [mqtt] power_rate_hz")
-    if "queue" in table:
-        _positive(_coerce(table["queue"], int, path, "mqtt", "queue"), path, "mqtt.queue")
 
 
 # -- validation helpers ---------------------------------------------------------------------------
@@ -549,13 +576,20 @@ def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) 
     for key, value in table.items():
         default = fields[key].default
         expected = type(default) if default is not None else str
-        values[key] = _coerce(value, expected, path, section, key)
+        if expected in (int, float):  # every number: its type, finite, in its span
+            values[key] = number(value, path=path, table=section, key=key, kind=expected,
+                                 span=NUMBER_SPANS.get(f"{section}.{key}"))
+        else:
+            values[key] = _coerce(value, expected, path, section, key)
     return cls(**values)
 
 
 def _coerce(value: Any, expected: type, path: Path, section: str, key: str) -> Any:
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if isinstance(value, str) and "\x00" in value:  # no path, port or name holds one
+        raise ConfigError(f"{_where(path, section)} {key}: {value!r} holds a NUL character",
+                          hint="remove the \\u0000 from the value")
     # TOML booleans are ints to Python; a bool is never a number here.
     ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
     if not ok:
@@ -576,15 +610,6 @@ def _typed(table: dict, key: str, expected: type, path: Path, section: str, defa
     if key not in table:
         return default
     return _coerce(table[key], expected, path, section, key)
-
-
-def _number(
-    table: dict, key: str, path: Path, section: str, *, minimum: float, exclusive: bool
-) -> float:
-    value = _coerce(table[key], float, path, section, key)
-    if value < minimum or (exclusive and value == minimum):
-        raise ConfigError(f"{_where(path, section)} {key}: expected > {minimum}, found {value}")
-    return value
 
 
 def _positive(value: float, path: Path, dotted: str) -> None:

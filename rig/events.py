@@ -121,6 +121,8 @@ class LatencyRun(Event):
     #: monitor's sample count between the timestamp edges (energy mode).
     dut_elapsed_s: float | None = None
     emon_elapsed_s: float | None = None
+    #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
+    simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class IdleMeasured(Event):
     end_sample: int = 0
     duration_s: float = 0.0
     power_w: float = 0.0
+    #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
+    simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ class WindowMeasured(Event):
     energy_j: float = 0.0
     mean_power_w: float = 0.0
     energy_per_inference_j: float = 0.0
+    #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
+    simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,8 @@ class SampleClassified(Event):
     preprocess_s: float | None = None
     #: Host seconds the pre-processing simulation took (information only).
     preprocess_host_s: float | None = None
+    #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
+    simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,3 +267,8 @@ class EventBus:
             subscriber(event)
 
     __call__ = publish
+
+
+def instruments_simulated(events: list[Event]) -> bool:
+    """Whether an instrument of the run said it is a simulator (its `InstrumentInfo`)."""
+    return any(isinstance(e, InstrumentInfo) and e.info.get("simulated") for e in events)

@@ -12,11 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rig.events import IdleMeasured, LatencyRun, WindowMeasured
+from protocols.dut.codec import CAP_SIMTIME
+from rig.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
 from rig.procedures import asc
 from rig.store import MANIFEST, RunRecord, load_run, read_manifest
 from rig.sweep import is_sweep, read_sweep, summarize
 from rig.units import pct, si
+
+#: What a run folder marked refused (`rig.store.REFUSED`) means, for `rig show` and the runner.
+REFUSED_TEXT = ("refused: the instrument did not take the bench's settings; the DUT was never "
+                "powered and nothing was measured")
 
 #: The headline figures of an ASC summary as people read them: (key, label, text of summary).
 #: The report's results table and the runner GUI's show exactly these.
@@ -77,6 +82,8 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
     else:  # killed before it finished: recompute from what it had measured
         summary = asc.summarize(record.events, bench=manifest.get("bench"),
                                 scope=manifest.get("scope", "all"))
+    simulated = run_simulated(record)
+    summary = {**summary, "simulated": simulated}  # beside the figures, where they are read
     counts: dict[str, int] = {}
     for row in record.rows:
         counts[row["kind"]] = counts.get(row["kind"], 0) + 1
@@ -85,7 +92,7 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
         "status": record.status,
         "procedure": manifest.get("procedure"),
         "device": manifest.get("device"),
-        "simulated": bool(manifest.get("simulated")),
+        "simulated": simulated,
         **({"emulated": manifest["emulated"]} if manifest.get("emulated") else {}),
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
@@ -98,6 +105,20 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
     if record.manifest_error is not None:
         data["manifest_error"] = record.manifest_error
     return data
+
+
+def run_simulated(record: RunRecord) -> bool:
+    """Whether an ASC run's numbers are simulated: its manifest says so, or an instrument said
+    it is a simulator; a run stored before the rig took the DUT's word still has that word in
+    its `caps` (`simtime`: XyloSim)."""
+    if record.manifest.get("simulated"):
+        return True
+    for e in record.events:
+        if isinstance(e, InstrumentInfo) and (
+                e.info.get("simulated")
+                or (e.role == "dut" and CAP_SIMTIME in (e.info.get("capabilities") or []))):
+            return True
+    return False
 
 
 def measurements(record: RunRecord) -> dict[str, list[dict[str, Any]]]:

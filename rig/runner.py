@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -15,36 +16,54 @@ from typing import Any
 
 from drivers.dut.client import DutClient
 from drivers.dut.qemu import QemuBoard
-from drivers.emon import check_current_range, open_monitor
+from drivers.emon import check_current_range, monitor_class, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
-from drivers.errors import PortError
+from drivers.errors import DeviceTimeout, PortError
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
+from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import RigError
+from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
-from rig.events import Event, EventBus, InstrumentInfo, Note, RunFinished, RunStarted, TraceSaved
+from rig.events import (
+    Event,
+    EventBus,
+    InstrumentInfo,
+    Note,
+    RunFinished,
+    RunStarted,
+    TraceSaved,
+    instruments_simulated,
+)
 from rig.live_power import PowerPreview
 from rig.procedures import asc
 from rig.recording import EmonRecorder
 from rig.stopping import StopRequest
-from rig.store import RunStore
+from rig.store import REFUSED, RunStore
 from rig.trace_space import check_trace_space
 
 EMON_TRACE = "emon.jls"
+#: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so
+#: that a board left on by a crashed run discharges and really reboots.
+POWER_OFF_S = 0.2
 
 # The trace-length estimate for the disk-space check (`asc_trace_seconds`). Over, not under:
 # it only decides whether to warn or refuse before the run starts.
-#: Seconds per inference when the bench gives no number (a real DUT): the ASC procedure's own
-#: timeout guess; microcontroller ASC models take well under that.
+#: Seconds per inference when the bench gives no number (no `[dut] inference_time_s`, no
+#: `[sim]`); microcontroller ASC models take well under that.
 DEFAULT_INFERENCE_S = 1.0
 #: Largest input downloaded per test sample: 1 s of 8 kHz int16 audio (synthetic-asc).
 INPUT_BYTES_GUESS = 16_000
-#: UART bits per input byte in a hex download (two 10-bit characters); binary takes half.
-DOWNLOAD_BITS_PER_BYTE = 20
+#: UART characters (10 bits each) per input byte, by download method. Binary (`bload`): the
+#: byte itself (the command and its CRC reply are a few dozen characters per input). Hex (`db`):
+#: two hex digits, each command's share of "db ", "%" and its "m-ready" reply (13 characters
+#: per command of `per_command` bytes), and the `db print` read-back (~4 characters per byte).
+BINARY_CHARS_PER_BYTE = 1.0
+HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 #: Test samples assumed when a bench asks for every sample (samples_per_class = 0) and the
 #: split's csv cannot be counted: a generous guess.
 ALL_TEST_SAMPLES_GUESS = 2000
@@ -100,6 +119,7 @@ def measure_asc(
     if scope not in asc.SCOPES:  # before anything is opened or created
         raise ConfigError(f"unknown ASC scope {scope!r}",
                           hint=f"choose one of {', '.join(asc.SCOPES)}")
+    check_bench_setup(bench)
     space_warning = _check_trace_space(bench, runs_root)
     store = RunStore.create(runs_root, "asc", device)
     events: list[Event] = []
@@ -134,12 +154,13 @@ def measure_asc(
                           checkpoint=checkpoint, preview=preview if live else None)
             if checkpoint is not None:
                 checkpoint()
-            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope).run()
+            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope,
+                             simulated=bench.simulated or instruments_simulated(events)).run()
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except RigError as exc:
-        status, error = "failed", _emulator_cause(parts, exc)
+        status, error = REFUSED if parts.refused else "failed", _emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown()
         for note in cleanup_notes:
@@ -153,7 +174,8 @@ def measure_asc(
                 clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
             ))
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
-        summary["simulated"] = bench.simulated
+        # The bench's word, or an instrument's own (a XyloSim DUT, a simulated monitor).
+        summary["simulated"] = bench.simulated or instruments_simulated(events)
         if bench.emulated:
             summary["emulated"] = bench.emulated
         if status == "complete" and not asc.checks_passed(summary):
@@ -187,8 +209,8 @@ def asc_trace_seconds(bench: Bench) -> float:
     """Upper estimate [s] of an ASC run's trace: boot, calibration, idle, the timed runs, and
     the accuracy pass (a download and an inference per test sample)."""
     o = bench.asc
-    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
-    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    inference_s = _inference_s(bench)
+    load_s = _download_s(bench)
     run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
     runs_s = o.runs * (run_s + o.warmup * inference_s)
     setup_s = bench.dut.boot_timeout_s + load_s + o.calibration_iterations * inference_s
@@ -199,9 +221,9 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     """Rough host seconds each ASC phase takes, for a remaining-time display before a phase
     has progress of its own (on the virtual bench, divided by its speed)."""
     o = bench.asc
-    inference_s = bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
+    inference_s = _inference_s(bench)
     speed = bench.sim.speed if bench.sim else 1.0
-    load_s = INPUT_BYTES_GUESS * DOWNLOAD_BITS_PER_BYTE / bench.dut.baud
+    load_s = _download_s(bench)
     run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
     phases = {}
     if scope != "accuracy":
@@ -212,6 +234,33 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     if scope in ("all", "accuracy"):
         phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s) / speed
     return phases
+
+
+def asc_download_method(bench: Bench) -> str:
+    """How the rig will download the inputs, as far as the bench tells before connecting:
+    "binary" (`bload` with CRC-32) from the virtual bench's DUT, which offers it; "hex" (`db`)
+    behind an IO manager, whose pass-through carries no raw bytes, and from a DUT on a port
+    (whether its firmware offers `bload` is known only after `caps`: the slower one)."""
+    if bench.io_manager is None and bench.sim is not None and bench.dut.port == VIRTUAL_PORT:
+        return "binary"
+    return "hex"
+
+
+def _download_s(bench: Bench) -> float:
+    """Seconds one input's download takes on the DUT's UART, by `asc_download_method`."""
+    if asc_download_method(bench) == "binary":
+        chars = BINARY_CHARS_PER_BYTE
+    else:
+        per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
+        chars = 2 + len("db %m-ready\r\n") / per_command + HEX_READ_BACK_CHARS_PER_BYTE
+    return INPUT_BYTES_GUESS * chars * 10 / bench.dut.baud
+
+
+def _inference_s(bench: Bench) -> float:
+    """Seconds per inference: the bench's declaration, the virtual bench's, else a guess."""
+    if bench.dut.inference_time_s > 0:
+        return bench.dut.inference_time_s
+    return bench.sim.inference_ms / 1e3 if bench.sim else DEFAULT_INFERENCE_S
 
 
 def _asc_test_samples(bench: Bench) -> int:
@@ -251,6 +300,8 @@ class BenchParts:
         self.acquiring = False
         #: The emulator running the DUT firmware (a `[qemu]` bench), ended by its pid.
         self.qemu: QemuBoard | None = None
+        #: The monitor refused the bench's settings (`connect_bench`): nothing was powered.
+        self.refused = False
 
     def shutdown(self) -> list[str]:
         """Power the DUT off first, then stop and close everything; never raises."""
@@ -346,27 +397,37 @@ def connect_bench(
         return
     parts.emon = open_bench_monitor(bench, emon_port,
                                     virtual=bench.emon.address == VIRTUAL_PORT)
-    if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
-        raise ConfigError(
-            f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
-            "per capture), but ASC energy windows need both edges of every run",
-            hint=getattr(parts.emon, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
-                         "energy; record traces with `rig emon record`"),
-        )
-    parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
+    try:  # what only the instrument can tell (its model, its module): a refusal, not a failure
+        if bench.dut.timestamp_mode == "energy" and not parts.emon.sees_every_edge:
+            raise _every_edge_refusal(bench, parts.emon)
+        parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
+    except (DeviceTimeout, PortError):
+        raise
+    except RigError:
+        parts.refused = True
+        raise
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
                                                   **parts.emon.settings()}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, trace_path, simulated=bench.simulated,
+        emon.sample_rate, trace_path,
+        simulated=bench.simulated or bool(getattr(emon, "simulated", False)),
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )
     # The DUT's waits end at once too when the monitor failed or the trace cannot be written.
     parts.dut.checkpoint = parts.recorder.check
+    powers_dut = getattr(parts.emon, "powers_dut", True)
+    if powers_dut:
+        # A known state whatever a crashed run left: the DUT off (a DUT left powered would not
+        # reboot at power-on, so no banner), its unread replies dropped, then a power cycle.
+        off_at = time.monotonic()
+        parts.emon.power_off()
+        parts.dut.discard_input()
+        time.sleep(max(0.0, off_at + POWER_OFF_S - time.monotonic()))
     parts.emon.start(parts.recorder.on_chunk)
     parts.acquiring = True
     parts.emon.power_on()
-    if getattr(parts.emon, "powers_dut", True):
+    if powers_dut:
         parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
     else:  # the supply is the bench's, not the monitor's: the DUT booted before we listened
         _mode_without_banner(bench, parts.dut, bus)
@@ -385,6 +446,46 @@ def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus,
     where = "a Xylo Audio 2 HDK" if bench.dut.hdk else "XyloSim (simulated Xylo Audio 2)"
     bus.publish(Note(text=f"Xylo shim on {where}, network {bench.dut.spec}"))
     parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+
+
+def check_bench_setup(bench: Bench) -> None:
+    """Refuse, from the bench alone, what the monitor would refuse once opened: a supply or
+    sample rate no such instrument gives (its driver's `check_setup`), or a monitor that does
+    not see every timestamp edge for ASC energy. Called before any run folder or port exists;
+    what needs the instrument itself is refused in `connect_bench` (status "refused")."""
+    if not records_trace(bench):
+        return
+    options = _monitor_options(bench)
+    try:
+        cls = monitor_class(bench.emon.driver)
+        if bench.dut.timestamp_mode == "energy" and not cls.sees_every_edge_with(**options):
+            raise _every_edge_refusal(bench, cls)
+        cls.check_setup(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
+                        voltage_limit_v=bench.voltage_limit_v, **options)
+    except RigError as exc:
+        where = f"{bench.path}: [emon] "
+        message = exc.message if exc.message.startswith(where) else where + exc.message
+        raise ConfigError(message, hint=exc.hint) from None
+
+
+def _every_edge_refusal(bench: Bench, monitor: Any) -> ConfigError:
+    """ASC energy windows on a monitor that sees the timestamp line only as a trigger."""
+    return ConfigError(
+        f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
+        "per capture), but ASC energy windows need both edges of every run",
+        hint=getattr(monitor, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
+                     "energy; record traces with `rig emon record`"),
+    )
+
+
+def _monitor_options(bench: Bench) -> dict[str, Any]:
+    """The driver options `open_bench_monitor` opens the bench's monitor with."""
+    options: dict[str, Any] = {}
+    if bench.emon.timestamp_input == "aux":
+        options["timestamp_input"] = "aux"
+    if bench.emon.driver == "ppk2":
+        options["mode"] = bench.emon.ppk2_mode
+    return options
 
 
 def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMonitor:
@@ -407,11 +508,9 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         check_current_range("lpm01a", bench.emon.current_range)  # it auto-ranges: only "auto"
         return Lpm01a.open(address, voltage_limit_v=bench.voltage_limit_v,
                            simulated=bench.simulated)
-    aux = {"timestamp_input": "aux"} if bench.emon.timestamp_input == "aux" else {}
-    if bench.emon.driver == "ppk2":
-        aux["mode"] = bench.emon.ppk2_mode
     return open_monitor(bench.emon.driver, address, voltage_limit_v=bench.voltage_limit_v,
-                        simulated=bench.simulated, current_range=bench.emon.current_range, **aux)
+                        simulated=bench.simulated, current_range=bench.emon.current_range,
+                        **_monitor_options(bench))
 
 
 def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:

@@ -60,6 +60,10 @@ TRACES = "traces"
 INCOMPLETE = "incomplete"
 #: How `list_runs` lists a folder whose manifest.json cannot be read.
 DAMAGED = "damaged"
+#: Status of a run the instrument refused once opened (the bench's settings do not fit the
+#: instrument found): nothing was powered or measured. What the bench alone shows is refused
+#: before a folder exists.
+REFUSED = "refused"
 
 _ROW_EVENTS = {
     LatencyRun: "latency_run",
@@ -176,6 +180,8 @@ class RunStore:
             self._write_manifest()
         elif isinstance(event, InstrumentInfo):
             self.manifest.setdefault("instruments", {})[event.role] = event.info
+            if event.info.get("simulated"):  # an instrument said it is a simulator (XyloSim)
+                self.manifest["simulated"] = True
             self._write_manifest()
         elif isinstance(event, TelemetryReport):
             self.manifest.setdefault("telemetry", {})[event.sink] = {

@@ -23,7 +23,6 @@ import datetime as dt
 import fcntl
 import itertools
 import json
-import math
 import os
 import socket
 import time
@@ -39,8 +38,9 @@ from protocols.errors import RigError
 from rig.config import read_toml
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, RunFinished, RunStarted
+from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.stopping import StopRequest
-from rig.store import EVENTS, INCOMPLETE, RunStore, load_run
+from rig.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
 
 #: `procedure` of a sweep's run folder (manifest.json and run_started).
 PROCEDURE = "qubo-sweep"
@@ -55,6 +55,15 @@ RUNNING = "running"
 STAND_IN_HANG_ENV = "RIG_SWEEP_STAND_IN_HANG_AT"
 #: How long the hanging stand-in waits before giving up (a deadline, never reached in tests).
 STAND_IN_HANG_S = 600.0
+#: Where each number of a [sweep] table may lie (`rig.file_numbers.number`).
+SEED_SPAN = at_least(0, 2**32 - 1)
+NUMBER_SPANS: dict[str, Span] = {
+    "nodes": at_least(1, 1_000_000),
+    "densities": Span(0.0, 1.0, low_open=True),
+    "timeouts": positive(86_400.0, "s"),
+    "seeds": SEED_SPAN,
+    "solver_seed": SEED_SPAN,
+}
 
 
 # -- the sweep file ----------------------------------------------------------------------------
@@ -148,17 +157,13 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
     _no_unknown(table, known, path, "sweep")
     suts = _list(table, "suts", path, str, "SUT names", lambda v: v in KNOWN_SUTS,
                  f"one of {', '.join(KNOWN_SUTS)}")
-    nodes = _list(table, "nodes", path, int, "integers >= 1", lambda v: v >= 1, "an integer >= 1")
-    densities = _list(table, "densities", path, float, "numbers in (0, 1]",
-                      lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
-    timeouts = _list(table, "timeouts", path, float, "numbers of seconds > 0",
-                     lambda v: v > 0.0 and math.isfinite(v), "a number of seconds > 0")
-    seeds = (_list(table, "seeds", path, int, "integers >= 0", lambda v: v >= 0,
-                   "an integer >= 0") if "seeds" in table else DEFAULT_SEEDS)
-    solver_seed = table.get("solver_seed", 0)
-    if not _is(solver_seed, int) or solver_seed < 0:
-        raise ConfigError(f"{path}: [sweep] solver_seed: expected an integer >= 0, "
-                          f"found {solver_seed!r}")
+    nodes = _list(table, "nodes", path, int, "integers >= 1")
+    densities = _list(table, "densities", path, float, "numbers in (0, 1]")
+    timeouts = _list(table, "timeouts", path, float, "numbers of seconds > 0")
+    seeds = (_list(table, "seeds", path, int, "integers >= 0")
+             if "seeds" in table else DEFAULT_SEEDS)
+    solver_seed = number(table.get("solver_seed", 0), path=path, table="sweep",
+                         key="solver_seed", kind=int, span=NUMBER_SPANS["solver_seed"])
     targets = table.get("targets", "table")
     if targets not in TARGET_MODES:
         raise ConfigError(f"{path}: [sweep] targets: expected one of "
@@ -178,6 +183,7 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
             raise ConfigError(f"{path}: [sweep.sut_options] {sut}: expected a table, "
                               f"found {opts!r}")
     tuning, tuning_file = _tuning(table, suts, path)
+    refuse_non_finite(raw, path)  # the backstop: sut_options too (the SUT gets them as given)
     return SweepSpec(
         suts=tuple(suts), nodes=tuple(nodes), densities=tuple(densities),
         timeouts=tuple(timeouts), seeds=tuple(seeds), solver_seed=int(solver_seed),
@@ -233,7 +239,9 @@ def _is(value: Any, expected: type) -> bool:
 
 
 def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
-          ok: Callable[[Any], bool], each: str) -> list[Any]:
+          ok: Callable[[Any], bool] | None = None, each: str = "") -> list[Any]:
+    """A non-empty list of distinct values: numbers through `rig.file_numbers.number` with
+    their span in `NUMBER_SPANS`, text checked by `ok`."""
     if key not in table:
         raise ConfigError(f"{path}: [sweep] {key} is missing",
                           hint=f"give a list of {what}, e.g. see sweeps/example.toml")
@@ -242,11 +250,15 @@ def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
         raise ConfigError(f"{path}: [sweep] {key}: expected a non-empty list of {what}, "
                           f"found {values!r}")
     out = []
-    for value in values:
-        if not _is(value, kind) or not ok(value):
+    for i, value in enumerate(values):
+        if kind in (int, float):
+            out.append(number(value, path=path, table="sweep", key=f"{key}[{i}]", kind=kind,
+                              span=NUMBER_SPANS[key]))
+            continue
+        if not _is(value, kind) or (ok is not None and not ok(value)):
             raise ConfigError(f"{path}: [sweep] {key}: expected each value {each}, "
                               f"found {value!r}")
-        out.append(float(value) if kind is float else value)
+        out.append(value)
     dupes = sorted({v for v in out if out.count(v) > 1}, key=str)
     if dupes:
         raise ConfigError(f"{path}: [sweep] {key}: expected distinct values, "
@@ -801,12 +813,17 @@ def resume_sweep(
     subscribers: list[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
     dispatch: PointDispatch | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> SweepOutcome:
     """Run the points of a sweep folder that are not on disk yet, appending to its events;
-    with `dispatch` they are measured by it (a cluster), whoever measured the others."""
+    with `dispatch` they are measured by it (a cluster), whoever measured the others.
+
+    A damaged manifest.json (unreadable, or without the keys a sweep needs) is rewritten from
+    the run_started event of events.jsonl; `warn` is told so, in one line, before it is."""
     run_path = Path(run_path)
     with _exclusive(run_path):
         _terminate_torn_line(run_path / EVENTS)
+        _repair_manifest(run_path, warn)
         record = read_sweep(run_path, check_running=False)
         kind = record.manifest.get("point_function", REAL)
         if dispatch is not None and (point_function is not None or kind == CUSTOM):
@@ -835,6 +852,42 @@ def resume_sweep(
         return _run(store, bus, record.spec, todo, point_function, already=record.done,
                     stop=stop, dispatch=dispatch, stand_in=kind == STAND_IN,
                     known=known_targets(record.done))
+
+
+#: What a sweep's manifest.json must hold for `resume_sweep` to use it as it is.
+MANIFEST_KEYS: dict[str, type] = {"procedure": str, "sweep": dict}
+#: Keys a resume adds to: kept from a damaged manifest only when of their type.
+_APPENDED_KEYS: dict[str, type] = {"resumes": list, "workers": dict, "instruments": dict,
+                                   "telemetry": dict, "traces": list, "power_sources": list}
+
+
+def _repair_manifest(run_path: Path, warn: Callable[[str], None] | None) -> None:
+    """Rewrite a damaged manifest.json from events.jsonl's run_started (what the run started
+    with; the keys the damaged file still holds are kept), after telling `warn`; refuse, with
+    the folder untouched, when events.jsonl cannot rebuild it."""
+    raw, why = read_manifest(run_path / MANIFEST)  # the file itself, never a rebuilt one
+    kept: dict[str, Any] = {}
+    if why is None:
+        missing = [k for k, kind in MANIFEST_KEYS.items() if not isinstance(raw.get(k), kind)]
+        if not missing:
+            return
+        why = (f"{MANIFEST} is missing" if not (run_path / MANIFEST).exists() else
+               f"{MANIFEST} lacks {', '.join(missing)} (or holds the wrong type)")
+        kept = {k: v for k, v in raw.items() if isinstance(v, _APPENDED_KEYS.get(k, object))}
+    started = next((e for e in load_run(run_path).events if isinstance(e, RunStarted)), None)
+    if started is None or started.procedure != PROCEDURE or "sweep" not in started.manifest:
+        raise ConfigError(f"{run_path}: {why}, and {EVENTS} holds no sweep run_started to "
+                          "rebuild it from; nothing was changed",
+                          hint=f"restore {MANIFEST} from a copy of the folder, then resume")
+    if warn is not None:
+        warn(f"{run_path}: {why}; rewriting it from the run_started event of {EVENTS}")
+    when = dt.datetime.fromtimestamp(started.at).astimezone().isoformat(timespec="seconds")
+    manifest = {**kept, "run_id": started.run_id, "procedure": started.procedure,
+                "device": started.device, "simulated": started.simulated,
+                "started_at": when, **started.manifest}
+    tmp = run_path / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, run_path / MANIFEST)
 
 
 def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:

@@ -100,6 +100,9 @@ _QUIET_S = 0.05
 _DRAIN_LIMIT_S = 2.0
 
 _E = TypeVar("_E")
+#: The lines of an ``infer`` reply in order, to name the first one missing after a timeout.
+_INFER_REPLY = ((WarmupStart, "m-warmup-start"), (InferStart, "m-infer-start"),
+                (InferDone, "m-infer-done"), (Results, "m-results"), (Ready, "m-ready"))
 
 
 class ByteTransport(Protocol):
@@ -266,6 +269,8 @@ class DutClient:
         #: Set after a timeout: late replies to the abandoned command must not be taken as
         #: replies to the next one.
         self._out_of_sync = False
+        #: The reply events a timed-out command got before its deadline.
+        self._unfinished: list[DutEvent] = []
         #: The QUBO last loaded (n_vars, terms), to check what `qubo_result` reports.
         self._qubo: tuple[int, np.ndarray] | None = None
         #: Called while waiting for a reply; may raise to abandon the wait (a Stop button's
@@ -298,6 +303,11 @@ class DutClient:
                 self._qubo = None
                 self.capabilities = None
                 return mode
+
+    def discard_input(self) -> None:
+        """Drop whatever the DUT sent that nobody read (a crashed session's replies, half a
+        line): call with the DUT unpowered, before powering it, so its banner starts clean."""
+        self._drain()
 
     def require_mode(self, mode: str) -> None:
         """Raise `DeviceError` unless the firmware's timestamp mode is `mode`."""
@@ -395,7 +405,16 @@ class DutClient:
         if timeout_s is None:
             # A deadline against a hung DUT, not a measurement: generous.
             timeout_s = 30.0 + (iterations + warmup) / 10.0
-        events = self.command(text, timeout_s)
+        try:
+            events = self.command(text, timeout_s)
+        except DeviceTimeout as exc:  # say which reply never came
+            got = self._unfinished
+            missing = next((line for kind, line in _INFER_REPLY
+                            if not any(isinstance(e, kind) for e in got)), "m-ready")
+            raise DeviceTimeout(
+                f"{self.name} never said {missing} for {text!r} within {timeout_s:g} s "
+                f"(got: {', '.join(type(e).__name__ for e in got[-5:]) or 'nothing'})",
+                hint=exc.hint) from None
 
         def check_count(kind: type[WarmupStart | InferStart], asked: int, what: str) -> None:
             got = self._one(events, kind, text)
@@ -760,6 +779,7 @@ class DutClient:
             event = self._next_event(deadline)
             if event is None:
                 self._out_of_sync = True
+                self._unfinished = events
                 got = ", ".join(type(e).__name__ for e in events[-5:]) or "nothing"
                 raise DeviceTimeout(
                     f"{self.name} did not finish {text!r} within {timeout_s:g} s (got: {got})",

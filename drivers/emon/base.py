@@ -8,6 +8,8 @@ at `start()` and are contiguous unless the instrument dropped samples (drivers r
 from __future__ import annotations
 
 import logging
+import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +60,32 @@ def check_voltage(requested_v: float, limit_v: float, *, who: str = "supply") ->
         )
 
 
+def whole_millivolts(requested_v: float, limit_v: float, span_mv: tuple[int, int], *,
+                     who: str, hint: str) -> int:
+    """The whole millivolts an instrument is sent for `requested_v`: refused above the bench
+    limit (`check_voltage`) or outside the instrument's `span_mv`, and never rounded up past
+    the limit (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300)."""
+    check_voltage(requested_v, limit_v, who=who)
+    millivolts = min(round(requested_v * 1000), math.floor(limit_v * 1000 + 1e-9))
+    low, high = span_mv
+    if not low <= millivolts <= high:
+        raise VoltageLimitError(
+            f"{who}: can only supply {low / 1000:g}..{high / 1000:g} V, not {requested_v:g} V",
+            hint=hint)
+    return millivolts
+
+
+#: An identity word that marks an instrument simulator: "1.0.5-sim", "MY00000001-SIM",
+#: "Arc (simulated)". No real instrument's version or serial holds it as a word.
+_SIMULATOR_WORD = re.compile(r"(?i)(?<![a-z0-9])sim(ulated|ulator)?(?![a-z0-9])")
+
+
+def identifies_as_simulator(*identity: str | None) -> bool:
+    """Whether what an instrument said about itself (version, ``*IDN?``, hardware name) says
+    it is a simulator: the rig labels a monitor simulated from its own reply, never assumes."""
+    return any(text and _SIMULATOR_WORD.search(text) for text in identity)
+
+
 @dataclass
 class MonitorStats:
     """Counters a driver keeps so that a run can prove it lost nothing."""
@@ -94,6 +122,19 @@ class EnergyMonitor(ABC):
     def __init__(self, *, voltage_limit_v: float) -> None:
         self.voltage_limit_v = voltage_limit_v
         self.stats = MonitorStats()
+
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """Refuse, without the instrument, what `configure(voltage, sample_rate)` would refuse
+        of a driver opened with `options` (a supply or rate no such instrument gives); the rig
+        calls it before it creates a run folder. Drivers with more to check extend it."""
+        check_voltage(voltage, voltage_limit_v, who=cls.driver)
+
+    @classmethod
+    def sees_every_edge_with(cls, **options: Any) -> bool:
+        """`sees_every_edge` of a driver opened with `options` (known before opening it)."""
+        return cls.sees_every_edge
 
     @property
     @abstractmethod

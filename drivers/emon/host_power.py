@@ -91,14 +91,20 @@ class _CounterMonitor(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._rate_hz
 
-    def configure(self, voltage: float, sample_rate: float) -> None:
-        """Check `voltage` against the bench limit (nothing else uses it); set the rate."""
-        check_voltage(voltage, self.voltage_limit_v, who=self.driver)
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """The voltage limit (nothing else uses it) and a rate the counters are read at."""
+        check_voltage(voltage, voltage_limit_v, who=cls.driver)
         if not MIN_RATE_HZ <= sample_rate <= MAX_RATE_HZ:
             raise DeviceError(
-                f"{self.driver}: cannot sample host counters at {sample_rate:g} Hz",
+                f"{cls.driver}: cannot sample host counters at {sample_rate:g} Hz",
                 hint=f"use {MIN_RATE_HZ:g}..{MAX_RATE_HZ:g} Hz (e.g. 100)",
             )
+
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Check `voltage` against the bench limit (nothing else uses it); set the rate."""
+        self.check_setup(voltage, sample_rate, voltage_limit_v=self.voltage_limit_v)
         if self._thread is not None:
             raise DeviceError(f"{self.driver}: configure() while sampling", hint="stop() first")
         self._rate_hz = float(sample_rate)

@@ -88,7 +88,13 @@ import numpy as np
 
 from drivers.emon import ranges
 from drivers.emon.aux_line import LineThreshold
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+    identifies_as_simulator,
+)
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, PortError
 from protocols.errors import ProtocolError
 from protocols.scpi import (
@@ -264,6 +270,8 @@ class _ScpiMonitor(EnergyMonitor):
         self._write("*CLS")
         self.identity = self._query("*IDN?")
         fields = [f.strip() for f in self.identity.split(",")]
+        # The virtual bench's serial numbers end in "-SIM": simulated, whatever the caller said.
+        self.simulated = self.simulated or identifies_as_simulator(*fields[2:3])
         model = fields[1] if len(fields) > 1 else self.identity
         if self.model_hint and self.model_hint not in model.upper():
             raise DeviceError(
@@ -339,11 +347,26 @@ class _ScpiMonitor(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
 
-    def _check_configurable(self, voltage: float, sample_rate: float, max_rate: float) -> None:
-        check_voltage(voltage, self.voltage_limit_v, who=self.driver)
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """The voltage limit, and a rate up to the fastest of the mode `options` select."""
+        cls._check_rate(voltage, sample_rate, voltage_limit_v, cls._max_rate(**options))
+
+    @classmethod
+    def _max_rate(cls, **options: Any) -> float:
+        raise NotImplementedError
+
+    @classmethod
+    def _check_rate(cls, voltage: float, sample_rate: float, voltage_limit_v: float,
+                    max_rate: float) -> None:
+        check_voltage(voltage, voltage_limit_v, who=cls.driver)
         if not 0 < sample_rate <= max_rate:
-            raise DeviceError(f"{self.driver}: sample rate {sample_rate:g} Hz is out of range",
+            raise DeviceError(f"{cls.driver}: sample rate {sample_rate:g} Hz is out of range",
                               hint=f"use up to {max_rate:g} Hz")
+
+    def _check_configurable(self, voltage: float, sample_rate: float, max_rate: float) -> None:
+        self._check_rate(voltage, sample_rate, self.voltage_limit_v, max_rate)
         if self._running:
             raise DeviceError(f"{self.driver}: configure() during an acquisition",
                               hint="stop() first")
@@ -547,6 +570,28 @@ class N6705(_ScpiMonitor):
     def fault(self) -> BaseException | None:
         """What stopped the acquisition thread, if anything (a waiting recorder ends with it)."""
         return self._worker_error
+
+    def connect(self) -> None:
+        """Identify, then a known state whatever a crashed session left: its Elog and
+        digitizer acquisition aborted, the DUT's output off."""
+        super().connect()
+        with self._io_lock:
+            self._write(f"ABOR:ELOG {self.chan}")
+            self._write(f"ABOR:ACQ {self.chan}")
+            self._errors()  # nothing to abort is no fault
+        self._checked(f"OUTP OFF,{self.chan}")
+        self._output_on = False
+        self._settings["output"] = "off"
+
+    @classmethod
+    def _max_rate(cls, *, timestamp_input: str = "gpio", **options: Any) -> float:
+        """The digitizer's fastest rate, or in aux mode the Elog's."""
+        return 1 / (cls.ELOG_MIN_PERIOD_S if timestamp_input == "aux" else cls.MIN_INTERVAL_S)
+
+    @classmethod
+    def sees_every_edge_with(cls, *, timestamp_input: str = "gpio", **options: Any) -> bool:
+        """Every edge reaches the stream only through the auxiliary input."""
+        return timestamp_input == "aux"
 
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
@@ -760,6 +805,10 @@ class Keysight34465A(_ScpiMonitor):
     #: Fastest sample timer with the DIG option (50 kS/s).
     MAX_RATE_HZ = 50_000.0
 
+    @classmethod
+    def _max_rate(cls, **options: Any) -> float:
+        return cls.MAX_RATE_HZ
+
     def __init__(self, resource: VisaResource, *, voltage_limit_v: float,
                  simulated: bool = False, address: str | None = None,
                  current_range_a: float | None = None, max_samples: int = 1_000_000_000,
@@ -773,6 +822,13 @@ class Keysight34465A(_ScpiMonitor):
         self._dtype = real_dtype(real_bits, big_endian=True)
         self._power_requested: str | None = None
         self._trigger_seen = False
+
+    def connect(self) -> None:
+        """Identify, then abort a measurement a crashed session left running."""
+        super().connect()
+        with self._io_lock:
+            self._write("ABOR")
+            self._errors()  # nothing to abort is no fault
 
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Current range, aperture = sample period, external falling-edge trigger, timed samples.

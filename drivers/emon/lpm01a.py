@@ -28,8 +28,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
-from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    identifies_as_simulator,
+    whole_millivolts,
+)
+from drivers.errors import DeviceError, DeviceTimeout, InstrumentError
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from protocols.lpm01a.codec import (
@@ -146,12 +152,16 @@ class Lpm01a(EnergyMonitor):
         return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
-        """Start the reader, flush a previous session's output, ``htc``, ``version``."""
+        """Start the reader, stop and flush a previous session's acquisition, ``htc``, the DUT
+        off (``pwr off``), ``version``."""
         if self._reader is None:
             self._reader = threading.Thread(target=self._read_loop, name="lpm01a-reader")
             self._reader.daemon = True
             self._reader.start()
         # A previous session may have left an acquisition streaming: stop it, let it drain.
+        # Host control first, so that `stop` is acked, not refused with an error line that
+        # could come after the flush and be taken for a refusal of the next command.
+        self.transport.write(encode("htc"))
         self.transport.write(encode("stop"))
         self._last_rx = time.monotonic()
         give_up = time.monotonic() + FLUSH_MAX_S
@@ -164,7 +174,13 @@ class Lpm01a(EnergyMonitor):
             raise DeviceError("LPM01A: the reader thread did not flush the port", hint=_CABLE_HINT)
         self._command("htc")
         self._connected = True
+        # A crashed session leaves the supply on: `pwr on` would then not reboot the DUT, and
+        # its boot banner would never come. Off here, so the runner's power-on is a power cycle.
+        self._command("pwr off")
+        self._settings["pwr"] = "off"
         self.version = self._query("version")
+        # The virtual bench's board answers e.g. "1.0.5-sim": simulated, whatever the caller said.
+        self.simulated = self.simulated or identifies_as_simulator(self.version)
 
     def close(self) -> None:
         """Stop, switch the DUT off, give control back (``hrc``), close the port. Idempotent."""
@@ -197,6 +213,21 @@ class Lpm01a(EnergyMonitor):
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
 
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """The supply the board can give (1.8..3.3 V) within the limit, and a rate it knows."""
+        cls._millivolts(voltage, voltage_limit_v)
+        freq_token(sample_rate)
+
+    @staticmethod
+    def _millivolts(voltage: float, voltage_limit_v: float) -> int:
+        """The whole millivolts sent for `voltage`; refused above the limit or the board's
+        range."""
+        return whole_millivolts(
+            voltage, voltage_limit_v, (VOLT_MIN_MV, VOLT_MAX_MV), who="LPM01A",
+            hint="set a supply voltage the PowerShield can deliver in the bench file")
+
     def configure(
         self, voltage: float, sample_rate: float, *, data_format: str | None = None
     ) -> None:
@@ -206,18 +237,8 @@ class Lpm01a(EnergyMonitor):
         it can stream without end) and bin_hexa above. Everything is checked before the first
         byte goes out.
         """
-        check_voltage(voltage, self.voltage_limit_v, who="LPM01A")
-        # The board takes whole millivolts: never round up past the bench limit
-        # (3.2996 V on a 3.2996 V bench is sent as 3299 mV, not 3300).
-        millivolts = min(round(voltage * 1000),
-                         math.floor(self.voltage_limit_v * 1000 + 1e-9))
+        millivolts = self._millivolts(voltage, self.voltage_limit_v)
         volt = format_millivolts(millivolts / 1000)
-        if not VOLT_MIN_MV <= millivolts <= VOLT_MAX_MV:
-            raise VoltageLimitError(
-                f"LPM01A: can only supply {VOLT_MIN_MV / 1000:g}..{VOLT_MAX_MV / 1000:g} V, "
-                f"not {voltage:g} V",
-                hint="set a supply voltage the PowerShield can deliver in the bench file",
-            )
         freq = freq_token(sample_rate)
         if data_format is None:
             data_format = "bin_hexa" if sample_rate > ASCII_DEC_MAX_HZ_UNLIMITED else "ascii_dec"

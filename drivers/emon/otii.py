@@ -67,7 +67,13 @@ import numpy as np
 
 from drivers.emon import check_current_range, ranges
 from drivers.emon.aux_line import LineThreshold
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+    identifies_as_simulator,
+)
 from drivers.errors import DeviceError, DeviceTimeout, PortError, VoltageLimitError
 from protocols import otii as wire
 from protocols.errors import ProtocolError
@@ -367,6 +373,9 @@ class Otii(EnergyMonitor):
         self._arc("arc_set_main", enable=False)
         self._output_on = False
         self.version = self._arc("arc_get_version")
+        # The virtual bench's Arc names its hardware "Arc (simulated)".
+        self.simulated = self.simulated or identifies_as_simulator(
+            str(self.version.get("hw_version", "")))
         self._project()
 
     def _log_in(self, conn: OtiiConnection) -> None:

@@ -24,15 +24,20 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import threading
 import time
 from typing import Any, Protocol
 
 import numpy as np
 
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
-from drivers.errors import DeviceError, DeviceTimeout, VoltageLimitError
+from drivers.emon.base import (
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    identifies_as_simulator,
+    whole_millivolts,
+)
+from drivers.errors import DeviceError, DeviceTimeout
 from drivers.transport import SerialTransport
 from protocols.errors import ProtocolError, RigError
 from protocols.ppk2 import (
@@ -144,6 +149,8 @@ class Ppk2(EnergyMonitor):
             self.calibration = parse_metadata(reply.decode("ascii", "replace"))
         except ProtocolError as exc:
             raise DeviceError(f"PPK2: {exc.message}", hint=exc.hint or _CABLE_HINT) from None
+        # The virtual bench's PPK2 adds a "sim: 1" metadata line: simulated, whatever was said.
+        self.simulated = self.simulated or identifies_as_simulator(*self.calibration.extra)
 
     def close(self) -> None:
         """Stop, switch the DUT off, release the port. Idempotent."""
@@ -166,22 +173,28 @@ class Ppk2(EnergyMonitor):
         """Samples per second delivered: 100 kHz / the host-side averaging."""
         return SAMPLE_RATE_HZ / self._decimation
 
-    def configure(self, voltage: float, sample_rate: float) -> None:
-        """Supply (source mode) or report (ampere mode) `voltage` [V]; deliver `sample_rate` [Hz]
-        (100 kHz, or 100 kHz / N averaged on the host). Checked before any byte goes out."""
-        check_voltage(voltage, self.voltage_limit_v, who="PPK2")
-        # The regulator takes whole mV: rounding must not carry a voltage at the limit over it.
-        mv = min(round(voltage * 1000), math.floor(self.voltage_limit_v * 1000 + 1e-6))
-        if not VDD_MIN_MV <= mv <= VDD_MAX_MV:
-            raise VoltageLimitError(
-                f"PPK2: its regulator sets {VDD_MIN_MV / 1000:g}..{VDD_MAX_MV / 1000:g} V, "
-                f"not {voltage:g} V",
-                hint="set a supply voltage the PPK2 can deliver in the bench file")
+    @classmethod
+    def check_setup(cls, voltage: float, sample_rate: float, *, voltage_limit_v: float,
+                    **options: Any) -> None:
+        """A supply the regulator sets within the limit, and 100 kHz / a whole number."""
+        cls._setup(voltage, sample_rate, voltage_limit_v)
+
+    @staticmethod
+    def _setup(voltage: float, sample_rate: float, voltage_limit_v: float) -> tuple[int, float]:
+        """(regulator millivolts, decimation ratio), or the refusal of either."""
+        mv = whole_millivolts(voltage, voltage_limit_v, (VDD_MIN_MV, VDD_MAX_MV), who="PPK2",
+                              hint="set a supply voltage the PPK2 can deliver in the bench file")
         ratio = SAMPLE_RATE_HZ / sample_rate if sample_rate > 0 else 0.0
         if not (ratio >= 1 and abs(ratio - round(ratio)) < 1e-9):
             raise DeviceError(
                 f"PPK2: {sample_rate:g} Hz is not 100 kHz divided by a whole number",
                 hint="use 100000 (the PPK2's rate) or e.g. 50000, 10000, 1000 (averaged)")
+        return mv, ratio
+
+    def configure(self, voltage: float, sample_rate: float) -> None:
+        """Supply (source mode) or report (ampere mode) `voltage` [V]; deliver `sample_rate` [Hz]
+        (100 kHz, or 100 kHz / N averaged on the host). Checked before any byte goes out."""
+        mv, ratio = self._setup(voltage, sample_rate, self.voltage_limit_v)
         if self._running:
             raise DeviceError("PPK2: configure() during an acquisition", hint="stop() first")
         self.transport.write(set_power_mode(source=self.mode == "source"))

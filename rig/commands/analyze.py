@@ -1,10 +1,16 @@
-"""`rig analyze TRACE`: energy inside the GPIO timestamp windows of a stored trace."""
+"""`rig analyze TRACE`: energy inside the GPIO timestamp windows of a stored trace.
+
+`rig analyze RUN_FOLDER`: a finished run's energy figures recomputed from its own trace, with
+the windows and iteration counts of its events, and compared with its manifest (`rig.reproduce`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 
 from protocols.errors import RigError
 from rig.analysis import (
@@ -14,6 +20,7 @@ from rig.analysis import (
     span_samples,
     span_statistics,
 )
+from rig.reproduce import TOLERANCE, Reproduction, reproduce_run
 from rig.traces import Trace, read_trace
 
 _IDLE_HINT = "use START:END in seconds, e.g. --idle 0:2"
@@ -23,21 +30,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     """Register `rig analyze`."""
     p = subparsers.add_parser(
         "analyze",
-        help="energy per inference from a trace (.jls or .csv)",
+        help="energy per inference from a trace (.jls or .csv), or reproduce a run's figures",
         description=(
             "Find the DUT's timestamp windows (pairs of falling edges on GPIO bit 0), integrate "
             "energy inside each, and report active, idle and dynamic power and energy per "
-            "inference."
+            "inference. Given a run folder instead, recompute the run's figures from its trace "
+            "with the windows and iterations of its events and compare them with its manifest. "
+            "Exit code 1 when a check fails (replicability, or a figure that does not reproduce)."
         ),
     )
-    p.add_argument("trace", metavar="TRACE", help="a .jls (JLS v2) or .csv trace file")
+    p.add_argument("trace", metavar="TRACE|RUN_FOLDER",
+                   help="a .jls (JLS v2) or .csv trace file, or a finished run folder")
     p.add_argument(
         "--sample-rate", type=float, metavar="HZ", help="samples per second (CSV traces only)"
     )
     p.add_argument(
         "--iterations",
         type=int,
-        default=1,
         metavar="N",
         help="inferences inside each timed window (default 1)",
     )
@@ -74,7 +83,12 @@ def parse_idle(text: str, option: str = "--idle") -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Analyse the trace and print the result (table, or JSON with --json)."""
+    """Analyse the trace and print the result (table, or JSON with --json); 1 when a check
+    failed."""
+    if Path(args.trace).is_dir():
+        return _run_folder(args)
+    if args.iterations is None:
+        args.iterations = 1
     idle = parse_idle(args.idle) if args.idle is not None else None
     if args.iterations < 1:
         raise RigError(
@@ -99,7 +113,47 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         _print_table(args.trace, trace, result)
+    return 0 if result.replicable else 1
+
+
+def _run_folder(args: argparse.Namespace) -> int:
+    """`rig analyze RUN_FOLDER`: the manifest's figures against the trace's."""
+    given = [opt for opt, value in (("--sample-rate", args.sample_rate),
+                                    ("--iterations", args.iterations), ("--idle", args.idle),
+                                    ("--span", args.span)) if value is not None]
+    if given:
+        raise RigError(f"{', '.join(given)} cannot be used with a run folder: its windows, idle "
+                       "spans and iterations come from its events",
+                       hint="drop the option, or give the trace file (traces/emon.jls)")
+    result = reproduce_run(args.trace)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        _print_reproduction(result)
+    if not result.ok:
+        print(f"rig: not reproduced: {', '.join(result.failed)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _print_reproduction(result: Reproduction) -> None:
+    """Plain aligned lines (a run's figure names are long; a pipe is 80 columns)."""
+    label = " SIMULATED" if result.simulated else ""
+    print(f"{result.run}{label}: {result.windows} window(s) and {result.idle_spans} idle "
+          f"span(s) of its events, recomputed from {result.trace.name} at "
+          f"{result.sample_rate_hz:g} Hz (limit {TOLERANCE:g} relative)")
+    print(f"{'figure':<31}{'manifest':>19}{'recomputed':>19}{'rel. diff':>10}")
+    for f in result.figures:
+        stored = "missing" if f.manifest is None else f"{f.manifest:.12g}"
+        again = "missing" if f.recomputed is None else f"{f.recomputed:.12g}"
+        diff = "" if f.relative_difference is None else f"{f.relative_difference:.1e}"
+        print(f"{f.name:<31}{stored:>19}{again:>19}{diff:>10}  {'ok' if f.ok else 'FAILED'}")
+    if result.off_edge_samples:
+        print("windows on timestamp edges FAILED: sample(s) "
+              f"{', '.join(map(str, result.off_edge_samples[:10]))} are not falling edges of "
+              "the trace's GPIO bit 0")
+    else:
+        print("windows on timestamp edges ok")
 
 
 def _print_span(args: argparse.Namespace, trace: Trace) -> int:

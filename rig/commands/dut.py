@@ -2,6 +2,9 @@
 
 For a person debugging a board and for scripted checks (`--json`). Every step has a deadline and
 every reply is checked by the DUT client, so a silent or confused board ends in a one-line error.
+With `--device`/`--bench` instead of `--port` the DUT is reached as the bench wires it (through
+its IO manager, on a virtual bench if it is one), powered by the bench's monitor and powered off
+again on every way out.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from drivers.dut.client import COMMAND_TIMEOUT_S, DutClient
 from drivers.errors import DeviceTimeout
 from drivers.transport import SerialTransport
 from protocols.errors import RigError
-from rig.commands.common import print_json
+from rig.commands.common import add_bench_arguments, bench_from_args, print_json
+from rig.errors import ConfigError
+from rig.events import Event, EventBus, InstrumentInfo
 
-#: How long `info` listens for a boot banner before asking `caps` instead.
-BOOT_WAIT_S = 0.5
+#: How long `info` listens for a boot banner before asking `caps` instead: as long as the
+#: MLPerf Tiny runner waits (a slower board's banner comes well after 0.5 s).
+BOOT_WAIT_S = 2.0
 
 
 def _positive(text: str) -> float:
@@ -30,8 +36,9 @@ def _positive(text: str) -> float:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("dut", help="talk to one DUT: info, load an input, run inferences")
-    p.add_argument("--port", required=True, help="the DUT's serial port (`rig devices` lists them)")
-    p.add_argument("--baud", type=int, default=115200, help="baud rate (default 115200)")
+    p.add_argument("--port", help="the DUT's serial port (`rig devices` lists them); or a bench:")
+    add_bench_arguments(p)
+    p.add_argument("--baud", type=int, default=None, help="baud rate (default 115200)")
     p.add_argument("--timeout", type=_positive, default=COMMAND_TIMEOUT_S, metavar="S",
                    help=f"seconds a short command may take (default {COMMAND_TIMEOUT_S:g})")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -54,9 +61,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     action = {"info": _info, "load": _load, "infer": _infer}[args.action]
-    transport = SerialTransport(args.port, args.baud, name="DUT")
-    with DutClient(transport, command_timeout_s=args.timeout) as client:
-        out = action(client, args)
+    if args.device or args.bench:
+        if args.port:
+            raise ConfigError("give --port or --device/--bench, not both",
+                              hint="--port talks to one DUT directly; a bench as it is wired")
+        out = _on_bench(args, action)
+    elif args.port:
+        transport = SerialTransport(args.port, args.baud or 115200, name="DUT")
+        with DutClient(transport, command_timeout_s=args.timeout) as client:
+            out = action(client, args)
+    else:
+        raise ConfigError("no DUT given", hint="pass --port PORT, or --device NAME / --bench FILE")
     if args.json:
         print_json(out)
     else:
@@ -64,6 +79,32 @@ def run(args: argparse.Namespace) -> int:
             shown = ", ".join(value) if isinstance(value, list) and key == "capabilities" else value
             print(f"{key:<15} {'-' if shown in (None, '') else shown}")
     return 0
+
+
+def _on_bench(args: argparse.Namespace, action: Any) -> dict[str, Any]:
+    """Run `action` on the bench's DUT, connected (and powered) as `rig measure` does."""
+    from rig.runner import BenchParts, connect_bench  # the bench machinery only when asked
+
+    bench, _ = bench_from_args(args)
+    bus = EventBus()
+    io_manager: dict[str, Any] = {}
+
+    def keep_io_manager(event: Event) -> None:
+        if isinstance(event, InstrumentInfo) and event.role == "io_manager":
+            io_manager.update(event.info)
+
+    bus.subscribe(keep_io_manager)
+    parts = BenchParts()
+    try:
+        connect_bench(bench, parts, bus)
+        assert parts.dut is not None
+        parts.dut.command_timeout_s = args.timeout
+        out = action(parts.dut, args)
+    finally:
+        parts.shutdown()  # the DUT is powered off first, whatever happened
+    if io_manager:
+        out["io_manager"] = f"{io_manager.get('name', '?')} {io_manager.get('version', '')}"
+    return out
 
 
 def dut_info(client: DutClient, boot_wait_s: float) -> dict[str, Any]:

@@ -16,11 +16,14 @@ from typing import Any
 from drivers.emon import DRIVERS, EnergyMonitor, check_current_range, check_voltage, open_monitor
 from protocols.errors import RigError
 from rig.commands.common import print_json
+from rig.config import TIMESTAMP_INPUTS
 from rig.recording import EmonRecorder
 from rig.trace_space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.
 DEFAULT_BENCH_LIMIT_V = 3.3
+#: Monitors that take the timestamp line on an auxiliary input (`--timestamp-input aux`).
+AUX_DRIVERS = ("n6705", "otii")
 #: Host-time slack on top of the capture's own duration before giving up on the monitor.
 WAIT_SLACK_S = 15.0
 
@@ -52,6 +55,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     rec.add_argument("--ppk2-mode", choices=("source", "ampere"), default="source",
                      help="PPK2 only: source meter (it supplies the DUT, default) or ampere meter "
                      "(the bench's supply at --voltage feeds the DUT through it)")
+    rec.add_argument("--timestamp-input", choices=TIMESTAMP_INPUTS, default="gpio",
+                     help="where the DUT's timestamp line enters the monitor: gpio (its logic "
+                     "or trigger input, default) or aux (an N6705's N6781A/N6785A auxiliary "
+                     "voltage input, logged with the current; an Otii's Sense+ input)")
     rec.add_argument(
         "--bench-limit", type=float, default=DEFAULT_BENCH_LIMIT_V, metavar="V",
         help=f"refuse supply voltages above this (default {DEFAULT_BENCH_LIMIT_V:g} V)",
@@ -84,6 +91,10 @@ def _check_args(args: argparse.Namespace) -> None:
                        hint="create it first or pick another path")
     check_voltage(args.voltage, args.bench_limit, who=args.driver)
     args.current_range = check_current_range(args.driver, args.current_range)
+    if args.timestamp_input == "aux" and args.driver not in AUX_DRIVERS:
+        raise RigError(f"--timestamp-input aux needs an N6705 with an N6781A/N6785A SMU (its "
+                       f"auxiliary voltage input) or an Otii (Sense+); the {args.driver} has no "
+                       "auxiliary input", hint="use --timestamp-input gpio")
     if args.ppk2_mode != "source" and args.driver != "ppk2":
         raise RigError(f"--ppk2-mode {args.ppk2_mode} is a PPK2 setting, not one of the "
                        f"{args.driver}'s", hint="drop --ppk2-mode, or use --driver ppk2")
@@ -100,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(f"rig: warning: {warning}", file=sys.stderr)
     address = args.port if args.port is not None else args.resource
-    options = {"mode": args.ppk2_mode} if args.driver == "ppk2" else {}
+    options: dict[str, Any] = {"mode": args.ppk2_mode} if args.driver == "ppk2" else {}
+    if args.timestamp_input == "aux":
+        options["timestamp_input"] = "aux"
     monitor = open_monitor(
         args.driver, address, voltage_limit_v=args.bench_limit, simulated=args.simulated,
         current_range=args.current_range, **options,
@@ -110,10 +123,20 @@ def run(args: argparse.Namespace) -> int:
         monitor.configure(args.voltage, args.rate)
         rate = float(monitor.sample_rate)
         count = round(args.duration * rate)
-        recorder = EmonRecorder(rate, args.out, simulated=args.simulated, stop_after=count)
+        # Simulated when the instrument says so in its identity reply (a virtual bench's). The
+        # wait ends at once with the monitor's own fault (an unplugged LPM01A), not at its
+        # deadline.
+        simulated = bool(args.simulated or getattr(monitor, "simulated", False))
+        recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count,
+                                fault=lambda: getattr(monitor, "fault", None))
         monitor.start(recorder.on_chunk)
         monitor.power_on()
         recorder.wait_for_samples(count, timeout_s=WAIT_SLACK_S + 2.0 * args.duration)
+    except RigError as exc:
+        if recorder is not None and recorder.samples:  # what was measured is kept: say where
+            exc.message += f"; the {recorder.samples} samples recorded are kept in {args.out}"
+            exc.args = (exc.message,)
+        raise
     finally:
         # Power first: whatever went wrong, the DUT must not stay supplied.
         _shutdown(monitor, recorder)
@@ -150,7 +173,7 @@ def _report(
     return {
         "out": str(args.out),
         "driver": args.driver,
-        "simulated": bool(args.simulated),
+        "simulated": bool(args.simulated or getattr(monitor, "simulated", False)),
         "samples": recorder.samples,
         "requested_samples": count,
         "sample_rate_hz": rate,
@@ -160,6 +183,7 @@ def _report(
         "energy_j": recorder.energy_j,
         "dropped": recorder.dropped + monitor.stats.dropped,
         "voltage_v": args.voltage,
+        "timestamp_input": args.timestamp_input,
         "current_range": monitor.settings().get("current_range", args.current_range),
     }
 

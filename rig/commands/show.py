@@ -14,8 +14,8 @@ from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
 from rig.console import summary_table
 from rig.errors import ConfigError
-from rig.run_summary import asc_summary, sweep_summary
-from rig.store import INCOMPLETE, load_run
+from rig.run_summary import REFUSED_TEXT, asc_summary, sweep_summary
+from rig.store import INCOMPLETE, REFUSED, load_run
 from rig.sweep import RUNNING, is_sweep, power_line
 
 
@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     if record.status == INCOMPLETE:
         out.print("[yellow]the run ended without finishing (killed or crashed); below is "
                   "everything it had measured[/]")
+    if record.status == REFUSED:
+        out.print(f"[yellow]{REFUSED_TEXT}[/]")
     if "error" in data:
         out.print(f"error: {data['error']}")
     measured = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "nothing"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,11 @@ def _dispatch(args: argparse.Namespace) -> Any:
     return ClusterDispatch(args.cluster, retries=retries)
 
 
+def _warn(text: str) -> None:
+    """One warning line on stderr (before the live display starts)."""
+    print(f"rig: warning: {text}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     view = None if args.json else SweepProgressView()
     subscribers = [view] if view else []
@@ -101,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
                                       subscribers=subscribers, dispatch=_dispatch(args))
             else:
                 outcome = resume_sweep(args.run_folder, retry_failed=args.retry_failed,
-                                       subscribers=subscribers, dispatch=_dispatch(args))
+                                       subscribers=subscribers, dispatch=_dispatch(args),
+                                       warn=_warn)
     finally:
         if view:
             view.close()

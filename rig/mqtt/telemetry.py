@@ -41,6 +41,7 @@ from rig import __version__
 from rig.errors import ConfigError
 from rig.events import (
     Event,
+    InstrumentInfo,
     PhaseProgress,
     PhaseStarted,
     RunFinished,
@@ -205,6 +206,8 @@ class MqttTelemetry:
         self._status_sent = -1
         self._run_id: str | None = None
         self._procedure = ""
+        #: The run's numbers are simulated: its RunStarted said so, or an instrument did since.
+        self._simulated = False
         self.run_counts = Counts()
         self.totals = Counts()
         self._summarizer = PowerSummarizer(settings.power_rate_hz)
@@ -273,9 +276,14 @@ class MqttTelemetry:
         if isinstance(event, RunStarted):
             self._run_id = event.run_id
             self._procedure = event.procedure
+            self._simulated = bool(event.simulated)
             self._summarizer = PowerSummarizer(self.settings.power_rate_hz)
             self.set_status(state="running", procedure=event.procedure, device=event.device,
-                            run_id=event.run_id, phase=None, progress=None, error=None)
+                            run_id=event.run_id, phase=None, progress=None, error=None,
+                            simulated=self._simulated)
+        elif isinstance(event, InstrumentInfo) and event.info.get("simulated"):
+            self._simulated = True  # e.g. a XyloSim DUT, known once it answered `caps`
+            self.set_status(simulated=True)
         elif getattr(event, "run_id", "") and self._run_id is None:
             self._run_id = event.run_id  # a resumed sweep: its first event names the run
         run_id = self._run_id or "unknown"
@@ -347,7 +355,8 @@ class MqttTelemetry:
                                 last_run=last, phase=None, progress=None)
             else:
                 self.set_status(state="idle", error=None, last_run=last, phase=None,
-                                progress=None, run_id=None, procedure=None, device=None)
+                                progress=None, run_id=None, procedure=None, device=None,
+                                simulated=None)
             self._run_id = None
 
     def _flush_power(self) -> None:
@@ -357,7 +366,8 @@ class MqttTelemetry:
     def _offer_power(self, summary: dict[str, Any]) -> None:
         run_id = self._run_id or "unknown"
         self._offer(_Message(topics.power(self.settings.rig, run_id),
-                             {"run_id": run_id, **summary}, qos=0, counts=self.run_counts),
+                             {"run_id": run_id, "simulated": self._simulated, **summary}, qos=0,
+                             counts=self.run_counts),
                     power=True)
 
     def _offer(self, msg: _Message, *, power: bool) -> None:

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from drivers.dut.client import DutClient, ResultError
+from drivers.dut.client import DutClient, InferResult, ResultError
 from drivers.dut.qemu import emulated_label
+from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
 from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
@@ -66,6 +68,14 @@ AFE_POWER_NOTE = (
 #: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
 RUN_MARGIN = 1.02
 
+#: How long the rig waits for the DUT to finish an `infer`: this many times the time expected...
+DEADLINE_FACTOR = 3.0
+#: ... but never less than this [s] (command overhead, a slow UART, a busy host).
+MIN_DEADLINE_S = 30.0
+#: Seconds per inference assumed for the calibration run when the bench declares none (no
+#: `[dut] inference_time_s`, no `[sim]`): 10 calibration inferences then get the 30 s floor.
+FIRST_CALL_INFERENCE_S = 1.0
+
 #: Which parts of the method a run measures: "performance" the timed runs (latency), "energy"
 #: idle power and the timed runs as energy windows (needs energy-mode firmware and a monitor),
 #: "accuracy" the test set through the DUT, "all" everything.
@@ -99,11 +109,15 @@ class AscProcedure:
         publish: Callable[[Event], None],
         *,
         scope: str = "all",
+        simulated: bool = False,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigError(f"unknown ASC scope {scope!r}",
                               hint=f"choose one of {', '.join(SCOPES)}")
         self.scope = scope
+        #: Whether the numbers come from a simulation: the bench's or a monitor's word, and
+        #: the DUT's own (`simtime` in its caps) once it has answered.
+        self.simulated = simulated
         self.bench = bench
         self.opts = bench.asc
         self.dut = dut
@@ -122,17 +136,32 @@ class AscProcedure:
                 hint="flash energy-mode firmware, or measure performance or accuracy",
             )
         self._edges_used = recorder.edge_count if recorder else 0
+        # Seconds per inference the reply deadlines assume, and where the figure came from:
+        # the bench's declaration until the calibration run has measured it.
+        if bench.dut.inference_time_s > 0:
+            self._expected_s, self._expected_from = (bench.dut.inference_time_s,
+                                                     "[dut] inference_time_s")
+        elif bench.sim is not None:
+            self._expected_s, self._expected_from = (bench.sim.inference_ms / 1e3,
+                                                     "[sim] inference_ms")
+        else:
+            self._expected_s, self._expected_from = (
+                FIRST_CALL_INFERENCE_S, "assumed: the bench declares no [dut] inference_time_s")
 
     # -- the method ---------------------------------------------------------------------------
     def run(self) -> None:
         """Identify, calibrate, measure idle, the timed runs, then accuracy."""
         capabilities = self.dut.negotiate()  # plain MLPerf Tiny firmware: empty
         info = self.dut.identify()
+        # A DUT whose lap counter is a simulator's time base is a simulator (XyloSim).
+        dut_simulated = CAP_SIMTIME in capabilities
+        self.simulated = self.simulated or dut_simulated
         self.publish(InstrumentInfo(role="dut", info={
             "name": info.name, "vendor": info.vendor, "profile": info.profile,
             "model": info.model, "timestamp_mode": self.dut.timestamp_mode,
             "capabilities": sorted(capabilities),
             "port": self.bench.dut.port, "baud": self.bench.dut.baud,
+            "simulated": dut_simulated,
         }))
         if CAP_RESULT_CRC not in capabilities:
             self.publish(Note(level="warning", text=RESULTS_UNCHECKED))
@@ -154,14 +183,22 @@ class AscProcedure:
         how = ("binary with CRC-32" if loaded.method == "binary"
                else "hex, checked by read-back")
         self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
+        host_start = time.monotonic()
         cal = self._timed(self.opts.calibration_iterations, 0)
+        host_s = time.monotonic() - host_start
         per_inference = cal.elapsed_s / cal.iterations
         iterations = max(
             self.opts.min_iterations, math.ceil(self.opts.min_run_s * RUN_MARGIN / per_inference)
         )
+        # From now on the deadlines assume the measured time (the host's wait if longer: a
+        # simulator slower than its own time base). Host time bounds a wait, it measures nothing.
+        self._expected_s = max(per_inference, host_s / cal.iterations)
+        self._expected_from = "calibration run"
         self.publish(PhaseProgress(phase="calibrate", done=1, total=1))
         self.publish(Note(text=f"calibration: {per_inference * 1e3:.4g} ms per inference "
-                               f"({cal.timer} timer); {iterations} iterations per run"))
+                               f"({cal.timer} timer); {iterations} iterations per run; "
+                               "reply deadline "
+                               f"{self._deadline_s(iterations + self.opts.warmup):.4g} s per run"))
 
         if self.scope == "performance":
             self.publish(Note(text="performance only: idle power and energy are not measured"))
@@ -184,7 +221,7 @@ class AscProcedure:
                 index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
                 time_per_inference_s=t.elapsed_s / t.iterations,
                 inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
-                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s,
+                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s, simulated=self.simulated,
             ))
             if self.scope == "performance":
                 pass  # the same runs, timed only: no energy asked for
@@ -229,6 +266,7 @@ class AscProcedure:
                 timer=timer, dut_time_s=t.dut_s, emon_time_s=t.emon_s,
                 preprocess_s=_item(test.preprocess_s, index),
                 preprocess_host_s=_item(test.preprocess_host_s, index),
+                simulated=self.simulated,
             ))
             self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
 
@@ -237,8 +275,7 @@ class AscProcedure:
         """One `infer`, timed by the DUT timer or by the energy monitor's edges."""
         if self.energy_mode:
             self._check_no_stray_edges()
-        timeout = 30.0 + 4.0 * iterations * self._guess_s()
-        result = self.dut.infer(iterations, warmup, timeout_s=timeout)
+        result = self._infer(iterations, warmup)
         dut_s = None if result.elapsed_us is None else result.elapsed_us / 1e6
         if not self.energy_mode:
             if dut_s is None:
@@ -253,9 +290,22 @@ class AscProcedure:
         return Timed(iterations, elapsed, "emon", result.results, (start, end),
                      dut_s=dut_s, emon_s=elapsed)
 
-    def _guess_s(self) -> float:
-        sim = self.bench.sim
-        return sim.inference_ms / 1e3 if sim else 1.0
+    def _deadline_s(self, inferences: int) -> float:
+        """How long to wait for `inferences` inferences: max(30 s, 3x the expected time)."""
+        return max(MIN_DEADLINE_S, DEADLINE_FACTOR * inferences * self._expected_s)
+
+    def _infer(self, iterations: int, warmup: int) -> InferResult:
+        """`infer` with a deadline from the expected time; a lost reply ends the run with an
+        error naming the missing line and what was expected."""
+        expected = (iterations + warmup) * self._expected_s
+        try:
+            return self.dut.infer(iterations, warmup,
+                                  timeout_s=self._deadline_s(iterations + warmup))
+        except DeviceTimeout as exc:
+            raise DeviceTimeout(
+                f"{exc.message} (expected {expected:.4g} s: {iterations + warmup} inferences "
+                f"at {self._expected_s * 1e3:.4g} ms, {self._expected_from})",
+                hint=exc.hint) from None
 
     def _next_window(self) -> tuple[int, int]:
         """The next two falling edges: the start and end pulses of the run just done."""
@@ -291,7 +341,8 @@ class AscProcedure:
         self.recorder.annotate(start, "idle span start")
         self.recorder.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
-                                  duration_s=(end - start) / fs, power_w=power))
+                                  duration_s=(end - start) / fs, power_w=power,
+                                  simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
     def _measure_rail_idle(self) -> None:
@@ -304,7 +355,8 @@ class AscProcedure:
         if power is None:
             raise MeasurementFailed("the DUT reported no power rails for `idle`",
                                     hint="power from the rails needs a Xylo HDK")
-        self.publish(IdleMeasured(duration_s=ms / 1000, power_w=power))
+        self.publish(IdleMeasured(duration_s=ms / 1000, power_w=power,
+                                  simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
     def _publish_rail_window(self, index: int, t: Timed) -> None:
@@ -313,6 +365,7 @@ class AscProcedure:
         self.publish(WindowMeasured(
             index=index, iterations=t.iterations, duration_s=t.elapsed_s, energy_j=energy,
             mean_power_w=t.rail_power_w, energy_per_inference_j=energy / t.iterations,
+            simulated=self.simulated,
         ))
 
     def _publish_window(self, index: int, t: Timed) -> None:
@@ -327,6 +380,7 @@ class AscProcedure:
             index=index, iterations=t.iterations, start_sample=start, end_sample=end,
             start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,
             mean_power_w=power, energy_per_inference_j=energy / t.iterations,
+            simulated=self.simulated,
         ))
 
     def _require_finite(self, power: float, start: int, end: int, what: str) -> None:

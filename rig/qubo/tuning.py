@@ -23,6 +23,7 @@ from typing import Any
 
 from rig.config import read_toml
 from rig.errors import ConfigError
+from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 
 #: rules.md: the seeds hyperparameters may be tuned on.
 TUNING_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -126,15 +127,27 @@ def write_tuning(content: dict[str, Any], path: Path) -> None:
     path.write_text(dumps(content))
 
 
+#: Where each number of a tuning file may lie (`rig.file_numbers.number`); the rest are the
+#: SUT's own parameters and the search record's gaps, which need only be finite numbers.
+NUMBER_SPANS: dict[str, Span] = {
+    "nodes": at_least(1, 1_000_000),
+    "density": Span(0.0, 1.0, low_open=True),
+    "timeout_s": positive(86_400.0, "s"),
+}
+
+
 def validate(content: Any, where: str) -> dict[str, Any]:
-    """A tuning table checked: sut, entries of (nodes, density, parameters) and nothing else."""
+    """A tuning table checked: sut, entries of (nodes, density, parameters) and nothing else;
+    every number its type, finite and in its span (`NUMBER_SPANS`)."""
     if not isinstance(content, dict):
         raise ConfigError(f"{where}: tuning: expected a table")
-    if content.get("format") != FORMAT:
+    if content.get("format") != FORMAT or isinstance(content.get("format"), bool):
         raise ConfigError(f"{where}: tuning format {content.get('format')!r}, expected {FORMAT}",
                           hint="write it with `rig qubo tune`")
     if not isinstance(content.get("sut"), str):
         raise ConfigError(f"{where}: tuning: sut missing")
+    if "timeout_s" in content:
+        _number(content["timeout_s"], where, "", "timeout_s", float)
     entries = content.get("entry")
     if not isinstance(entries, list) or not entries:
         raise ConfigError(f"{where}: tuning: no [[entry]]", hint="write it with `rig qubo tune`")
@@ -143,12 +156,58 @@ def validate(content: Any, where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: tuning entry {i}: expected exactly nodes, density, "
                               f"parameters; found {sorted(e) if isinstance(e, dict) else e!r}",
                               hint="parameters depend on (nodes, density) only, never the seed")
-        if not (isinstance(e["nodes"], int) and e["nodes"] >= 1
-                and isinstance(e["density"], (int, float)) and 0 < e["density"] <= 1
-                and isinstance(e["parameters"], dict)):
-            raise ConfigError(f"{where}: tuning entry {i}: bad nodes/density/parameters")
-    check_seeds(content.get("tuning_seeds", list(TUNING_SEEDS)))
+        _number(e["nodes"], where, f"entry[{i}]", "nodes", int)
+        _number(e["density"], where, f"entry[{i}]", "density", float)
+        _parameters(e["parameters"], where, f"entry[{i}]")
+    grid = content.get("grid", {})
+    if not isinstance(grid, dict) or not all(isinstance(v, list) for v in grid.values()):
+        raise ConfigError(f"{where}: [grid]: expected a table of lists of parameter values",
+                          hint="write it with `rig qubo tune`")
+    _search_record(content.get("search", []), where)
+    seeds = content.get("tuning_seeds", list(TUNING_SEEDS))
+    if not isinstance(seeds, list):
+        raise ConfigError(f"{where}: tuning_seeds: expected a list of integers in 0-4, "
+                          f"found {seeds!r}")
+    for i, seed in enumerate(seeds):
+        number(seed, path=where, table="", key=f"tuning_seeds[{i}]", kind=int,
+               span=at_least(min(TUNING_SEEDS), max(TUNING_SEEDS)),
+               hint="rules.md: hyperparameters are tuned on seeds 0-4 only")
+    check_seeds(seeds)
+    refuse_non_finite(content, where)  # the backstop: the SUT's parameters and the record
     return content
+
+
+def _number(value: Any, where: str, table: str, key: str, kind: type) -> Any:
+    return number(value, path=where, table=table, key=key, kind=kind, span=NUMBER_SPANS[key])
+
+
+def _parameters(params: Any, where: str, table: str) -> None:
+    """A SUT's parameters: a table of numbers, text or true/false (finite: checked above)."""
+    if not isinstance(params, dict) or not all(
+            isinstance(v, int | float | str) for v in params.values()):
+        raise ConfigError(f"{where}: [{table}] parameters: expected a table of numbers, text "
+                          f"or true/false, found {params!r}")
+
+
+def _search_record(search: Any, where: str) -> None:
+    """[[search]]: what was measured per (nodes, density): each candidate's mean gap."""
+    if not isinstance(search, list):
+        raise ConfigError(f"{where}: search: expected [[search]] tables, found {search!r}")
+    for i, r in enumerate(search):
+        table = f"search[{i}]"
+        cands = r.get("candidates") if isinstance(r, dict) else None
+        if not isinstance(cands, list) or not all(
+                isinstance(c, dict) and set(c) == {"parameters", "mean_gap"} for c in cands):
+            raise ConfigError(f"{where}: [{table}] candidates: expected a list of "
+                              "{ parameters, mean_gap } tables",
+                              hint="write it with `rig qubo tune`")
+        _number(r.get("nodes"), where, table, "nodes", int)
+        _number(r.get("density"), where, table, "density", float)
+        number(r.get("choice"), path=where, table=table, key="choice", kind=int,
+               span=at_least(0, max(0, len(cands) - 1)))
+        for j, c in enumerate(cands):
+            _parameters(c["parameters"], where, f"{table}.candidates[{j}]")
+            number(c["mean_gap"], path=where, table=f"{table}.candidates[{j}]", key="mean_gap")
 
 
 def load_tuning(path: Path) -> dict[str, Any]:

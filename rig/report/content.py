@@ -251,6 +251,7 @@ def _checks(run: ReportRun) -> list[dict[str, Any]]:
 def _incomplete_text(run: ReportRun) -> str:
     text = {
         "interrupted": "The run was stopped before it finished.",
+        "refused": "The instrument refused the bench's settings; nothing was measured.",
         "incomplete": "The run ended without finishing (killed or crashed).",
         "failed-checks": "The run finished but failed checks: " + ", ".join(
             c["name"] for c in _checks(run) if c.get("ok") is False) + ".",

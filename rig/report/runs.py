@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from protocols.dut.codec import CAP_SIMTIME
 from rig.errors import ConfigError
 from rig.events import Note
 from rig.run_summary import run_summary
@@ -120,8 +121,8 @@ def read_run(path: Path) -> ReportRun:
     if procedure == "asc":
         trace = next((path / t["path"] for t in manifest.get("traces", [])
                       if (path / t.get("path", "")).is_file()), None)
-        return ReportRun(path, ASC, manifest, show, _asc_simulation(manifest), trace, notes,
-                         emulation=manifest.get("emulated") or None)
+        return ReportRun(path, ASC, manifest, show, _asc_simulation(manifest, show), trace,
+                         notes, emulation=manifest.get("emulated") or None)
     return ReportRun(path, QUBO, manifest, show, None, None, notes)
 
 
@@ -138,6 +139,7 @@ def check_complete(runs: list[ReportRun], allow_incomplete: bool) -> None:
         why = {
             "failed-checks": f"failed its checks ({', '.join(failed) or 'see rig show'})",
             "interrupted": "was interrupted before it finished",
+            "refused": "was refused by the instrument before anything was measured",
             "incomplete": "ended without finishing (killed or crashed)",
             "failed": f"failed: {run.show.get('error', 'see rig show')}",
             "running": "is still being measured by another rig process",
@@ -179,14 +181,17 @@ def _asc_identity(manifest: dict[str, Any]) -> tuple[str, str]:
     return sid, f"{vendor}: {dut['name']}, model {dut.get('model') or 'not reported'}"
 
 
-def _asc_simulation(manifest: dict[str, Any]) -> str | None:
-    bench_dut = manifest.get("bench", {}).get("dut", {})
-    if bench_dut.get("kind") == "xylo" and not bench_dut.get("hdk"):
-        return "XyloSim"  # Xylo's timing and outputs come from the simulator, not a chip
-    if manifest.get("simulated"):
-        return "virtual bench" if "virtual_bench" in manifest.get("instruments", {}) \
-            else "simulated bench"
-    return None
+def _asc_simulation(manifest: dict[str, Any], show: dict[str, Any]) -> str | None:
+    """Why the run's numbers are simulated (`rig show`'s word, from the manifest and what the
+    instruments said), or None."""
+    if not show.get("simulated"):
+        return None
+    instruments = manifest.get("instruments", {})
+    dut = instruments.get("dut") or {}
+    if CAP_SIMTIME in (dut.get("capabilities") or []):
+        # The DUT said it is a simulator; Xylo's is XyloSim (timing and outputs, not a chip).
+        return "XyloSim" if dut.get("name") == "xylo" else "simulated DUT"
+    return "virtual bench" if "virtual_bench" in instruments else "simulated bench"
 
 
 def _sweep_simulation(manifest: dict[str, Any], show: dict[str, Any], sut: str) -> str | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rig.config import read_toml
 from rig.errors import ConfigError
+from rig.file_numbers import refuse_non_finite
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def load_system(path: Path, system_ids: list[str]) -> SystemInfo:
             raise ConfigError(f"{path}: [systems.{sid}] names no system in these runs",
                               hint=f"the systems in this report are: {known}")
         systems[sid] = _strings(table, _SYSTEM_KEYS, path, f"systems.{sid}")
+    refuse_non_finite(raw, path)  # the backstop (every value is text, checked above)
     return SystemInfo(path, submission, systems)
 
 

@@ -28,6 +28,7 @@ from rig.sim.lpm01a import SimLpm01a
 from rig.sim.model import LinearAscModel
 from rig.sim.otii import SimOtii
 from rig.sim.ppk2 import SimPpk2
+from rig.sim.simavr_uno import SimavrUno, simavr_uno_binaries
 from rig.sim.world import PowerParams, World
 
 
@@ -78,8 +79,13 @@ class VirtualBench:
             self.world.set_supply(bench.emon.supply_voltage_v)
         self._bench_supply = self.emon_driver in ("34465a", "none")
         #: A simulated UNO in front of the DUT when the bench routes it through one.
-        self.io_manager: SimIoManager | None = None
+        self.io_manager: SimIoManager | SimavrUno | None = None
         self._wants_io_manager = bench.io_manager is not None
+        self._io_manager_kind = sim.io_manager
+        if self._wants_io_manager and sim.io_manager == "simavr":
+            # Checked (and built) now, so that a missing toolchain is a clear error up front.
+            self._avr = simavr_uno_binaries(build=True)
+            self.dut_impl += ", behind io_manager.ino's AVR build on simavr"
 
     @property
     def ports(self) -> dict[str, str]:
@@ -102,7 +108,10 @@ class VirtualBench:
             self.emon.start()
         if self._bench_supply:
             self.world.power(True)
-        if self._wants_io_manager:
+        if self._wants_io_manager and self._io_manager_kind == "simavr":
+            harness, elf = self._avr
+            self.io_manager = SimavrUno(self.dut.path, harness=harness, elf=elf)
+        elif self._wants_io_manager:
             self.io_manager = SimIoManager(self.dut.path, world=self.world)
             self.io_manager.start()
         return self

@@ -55,7 +55,8 @@ SIM_CALIBRATION = Calibration(
     s=(2.5e-8, 1.1e-7, 0.0, 0.0, 0.0),
     i=(-1.2e-8, 3.0e-8, 0.0, 0.0, 0.0),
     ug=(1.0, 1.0, 1.0, 1.0, 1.0),
-    extra={"calibrated": "1", "hw": "9173", "ia": "56"},
+    # "sim": the metadata line that tells the rig this PPK2 is the virtual bench's.
+    extra={"calibrated": "1", "hw": "9173", "ia": "56", "sim": "1"},
 )
 #: Host seconds between two bursts of streamed samples.
 STREAM_PERIOD_S = 0.005

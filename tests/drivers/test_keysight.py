@@ -307,6 +307,30 @@ def test_timeout_becomes_device_timeout() -> None:
         monitor.connect()
 
 
+OK = b'+0,"No error"'
+
+
+def test_n6705_connect_aborts_a_crashed_session_s_logging_and_switches_the_dut_off() -> None:
+    """A crashed session leaves the Elog or digitizer running and the output on (issue 22.3)."""
+    res = ScriptedResource([
+        ("*CLS", None), ("*IDN?", b"Keysight Technologies,N6705C,X,Y"),
+        ("ABOR:ELOG (@1)", None), ("ABOR:ACQ (@1)", None), ("SYST:ERR?", OK),
+        ("OUTP OFF,(@1)", None), ("SYST:ERR?", OK),
+    ])
+    monitor = N6705(res, voltage_limit_v=3.6)
+    monitor.connect()
+    assert res.script == [] and monitor.settings()["output"] == "off"
+
+
+def test_34465a_connect_aborts_a_crashed_session_s_measurement() -> None:
+    res = ScriptedResource([
+        ("*CLS", None), ("*IDN?", b"Keysight Technologies,34465A,X,Y"),
+        ("ABOR", None), ("SYST:ERR?", OK),
+    ])
+    Keysight34465A(res, voltage_limit_v=3.6).connect()
+    assert res.script == []
+
+
 def test_wrong_model_is_refused() -> None:
     res = ScriptedResource([("*CLS", None), ("*IDN?", b"Keysight Technologies,34465A,X,Y")])
     with pytest.raises(DeviceError, match="not a N67"):

@@ -87,8 +87,11 @@ class ScriptedTransport:
 
 CONNECT = [
     # Leftovers of a previous session: samples and half a line, dropped by the flush.
+    (b"htc\n", b""),
     (b"stop\n", b"1234-07\r\n1234-07\r\nPowerShield > ack stop\r\n12"),
     (b"htc\n", ack("htc")),
+    # A crashed session leaves the DUT powered: off, so that power-on reboots it.
+    (b"pwr off\n", ack("pwr off")),
     (b"version\n", ack("version") + b"PowerShield > 1.0.5\r\n"),
 ]
 
@@ -114,11 +117,13 @@ def connected(extra=()) -> tuple[Lpm01a, ScriptedTransport]:
     return monitor, transport
 
 
-def test_connect_flushes_takes_control_and_reads_the_version():
+def test_connect_flushes_takes_control_switches_the_dut_off_and_reads_the_version():
     monitor, transport = connected()
     try:
         assert transport.errors == []
-        assert transport.written == [b"stop\n", b"htc\n", b"version\n"]
+        assert transport.written == [b"htc\n", b"stop\n", b"htc\n", b"pwr off\n",
+                                     b"version\n"]
+        assert monitor.settings()["pwr"] == "off"
         assert transport.resets == 1
         assert monitor.version == "1.0.5"
     finally:
@@ -130,7 +135,7 @@ def test_configure_sends_every_command_in_order_and_keeps_the_settings():
     monitor, transport = connected(CONFIGURE)
     monitor.configure(1.8, 1000)
     assert transport.errors == []
-    assert transport.written[3:] == [cmd for cmd, _ in CONFIGURE]
+    assert transport.written[len(CONNECT):] == [cmd for cmd, _ in CONFIGURE]
     assert monitor.sample_rate == 1000.0
     s = monitor.settings()
     assert s["driver"] == "lpm01a" and s["version"] == "1.0.5" and s["simulated"] is False
@@ -349,17 +354,17 @@ def test_a_failing_callback_surfaces_at_stop():
 
 
 def test_a_silent_board_fails_connect_with_a_timeout_and_close_sends_nothing_more():
-    transport = ScriptedTransport([(b"stop\n", b""), (b"htc\n", b"")])
+    transport = ScriptedTransport([(b"htc\n", b""), (b"stop\n", b""), (b"htc\n", b"")])
     monitor = Lpm01a(transport, voltage_limit_v=3.3)
     monitor.command_timeout_s = 0.2
     with pytest.raises(DeviceTimeout, match="htc"):
         monitor.connect()
     monitor.close()
-    assert transport.written == [b"stop\n", b"htc\n"] and transport.closed
+    assert transport.written == [b"htc\n", b"stop\n", b"htc\n"] and transport.closed
 
 
 def test_a_port_that_fails_to_flush_fails_connect_with_the_port_error():
-    transport = ScriptedTransport([(b"stop\n", b"")])
+    transport = ScriptedTransport([(b"htc\n", b""), (b"stop\n", b"")])
 
     def unplugged():
         raise PortError("LPM01A: flushing /dev/x failed: Input/output error")
@@ -369,7 +374,7 @@ def test_a_port_that_fails_to_flush_fails_connect_with_the_port_error():
     with pytest.raises(DeviceError, match="Input/output error"):
         monitor.connect()
     monitor.close()
-    assert transport.written == [b"stop\n"] and transport.closed
+    assert transport.written == [b"htc\n", b"stop\n"] and transport.closed
     assert not monitor._reader.is_alive()
 
 
@@ -468,7 +473,7 @@ def test_configure_picks_bin_hexa_above_5_khz_or_as_asked(rate, fmt, freq, expec
     script[at] = (f"freq {freq}\n".encode(), ack(f"freq {freq}"))
     monitor, transport = connected(script)
     monitor.configure(1.8, rate, data_format=fmt)
-    assert transport.errors == [] and transport.written[3:] == [cmd for cmd, _ in script]
+    assert transport.errors == [] and transport.written[len(CONNECT):] == [cmd for cmd, _ in script]
     assert monitor.settings()["format"] == expected
     assert monitor._decoder.bin_hexa == (expected == "bin_hexa")  # followed from the ack
     transport.expect(*CLOSE)

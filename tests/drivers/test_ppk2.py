@@ -262,8 +262,8 @@ def test_configure_ampere_mode() -> None:
 
 @pytest.mark.parametrize(("volts", "limit", "words"), [
     (3.5, 3.3, "3.5 V is above the bench voltage limit of 3.3 V"),
-    (5.2, 5.5, "its regulator sets 0.8..5 V, not 5.2 V"),
-    (0.7, 3.3, "its regulator sets 0.8..5 V, not 0.7 V"),
+    (5.2, 5.5, "can only supply 0.8..5 V, not 5.2 V"),
+    (0.7, 3.3, "can only supply 0.8..5 V, not 0.7 V"),
     (0.0, 3.3, "must be positive"),
 ])
 def test_a_voltage_the_bench_or_the_ppk2_cannot_take_sends_nothing(volts, limit, words) -> None:

@@ -34,7 +34,7 @@ def record(tmp_path: Path, capsys, *extra: str) -> tuple[int, dict, VirtualBench
         with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "lpm01a", "--port", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(FS),
-                         "--out", str(out), "--simulated", *extra])
+                         "--out", str(out), *extra])
         assert not errors, errors
         assert vb.world.powered is False  # switched off after the capture
     captured = capsys.readouterr()

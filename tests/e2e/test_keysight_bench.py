@@ -37,8 +37,10 @@ def test_rig_sim_serves_an_n6705_the_driver_identifies_and_powers(tmp_path: Path
     try:
         resource = read_json_object(sim)["ports"]["emon"]
         assert resource.startswith("TCPIP0::127.0.0.1::") and resource.endswith("::SOCKET")
-        monitor = N6705.open(resource, voltage_limit_v=3.3, simulated=True)
+        monitor = N6705.open(resource, voltage_limit_v=3.3)
         try:
+            # Its *IDN? serial "MY00000001-SIM" says it is the virtual bench's: no flag given.
+            assert monitor.simulated is True and monitor.settings()["simulated"] is True
             assert "N6705" in json.dumps(monitor.self_test())
             monitor.configure(1.8, 10000)
             assert monitor.sample_rate == pytest.approx(10000, rel=0.03)  # 1/(k x 20.48 us)
@@ -61,9 +63,9 @@ def test_rig_sim_serves_a_34465a_while_a_bench_supply_powers_the_dut(tmp_path: P
     try:
         info = read_json_object(sim)
         assert info["powered"] is True  # no monitor switches this bench's supply
-        monitor = Keysight34465A.open(info["ports"]["emon"], voltage_limit_v=3.3,
-                                      simulated=True)
+        monitor = Keysight34465A.open(info["ports"]["emon"], voltage_limit_v=3.3)
         try:
+            assert monitor.simulated is True  # its *IDN? serial ends in -SIM
             assert "34465A" in json.dumps(monitor.self_test())
             assert monitor.powers_dut is False and monitor.sees_every_edge is False
         finally:

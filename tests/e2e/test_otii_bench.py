@@ -64,7 +64,7 @@ def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
         with window_scheduled(vb.world, K1, K2, FS, recording_t0) as errors:
             code = main(["emon", "record", "--driver", "otii", "--resource", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(FS),
-                         "--out", str(out), "--simulated", "--json"])
+                         "--out", str(out), "--json"])  # simulated: it says so
         assert not errors, errors
         assert vb.world.powered is False
         power_on_ns = vb.world.power_on_ns
@@ -82,8 +82,11 @@ def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
     assert report["edges"] == 2
     trace = read_trace(out)
     assert len(trace) == n and trace.simulated
+    assert report["simulated"] is True  # from the Arc's own "Arc (simulated)", no flag given
     assert main(["analyze", str(out), "--json"]) == 0
-    [window] = json.loads(capsys.readouterr().out)["windows"]
+    result = json.loads(capsys.readouterr().out)
+    assert result["simulated"] is True
+    [window] = result["windows"]
     assert window["start_s"] == K1 / FS and window["end_s"] == K2 / FS
     assert window["mean_power_w"] == pytest.approx(3.6e-3, rel=1e-5)
 

@@ -17,6 +17,7 @@ import pytest
 
 from rig.cli import main
 from rig.config import load_bench
+from rig.errors import ConfigError
 from rig.runner import measure_asc
 from rig.sim.bench import VirtualBench
 from rig.sim.ppk2 import SIM_CALIBRATION
@@ -94,7 +95,7 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
         with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "ppk2", "--port", vb.ports["emon"],
                          "--duration", "1", "--voltage", "1.8", "--rate", str(FS),
-                         "--out", str(out), "--simulated", "--json"])
+                         "--out", str(out), "--json"])  # simulated: it says so
         assert not errors, errors
         deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
         while vb.world.powered and time.monotonic() < deadline:
@@ -106,7 +107,8 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
     assert report["samples"] == FS and report["requested_samples"] == FS
     assert report["sample_rate_hz"] == FS and report["dropped"] == 0 and report["edges"] == 2
     trace = read_trace(out)
-    assert len(trace) == FS and trace.simulated
+    assert len(trace) == FS and trace.simulated  # from its "sim: 1" metadata, no flag given
+    assert report["simulated"] is True
     falls = np.flatnonzero((trace.gpio[1:] & 1) < (trace.gpio[:-1] & 1)) + 1
     assert falls.tolist() == [K1, K2]
     window_w = float((trace.current[K1:K2].astype(float) * trace.voltage[K1:K2]).mean())
@@ -124,35 +126,24 @@ def test_a_bench_supply_above_the_limit_is_refused_before_anything(tmp_path: Pat
     assert not (tmp_path / "r").exists()  # no run folder, no virtual bench, no instrument
 
 
-def test_a_ppk2_asked_above_the_limit_mid_setup_powers_off_and_marks_the_run(
+def test_a_ppk2_asked_above_the_limit_is_refused_before_a_folder_or_a_byte(
         tmp_path: Path) -> None:
     """A bench that reaches the runner unchecked (built in code, not loaded from a file) with
-    3.5 V on a 3.3 V bench: the PPK2 driver refuses before its regulator is set, the DUT is
-    off, and the run folder says failed with the reason."""
+    3.5 V on a 3.3 V bench: the runner's bench check (the PPK2 driver's `check_setup`, issue
+    22.9) refuses it before a run folder exists or a byte reaches the PPK2; the driver's own
+    guard in configure() is tested in tests/drivers/test_ppk2.py."""
     shipped = load_bench(short_bench(tmp_path))
     with VirtualBench(shipped) as vb:
         bench = dataclasses.replace(
             shipped, sim=None,
             dut=dataclasses.replace(shipped.dut, port=vb.ports["dut"]),
             emon=dataclasses.replace(shipped.emon, port=vb.ports["emon"], supply_voltage_v=3.5))
-        outcome = measure_asc(bench, device="ppk2-over-limit", runs_root=tmp_path / "r")
-        received = vb.emon.received
-        deadline = time.monotonic() + 5.0  # the PPK2 acks nothing: wait for the sim to act
-        def after_metadata() -> list:
-            ops = [op for op, _ in received]
-            return received[ops.index(0x19) + 1 :] if 0x19 in ops else []
-
-        while (0x0C, (0,)) not in after_metadata() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        # Off at connect, off again at shutdown (after the refusal), never on.
-        assert (0x0C, (0,)) in after_metadata()
-        assert (0x0C, (1,)) not in received and vb.world.powered is False
-        assert vb.emon.max_regulator_mv == 0  # the regulator was never set, let alone to 3.5 V
-    assert outcome.status == "failed"
-    assert "3.5 V is above the bench voltage limit of 3.3 V" in str(outcome.error)
-    run = load_run(only_run(tmp_path / "r"))
-    assert run.status == "failed"
-    assert "3.5 V is above the bench voltage limit of 3.3 V" in run.manifest["error"]
+        with pytest.raises(ConfigError) as info:
+            measure_asc(bench, device="ppk2-over-limit", runs_root=tmp_path / "r")
+        assert vb.emon.received == [] and vb.world.powered is False
+        assert vb.emon.max_regulator_mv == 0
+    assert "3.5 V is above the bench voltage limit of 3.3 V" in str(info.value)
+    assert not (tmp_path / "r").exists()
 
 
 # -- ampere mode ----------------------------------------------------------------------------------

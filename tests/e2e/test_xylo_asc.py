@@ -38,6 +38,18 @@ def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> Non
     out = json.loads(proc.stdout)
     s = out["summary"]
     assert s["samples"] == 4 and s["latency_timer"] == "dut"
+    # XyloSim is a simulator, as its caps say (`simtime`): labelled wherever the numbers are.
+    run = Path(out["run"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["simulated"] is True and s["simulated"] is True
+    assert manifest["instruments"]["dut"]["simulated"] is True
+    shown = json.loads(subprocess.run([*RIG, "show", str(run), "--json"], cwd=REPO,
+                                      capture_output=True, text=True, check=True).stdout)
+    assert shown["simulated"] is True and shown["summary"]["simulated"] is True
+    records = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    measured = [r for r in records if r["event"] in ("latency_run", "sample_classified")]
+    assert len(measured) == 4 + 5 and all(r["simulated"] is True for r in measured)
+    assert all(pq.read_table(run / "results.parquet").column("simulated").to_pylist())
     assert s["power"].startswith("unavailable (simulator)") and "idle_power_w" not in s
     # XyloSim's times are the input's real-time length: labelled, never taken as measured.
     assert s["timing"] == "simulated: XyloSim timesteps x dt, not a measured execution time"

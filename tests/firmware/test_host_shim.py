@@ -1,8 +1,13 @@
 """The host-built C DUT shim (firmware/dut) end to end over real ptys, standalone and on a
-scripted sim bus, plus a syntax check of its Arduino port against a stub Arduino.h."""
+scripted sim bus, plus a syntax check of its Arduino port against a stub Arduino.h.
+
+Tests marked ``@VIA_BOTH`` run twice: on the shim's pty directly, and through the IO manager
+sketch's real AVR build on simavr (tests/firmware/simavr_uno.py) relaying at 9600 baud, with
+the rig's IO manager transport: the same commands must get the same replies."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -23,13 +28,16 @@ import pytest
 
 from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient
 from drivers.dut.qemu import QemuBoard
+from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DutDecoder, DutErrorLine, DutEvent, Ready
+from protocols.io_manager.codec import MAX_PASSTHROUGH
 from rig.datasets.synthetic import make_split
 from rig.sim.dut import SimDut
 from rig.sim.model import LinearAscModel
 from rig.sim.pty import Pty
 from rig.sim.world import World
+from tests.firmware.simavr_uno import Relay, relay
 
 pytestmark = pytest.mark.slow
 
@@ -73,9 +81,11 @@ class Shim:
 
     proc: Any
     pty: Pty | None
-    transport: SerialTransport
+    transport: SerialTransport | IoManagerTransport
     client: DutClient
     decoder: DutDecoder = field(default_factory=DutDecoder)
+    #: The emulated UNO in between, when the test runs through it.
+    relay: Relay | None = None
 
     def exchange(self, payload: bytes, until: bytes = READY) -> bytes:
         """Write raw bytes; return what arrives up to and including the `until` ending."""
@@ -86,20 +96,28 @@ class Shim:
         return self.decoder.feed(self.exchange(payload, until))
 
 
-@pytest.fixture
-def start_shim(shim_binary: Path) -> Iterator[Callable[..., Shim]]:
+#: Run a test on the shim's pty directly and through the simavr UNO (`start_shim` indirect).
+VIA_BOTH = pytest.mark.parametrize("start_shim", ["direct", "simavr-uno"], indirect=True)
+
+
+@contextlib.contextmanager
+def shim_starter(shim_binary: Path, build: Path | None) -> Iterator[Callable[..., Shim]]:
+    """Starts host-built shims on ptys (through the simavr UNO when `build` is its image);
+    stops every one on exit."""
     started: list[Shim] = []
 
     def start(mode: str = "performance", *, env: dict[str, str] | None = None,
               pass_fds: tuple[int, ...] = (), boot: bool = True) -> Shim:
         pty = Pty()
         # Opened before the shim starts: opening a port flushes its input, banner included.
-        transport = SerialTransport(pty.path, 115200, name="DUT")
+        uno = relay(build, pty.path) if build is not None else None
+        transport: SerialTransport | IoManagerTransport = (
+            uno.transport() if uno is not None else SerialTransport(pty.path, 115200, name="DUT"))
         proc = subprocess.Popen(
             [str(shim_binary), "--mode", mode], stdin=pty.master, stdout=pty.master,
             stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, pass_fds=pass_fds,
         )
-        shim = Shim(proc, pty, transport, DutClient(transport))
+        shim = Shim(proc, pty, transport, DutClient(transport), relay=uno)
         started.append(shim)
         if boot:
             assert shim.client.wait_for_boot(REPLY_S) == mode
@@ -113,7 +131,19 @@ def start_shim(shim_binary: Path) -> Iterator[Callable[..., Shim]]:
         if shim.proc.stderr is not None:
             shim.proc.stderr.close()
         shim.transport.close()
+        if shim.relay is not None:
+            counts = shim.relay.close()
+            assert "0 framing errors" in counts, counts  # every bit of every byte made it
         shim.pty.close()
+
+
+@pytest.fixture
+def start_shim(shim_binary: Path, request: pytest.FixtureRequest
+               ) -> Iterator[Callable[..., Shim]]:
+    via = getattr(request, "param", "direct")
+    build = request.getfixturevalue("simavr_uno_build") if via == "simavr-uno" else None
+    with shim_starter(shim_binary, build) as start:
+        yield start
 
 
 #: The Cortex-M4 build (firmware/dut/mps2-an386) under QEMU, as benches/qemu-m4.toml runs it.
@@ -181,11 +211,22 @@ def start_m4(m4_build: dict[str, Path]) -> Iterator[Callable[..., Shim]]:
 @pytest.fixture(params=["host", "m4"])
 def start_build(request: pytest.FixtureRequest) -> Callable[[], Shim]:
     """A performance-mode shim of each build: the host one and the Cortex-M4 one under QEMU,
-    so the same protocol tests run against both."""
+    so the same protocol tests run against both (and, with `VIA_ALL`, the host build through
+    the simavr UNO too)."""
     if request.param == "host":
         start = request.getfixturevalue("start_shim")
         return lambda: start("performance")
+    if request.param == "simavr-uno":
+        starter = shim_starter(request.getfixturevalue("shim_binary"),
+                               request.getfixturevalue("simavr_uno_build"))
+        start = starter.__enter__()
+        request.addfinalizer(lambda: starter.__exit__(None, None, None))
+        return lambda: start("performance")
     return request.getfixturevalue("start_m4")
+
+
+#: Run a test on the host build directly, on the Cortex-M4 build and through the simavr UNO.
+VIA_ALL = pytest.mark.parametrize("start_build", ["host", "m4", "simavr-uno"], indirect=True)
 
 
 def audio_input(k: int = 0) -> bytes:
@@ -211,16 +252,21 @@ def bload_ok(shim: Shim, data: bytes) -> None:
 
 
 # -- boot, identity --------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["energy", "performance", "m4"])
-def test_boot_banner_is_the_reference_firmware_s(request, mode: str) -> None:
-    if mode == "m4":  # the Cortex-M4 build is a performance-mode build
-        shim, mode = request.getfixturevalue("start_m4")(boot=False), "performance"
-    else:
-        shim = request.getfixturevalue("start_shim")(mode, boot=False)
+@VIA_BOTH
+@pytest.mark.parametrize("mode", ["energy", "performance"])
+def test_boot_banner_is_the_reference_firmware_s(start_shim, mode: str) -> None:
+    shim = start_shim(mode, boot=False)
     banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
     assert banner == f"m-timestamp-mode-{mode}\r\nm-init-done\r\nm-ready\r\n".encode()
 
 
+def test_boot_banner_of_the_cortex_m4_build(start_m4) -> None:
+    shim = start_m4(boot=False)  # a performance-mode build
+    banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
+    assert banner == b"m-timestamp-mode-performance\r\nm-init-done\r\nm-ready\r\n"
+
+
+@VIA_BOTH
 def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     shim = start_shim("energy")
     assert shim.exchange(b"name%") == f"m-name-dut-[{VENDOR}]\r\nm-ready\r\n".encode()
@@ -247,6 +293,7 @@ def test_hex_download_of_a_model_input_reads_back(start_shim) -> None:
     assert shim.client.read_buffer() == data
 
 
+@VIA_ALL
 def test_db_print_lines_hold_16_bytes(start_build) -> None:
     shim = start_build()
     shim.client.load(bytes(range(20)))
@@ -286,6 +333,7 @@ def test_bload_times_out_after_a_silent_second(start_build) -> None:
     assert shim.exchange(b"name%").startswith(b"m-name-dut-")
 
 
+@VIA_ALL
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -361,6 +409,23 @@ def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:
     assert lap0 <= int(edges[1]) <= lap1 <= int(edges[3])
 
 
+@VIA_BOTH
+@pytest.mark.parametrize("mode", ["energy", "performance"])
+def test_timestamp_pulses_in_energy_mode_and_reads_the_timer_in_performance(start_shim,
+                                                                            mode: str) -> None:
+    shim = start_shim(mode)
+    reply = shim.exchange(b"timestamp%").decode()
+    if mode == "performance":
+        assert re.fullmatch(r"m-lap-us-\d+\r\nm-ready\r\n", reply), reply
+        return
+    assert reply == "m-ready\r\n"  # the pulse goes to the timestamp GPIO: stderr, standalone
+    shim.proc.terminate()
+    assert shim.proc.wait(timeout=REPLY_S) == 0
+    assert shim.proc.stderr is not None
+    assert shim.proc.stderr.read().decode().split()[0::2] == ["gpio-fall"]
+
+
+@VIA_ALL
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -400,14 +465,23 @@ SAME_AS_SIMDUT = [
 ]
 
 
+def relayable(command: bytes) -> bool:
+    """Whether the IO manager passes `command` through as it is: what it refuses or trims
+    itself (over-long, empty, padded with spaces) is its own business (test_io_manager_*)."""
+    text = command[:-1]
+    return len(text) > 0 and len(command) <= MAX_PASSTHROUGH and text == text.strip()
+
+
+@VIA_BOTH
 def test_replies_are_byte_identical_to_the_python_simdut(start_shim) -> None:
     shim = start_shim("energy")
+    commands = SAME_AS_SIMDUT if shim.relay is None else list(filter(relayable, SAME_AS_SIMDUT))
     world = World(speed=1000.0)
     sim = SimDut(world, _BigBufferModel(), timestamp_mode="energy", vendor=VENDOR)
     with sim, SerialTransport(sim.path, 115200, name="SimDut") as sim_port:
         world.power(True)
         sim_port.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
-        for command in SAME_AS_SIMDUT:
+        for command in commands:
             sim_port.write(command)
             expected = sim_port.read_until(time.monotonic() + REPLY_S,
                                            lambda b: b.endswith(READY))

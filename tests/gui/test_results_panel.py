@@ -42,3 +42,17 @@ def test_earlier_runs_list_a_damaged_folder(qtbot, tmp_path: Path) -> None:
     assert rows[good.name].text(3) == "complete"
     assert rows[bad.name].text(3) == "damaged" and rows[bad.name].text(1) == "asc"
     assert reason in rows[bad.name].toolTip(3)
+
+
+def test_earlier_runs_list_a_refused_folder_as_refused(qtbot, tmp_path: Path) -> None:
+    """A folder the instrument refused (issue 22.9): "refused" in the list, with what it means."""
+    from rig.run_summary import REFUSED_TEXT
+    from tests.e2e.test_refusals import refused_run
+
+    run, _ = refused_run(tmp_path)
+    runs = EarlierRuns()
+    qtbot.addWidget(runs)
+    runs.set_root(run.parent)
+    item = runs.tree.topLevelItem(0)
+    assert runs.tree.topLevelItemCount() == 1 and item.text(4) == run.name
+    assert item.text(3) == "refused" and item.toolTip(3) == REFUSED_TEXT

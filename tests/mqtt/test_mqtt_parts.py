@@ -101,7 +101,7 @@ def test_bench_mqtt_table(tmp_path):
     ('rig = "a"\n', "[mqtt] url is missing"),
     ('url = "mqtt://a:pw@b"\n', "carries a password"),
     ('url = "mqtt://b"\npower_rate_hz = 11\n', "power_rate_hz must be in"),
-    ('url = "mqtt://b"\nqueue = 0\n', "queue: expected > 0"),
+    ('url = "mqtt://b"\nqueue = 0\n', "queue: expected an integer in [1, "),
     ('url = "mqtt://b"\nrig = "a/b"\n', "cannot name a rig"),
     ('url = "mqtt://b"\ncolour = 1\n', "unknown key 'colour'"),
 ])
@@ -218,3 +218,30 @@ def test_board_folds_status_and_run_messages():
     only = Board("rig-b")
     assert only.subscriptions() == ["neurobench/rig-b/status", "neurobench/rig-b/run/+/+"]
     assert only.take(topics.status("rig-a"), b'{"state": "idle"}') is None
+
+
+# -- simulated, wherever the numbers are --------------------------------------------------------
+def test_status_and_power_summaries_say_simulated_once_an_instrument_does():
+    """A XyloSim run starts unlabelled (the DUT has not answered yet); once the DUT's info says
+    simulated (its caps `simtime`), the retained status and every power summary say so."""
+    from rig.events import InstrumentInfo
+
+    settings = resolve(url=f"mqtt://rig-a@127.0.0.1:{free_port()}", env={})
+    t = MqttTelemetry(settings, log=lambda _: None)  # not started: nothing is sent
+    t(RunStarted(run_id="r", procedure="asc", simulated=False))
+    assert t.status["simulated"] is False
+    preview = PowerPreview(first_sample=0, step=10, sample_rate_hz=1000.0,
+                           min_w=[1e-3], max_w=[2e-3], mean_w=[1.5e-3])
+    t.power(preview)
+    t._flush_power()
+    assert t._power_slot.body["simulated"] is False
+    t(InstrumentInfo(role="dut", info={"name": "xylo", "capabilities": ["simtime"],
+                                       "simulated": True}))
+    assert t.status["simulated"] is True
+    t.power(PowerPreview(first_sample=10, step=10, sample_rate_hz=1000.0,
+                         min_w=[1e-3], max_w=[2e-3], mean_w=[1.5e-3]))
+    t._flush_power()
+    body = t._power_slot.body
+    assert body["simulated"] is True and body["mean_w"] == 1.5e-3 and body["run_id"] == "r"
+    t(RunFinished(status="complete"))
+    assert t.status["simulated"] is None and t.status["state"] == "idle"

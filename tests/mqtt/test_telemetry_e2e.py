@@ -84,6 +84,12 @@ def test_run_publishes_exactly_its_events_in_order(broker, tmp_path):
     # the DUT idled and computed (0 W only while it was powered off)
     assert any(p["min_w"] == pytest.approx(lo, rel=0.01) for p in power)
     assert any(p["max_w"] == pytest.approx(hi, rel=0.01) for p in power)
+    # simulated, wherever the numbers are: every power summary and every measurement event
+    assert all(p["simulated"] is True for p in power)
+    measured = [m.json() for m in published if m.json()["event"] in (
+        "latency_run", "window_measured", "idle_measured", "sample_classified")]
+    assert measured and all(e["simulated"] is True for e in measured)
+    assert [m.json() for m in published][-1]["summary"]["simulated"] is True
     # a summary never carries samples
     assert max(len(m.payload) for m in listener.received(prefix)
                if m.topic.endswith("/power")) < 400

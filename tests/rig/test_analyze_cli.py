@@ -178,3 +178,21 @@ def test_console_script_runs_and_fails_cleanly(csv_trace: Path, tmp_path: Path) 
     )
     assert bad.returncode == 2
     assert_one_error(bad.stderr, "trace file not found: ", "check the path")
+
+
+def test_a_failed_replicability_check_exits_1(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The second window draws twice the power of the first: energy per inference 3.6 mW x 2 s
+    against 7.2 mW x 2 s, 33% from their mean, beyond the 5% limit. The table prints FAILED
+    and the exit code says so (README: 1, a measurement that failed its own checks)."""
+    current, voltage, gpio = arrays()
+    start, end = WINDOWS[1]
+    current[start:end] = 2 * P_ACTIVE / V
+    path = tmp_path / "unequal.csv"
+    write_csv_trace(path, current, voltage, gpio)
+    assert main(["analyze", str(path), "--sample-rate", str(FS)]) == 1
+    assert "replicability           FAILED" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--sample-rate", str(FS), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["replicability"]["ok"] is False
+    assert result["replicability"]["max_rel_dev"] == pytest.approx(1 / 3, rel=1e-9)

@@ -83,12 +83,20 @@ def test_floats_round_trip_exactly() -> None:
     base = load_bench(REPO / "benches" / "sim.toml")
     bench = replace(
         base, voltage_limit_v=3.3000000000000003,
-        emon=replace(base.emon, supply_voltage_v=0.1 + 0.2, sample_rate_hz=1e16),
-        asc=replace(base.asc, replicability_tolerance=1.5e-07, min_run_s=float("inf")),
+        emon=replace(base.emon, supply_voltage_v=0.1 + 0.2, sample_rate_hz=9.999999e6),
+        asc=replace(base.asc, replicability_tolerance=1.5e-07, min_run_s=86399.99999999999),
     )
     again = parse_bench(tomllib.loads(bench_to_toml(bench)), base.path)
     assert same_bench(again, bench)
     assert again.emon.supply_voltage_v == 0.1 + 0.2
+
+
+def test_a_non_finite_number_is_never_saved() -> None:
+    """A bench the rig would refuse is never written: an infinite run length names its key."""
+    base = load_bench(REPO / "benches" / "sim.toml")
+    bench = replace(base, asc=replace(base.asc, min_run_s=float("inf")))
+    with pytest.raises(ConfigError, match=r"\[procedure.asc\] min_run_s: inf is not a finite"):
+        bench_to_toml(bench)
 
 
 def test_lone_surrogate_is_refused() -> None:

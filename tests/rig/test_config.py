@@ -115,6 +115,16 @@ def test_io_manager_section(tmp_path: Path, sim_bench_text) -> None:
         load_bench(bad)
 
 
+def test_sim_io_manager_is_the_python_one_or_the_sketch_on_simavr(tmp_path: Path) -> None:
+    assert load_bench(REPO / "benches" / "sim-io-manager.toml").sim.io_manager == "python"
+    text = (REPO / "benches" / "simavr-io-manager.toml").read_text()
+    assert load_bench(REPO / "benches" / "simavr-io-manager.toml").sim.io_manager == "simavr"
+    bad = write(tmp_path, text.replace('io_manager = "simavr"', 'io_manager = "qemu"'))
+    with pytest.raises(ConfigError, match=r"io_manager: expected one of python, simavr; "
+                                          r"found 'qemu'"):
+        load_bench(bad)
+
+
 def test_sim_driver_alias_means_the_virtual_bench(tmp_path: Path, sim_bench_text) -> None:
     text = sim_bench_text.replace('driver = "lpm01a"\nport = "virtual"', 'driver = "n6705-sim"')
     bench = load_bench(write(tmp_path, text))

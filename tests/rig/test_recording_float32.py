@@ -42,3 +42,28 @@ def test_float32_chunks_integrate_to_the_exact_float64_products() -> None:
     want = np.array([math.fsum(exact[first + k * step : first + (k + 1) * step]) / step
                      for k in range(len(means))])
     np.testing.assert_allclose(means, want, rtol=1e-12, atol=0)
+
+
+def test_float64_chunks_with_a_trace_integrate_what_the_file_stores(tmp_path) -> None:
+    """A monitor giving float64 samples (the LPM01A's 4-digit readings): the trace stores them
+    as float32, so the recorder integrates those float32 values; the window's power read back
+    from the file is then the run's to 1e-12 (`rig analyze RUN_FOLDER` needs 1e-9)."""
+    from rig.analysis import window_energies
+    from rig.traces import read_trace
+
+    rng = np.random.default_rng(5)
+    n = 50_000
+    current = np.round(rng.uniform(1e-4, 5e-3, n), 7)  # not float32-representable
+    voltage = np.full(n, 1.8)
+    gpio = np.ones(n, np.uint8)
+    gpio[[1_000, 40_000]] = 0
+    rec = EmonRecorder(FS, tmp_path / "t.jls")
+    for lo in range(0, n, 4_999):
+        hi = min(lo + 4_999, n)
+        rec.on_chunk(Chunk(lo, current[lo:hi], voltage[lo:hi], gpio[lo:hi]))
+    rec.close()
+    assert rec.error is None and rec.edges() == [1_000, 40_000]
+    trace = read_trace(tmp_path / "t.jls")
+    [energy] = window_energies(trace.current, trace.voltage, np.array([[1_000, 40_000]]), FS)
+    from_file = energy * FS / 39_000
+    assert abs(rec.mean_power(1_000, 40_000) - from_file) / from_file < 1e-12

@@ -1,0 +1,164 @@
+"""Reproduce a finished ASC run's energy figures from its raw trace (`rig analyze RUN_FOLDER`).
+
+The windows and idle spans (sample ranges) and iteration counts come from the run's own events;
+their energy and power are integrated again from the trace file with `rig.analysis`, and the
+run's summary function (`asc.summarize`) derives the figures from them, so the manifest's idle,
+active and dynamic power and energy per inference must come back to `TOLERANCE` (relative).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rig.analysis import falling_edges, span_power, window_energies
+from rig.errors import ConfigError
+from rig.events import Event, IdleMeasured, TraceSaved, WindowMeasured
+from rig.procedures import asc
+from rig.run_summary import run_simulated
+from rig.store import load_run
+from rig.traces import read_trace
+
+#: Relative difference allowed between a stored figure and its recomputation (float rounding).
+TOLERANCE = 1e-9
+#: The figures recomputed from the trace, in the order they are printed.
+FIGURES = ("idle_power_w", "active_power_w", "dynamic_power_w", "energy_per_inference_j",
+           "dynamic_energy_per_inference_j")
+_FOLDER_HINT = "give a finished ASC run folder whose energy monitor recorded a trace"
+
+
+@dataclass(frozen=True)
+class FigureCheck:
+    """One figure: as the manifest states it, as the trace gives it, and their difference."""
+
+    name: str
+    manifest: float | None
+    recomputed: float | None
+    relative_difference: float | None
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON (NaN and inf as null)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """`rig analyze RUN_FOLDER`: every figure compared, and whether the windows sit on edges."""
+
+    run: Path
+    trace: Path
+    simulated: bool
+    sample_rate_hz: float
+    windows: int
+    idle_spans: int
+    figures: list[FigureCheck]
+    #: Window and idle boundaries that are not falling edges of the trace's timestamp line.
+    off_edge_samples: list[int]
+
+    @property
+    def ok(self) -> bool:
+        """Every figure reproduced and every boundary on an edge."""
+        return all(f.ok for f in self.figures) and not self.off_edge_samples
+
+    @property
+    def failed(self) -> list[str]:
+        """Names of what did not reproduce."""
+        names = [f.name for f in self.figures if not f.ok]
+        return names + (["windows on timestamp edges"] if self.off_edge_samples else [])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object `rig analyze RUN_FOLDER --json` prints."""
+        return {
+            "run": str(self.run), "trace": str(self.trace), "simulated": self.simulated,
+            "sample_rate_hz": self.sample_rate_hz, "windows": self.windows,
+            "idle_spans": self.idle_spans, "tolerance": TOLERANCE,
+            "figures": [f.to_dict() for f in self.figures],
+            "off_edge_samples": self.off_edge_samples, "ok": self.ok, "failed": self.failed,
+        }
+
+
+def relative_difference(a: float, b: float) -> float:
+    """|a - b| relative to the larger magnitude (0 when both are 0; NaN if either is)."""
+    scale = max(abs(a), abs(b))
+    return 0.0 if scale == 0 else abs(a - b) / scale
+
+
+def reproduce_run(path: str | Path) -> Reproduction:
+    """Recompute the run's energy figures from its trace; `ConfigError` (exit 2) for a folder
+    that is not a finished run with a trace and energy windows."""
+    record = load_run(path)
+    run = record.path
+    if record.finished is None:
+        raise ConfigError(
+            f"{run}: the run is unfinished (status {record.status}): its manifest holds no "
+            "final figures to reproduce", hint=_FOLDER_HINT)
+    manifest = record.manifest
+    stored = manifest.get("summary")
+    if not isinstance(stored, dict):
+        raise ConfigError(f"{run}: manifest.json has no summary", hint=_FOLDER_HINT)
+    windows = [e for e in record.events
+               if isinstance(e, WindowMeasured) and e.end_sample > e.start_sample]
+    idles = [e for e in record.events
+             if isinstance(e, IdleMeasured) and e.end_sample > e.start_sample]
+    if not windows:
+        raise ConfigError(
+            f"{run}: no energy window with trace sample ids in its events (a performance or "
+            "accuracy run, or power from a DUT's rails): nothing to reproduce from a trace",
+            hint=_FOLDER_HINT)
+    trace_path = _trace_file(run, record.events)
+    trace = read_trace(trace_path)
+    fs = trace.sample_rate
+
+    spans = np.array([[w.start_sample, w.end_sample] for w in windows], dtype=np.int64)
+    energies = window_energies(trace.current, trace.voltage, spans, fs)
+    replaced: dict[int, Event] = {}
+    for w, energy in zip(windows, energies.tolist(), strict=True):
+        duration = (w.end_sample - w.start_sample) / fs
+        replaced[id(w)] = dataclasses.replace(
+            w, duration_s=duration, energy_j=energy, mean_power_w=energy / duration,
+            energy_per_inference_j=energy / w.iterations)
+    for i in idles:
+        replaced[id(i)] = dataclasses.replace(
+            i, power_w=span_power(trace.current, trace.voltage, i.start_sample, i.end_sample))
+    events = [replaced.get(id(e), e) for e in record.events]
+    recomputed = asc.summarize(events, bench=manifest.get("bench"),
+                               scope=manifest.get("scope", "all"))
+
+    figures = []
+    for name in FIGURES:
+        a, b = stored.get(name), recomputed.get(name)
+        if a is None and b is None:
+            continue
+        if a is None or b is None:  # one side lacks it: never a pass
+            figures.append(FigureCheck(name, a, b, None, False))
+            continue
+        diff = relative_difference(float(a), float(b))
+        figures.append(FigureCheck(name, float(a), float(b), diff, diff <= TOLERANCE))
+
+    boundaries = np.unique(np.concatenate([
+        spans.ravel(), np.array([s for i in idles for s in (i.start_sample, i.end_sample)],
+                                dtype=np.int64)]))
+    edges = falling_edges(trace.gpio)
+    off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
+    simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
+    return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
+                        figures, off_edge)
+
+
+def _trace_file(run: Path, events: list[Event]) -> Path:
+    """The run's energy-monitor trace (its `trace_saved` event names it)."""
+    saved = [e for e in events if isinstance(e, TraceSaved)]
+    if not saved:
+        raise ConfigError(f"{run}: the run saved no energy-monitor trace", hint=_FOLDER_HINT)
+    path = run / saved[-1].path
+    if not path.is_file():
+        raise ConfigError(f"{run}: its trace {saved[-1].path} is missing",
+                          hint="copy the run folder whole, traces/ included")
+    return path
