@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint bench sim clean firmware-host lava-env system-deps
+.PHONY: run test lint bench sim clean firmware-host firmware-arm lava-env system-deps
 .PHONY: firmware-avr
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
@@ -37,6 +37,10 @@ DEB_LIBS  := libpangoft2-1.0.so.0:libpangoft2-1.0-0 libharfbuzz-subset.so.0:libh
 	libxcb-render-util.so.0:libxcb-render-util0 libxcb-xkb.so.1:libxcb-xkb1 \
 	libxkbcommon-x11.so.0:libxkbcommon-x11-0 libxcb-randr.so.0:libxcb-randr0 \
 	libxcb-shape.so.0:libxcb-shape0 libxcb-xinerama.so.0:libxcb-xinerama0 libEGL.so.1:libegl1
+# The Cortex-M4 DUT build and its emulator (tests/firmware/test_host_shim.py, benches/qemu-m4.toml);
+# newlib-nano is a file, not a command: checked by its specs file below.
+DEB_TOOLS += qemu-system-arm:qemu-system-arm arm-none-eabi-gcc:gcc-arm-none-eabi
+NEWLIB_NANO := /usr/lib/arm-none-eabi/newlib/nano.specs
 # The IO manager sketch on a real AVR (firmware/io_manager): avr-gcc and avr-libc, the Arduino
 # core with arduino-mk, and libsimavr for the harness that runs it (firmware/io_manager/simavr).
 DEB_TOOLS += avr-gcc:gcc-avr avr-size:binutils-avr
@@ -49,6 +53,7 @@ system-deps:
 	for pair in $(DEB_TOOLS); do PATH="$$PATH:/usr/sbin" command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
 	for pair in $(DEB_LIBS); do ldconfig -p | grep -q "$${pair%%:*}" || missing="$$missing $${pair#*:}"; done; \
 	[ -d /usr/share/fonts/truetype/dejavu ] || missing="$$missing fonts-dejavu-core"; \
+	[ -f $(NEWLIB_NANO) ] || missing="$$missing libnewlib-arm-none-eabi"; \
 	for pair in $(DEB_FILES); do [ -e $${pair%%:*} ] || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -61,6 +66,11 @@ firmware-host:  ## Build the C DUT shim for Linux (the virtual bench runs it whe
 	@if command -v $(CC) >/dev/null 2>&1; then \
 		$(MAKE) -C firmware/dut/host OUT=$(CURDIR)/build/firmware; \
 	else echo "no C compiler: the virtual bench will use its Python DUT"; fi
+
+# The Cortex-M4 build for QEMU's mps2-an386 (benches/qemu-m4.toml): prints its flash and RAM use
+# and fails above the RAM of the smallest board we name (README).
+firmware-arm:  ## Build the C DUT shim for a Cortex-M4 (QEMU mps2-an386) with arm-none-eabi-gcc.
+	$(MAKE) -C firmware/dut/mps2-an386 OUT=$(CURDIR)/build/firmware/arm
 
 # The IO manager sketch for an Arduino UNO (arduino-mk; fails above the UNO's flash and SRAM)
 # and the simavr harness that runs it (firmware/io_manager/simavr).

@@ -61,6 +61,8 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
         tables.append(("io_manager", bench.io_manager))
     if bench.mqtt is not None:
         tables.append(("mqtt", bench.mqtt))
+    if bench.qemu is not None:  # its image path is absolute once loaded: kept so
+        tables.append(("qemu", bench.qemu))
     for name, table in tables:
         lines += ["", f"[{name}]"]
         for f in fields(table):

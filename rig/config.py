@@ -20,6 +20,8 @@ from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 
 #: A port value that means "the virtual bench's pty for this device".
 VIRTUAL_PORT = "virtual"
+#: `[dut] port` of an emulated board: the pty of the QEMU the rig starts (`[qemu]`).
+QEMU_PORT = "qemu"
 
 DUT_KINDS = ("mlperf-tiny", "xylo")
 EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "otii", "rapl",
@@ -136,6 +138,18 @@ class SimConfig:
 
 
 @dataclass(frozen=True)
+class QemuConfig:
+    """`[qemu]`: the DUT firmware runs on an emulated board the rig starts (drivers/dut/qemu.py);
+    every figure of such a run is labelled emulated."""
+
+    machine: str = "mps2-an386"
+    #: The firmware image (relative paths: from the bench file's folder).
+    firmware: str = ""
+    #: -icount shift: each guest instruction takes 2^shift ns of guest time.
+    icount_shift: int = 5
+
+
+@dataclass(frozen=True)
 class MqttConfig:
     """`[mqtt]`: the lab's broker (see `rig.mqtt.settings`). Never a password: that comes from
     RIG_MQTT_PASSWORD or --mqtt-password-file."""
@@ -166,6 +180,15 @@ class Bench:
     mqtt: MqttConfig | None = None
     #: True for the virtual bench and for benches attached to one: every number is simulated.
     simulated: bool = False
+    qemu: QemuConfig | None = None
+
+    @property
+    def emulated(self) -> str:
+        """The emulated label of a bench whose DUT runs under QEMU ("" for any other)."""
+        from drivers.dut.qemu import emulated_label
+
+        q = self.qemu
+        return "" if q is None else emulated_label(q.machine, q.icount_shift)
 
     def snapshot(self) -> dict[str, Any]:
         """Every setting, as plain data, for the run manifest."""
@@ -216,6 +239,7 @@ _SECTIONS: dict[str, type] = {
     "sim": SimConfig,
     "io_manager": IoManagerConfig,
     "mqtt": MqttConfig,
+    "qemu": QemuConfig,
 }
 
 
@@ -290,7 +314,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     for key, cls in _SECTIONS.items():
         table = raw.get(key)
         if table is None:
-            sections[key] = None if key in ("sim", "io_manager", "mqtt") else cls()
+            sections[key] = None if key in ("sim", "io_manager", "mqtt", "qemu") else cls()
             continue
         _is_table(table, path, key)
         if key == "mqtt":
@@ -370,6 +394,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             f'{path}: port = "{VIRTUAL_PORT}" needs a [sim] table',
             hint="add [sim] to run on the virtual bench, or give the real serial port",
         )
+    qemu = _check_qemu(sections["qemu"], dut, emon, path)
     flagged = bool(_typed(top, "simulated", bool, path, "bench", default=False))
     refuse_non_finite(raw, path)  # the backstop: no nan/inf anywhere, known key or not
     simulated = flagged or sim is not None
@@ -385,7 +410,41 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         io_manager=io_manager,
         mqtt=_mqtt_paths(sections["mqtt"], path),
         simulated=simulated,
+        qemu=qemu,
     )
+
+
+#: Emulated boards with a DUT shim port (firmware/dut/<machine>).
+QEMU_MACHINES = ("mps2-an386",)
+
+
+def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,
+                path: Path) -> QemuConfig | None:
+    """`[qemu]` and `[dut] port = "qemu"` go together; the image path is made absolute."""
+    if qemu is None:
+        if dut.port == QEMU_PORT:
+            raise ConfigError(f'{path}: [dut] port = "{QEMU_PORT}" needs a [qemu] table',
+                              hint='add [qemu] with machine = "mps2-an386" and the firmware '
+                                   "image, or give the DUT's real serial port")
+        return None
+    if dut.port != QEMU_PORT:
+        raise ConfigError(f"{path}: [qemu] is set but [dut] port is {dut.port!r}",
+                          hint=f'use port = "{QEMU_PORT}" to reach the emulated board')
+    _choice(qemu.machine, QEMU_MACHINES, path, "qemu.machine")
+    if not qemu.firmware:
+        raise ConfigError(f"{path}: [qemu] firmware is missing",
+                          hint="the ELF image `make firmware-arm` builds, e.g. "
+                               '"../build/firmware/arm/dut-mps2-an386.elf"')
+    if not 0 <= qemu.icount_shift <= 10:
+        raise ConfigError(f"{path}: [qemu] icount_shift: expected an integer 0..10, found "
+                          f"{qemu.icount_shift}", hint="5: 32 ns per guest instruction")
+    if dut.timestamp_mode != "performance" or emon.driver != "none":
+        raise ConfigError(f"{path}: the emulated {qemu.machine} serves performance timestamp "
+                          "mode without an energy monitor (it has no supply or timestamp line "
+                          "to measure)",
+                          hint='set [dut] timestamp_mode = "performance" and [emon] driver = '
+                               '"none"')
+    return replace(qemu, firmware=str((path.parent / qemu.firmware).resolve()))
 
 
 def current_range_choices(driver: str) -> tuple[str, ...] | None:

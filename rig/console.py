@@ -30,6 +30,8 @@ class ConsoleView:
     def __call__(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             label = " [yellow](SIMULATED: virtual bench)[/]" if event.simulated else ""
+            if event.emulated:
+                label += f" [yellow]({event.emulated.replace('emulated', 'EMULATED', 1)})[/]"
             dut = event.manifest.get("bench", {}).get("dut", {})
             if dut.get("kind") == "xylo" and not dut.get("hdk"):
                 label += " [yellow](SIMULATED timing: XyloSim)[/]"
@@ -85,8 +87,12 @@ _TIME_ROWS = {"inferences_per_s", "execution_time_mean_s", "execution_time_stder
 
 
 def timing_label(summary: dict[str, Any]) -> str:
-    """" (SIMULATED timing)" for a summary whose times are a simulator's, else ""."""
-    return " (SIMULATED timing)" if str(summary.get("timing", "")).startswith("simulated") else ""
+    """" (SIMULATED timing)" for a summary whose times are a simulator's, " (EMULATED timing)"
+    for an emulator's (QEMU's instruction-counted guest time), else ""."""
+    timing = str(summary.get("timing", ""))
+    if timing.startswith("emulated"):
+        return " (EMULATED timing)"
+    return " (SIMULATED timing)" if timing.startswith("simulated") else ""
 
 
 def summary_table(summary: dict[str, Any], *, title: str) -> Table:
@@ -101,7 +107,7 @@ def summary_table(summary: dict[str, Any], *, title: str) -> Table:
             if key == "execution_time_mean_s":
                 label = f"{label[:-1]}, {execution_time_source_text(summary)})"
             if key in _TIME_ROWS and simulated:
-                label += " [yellow]SIMULATED[/]"
+                label += f" [yellow]{simulated.strip(' ()').split()[0]}[/]"
             table.add_row(label, fmt(summary[key]))
     if "samples" in summary:
         table.add_row("Test samples", f"{summary['correct']}/{summary['samples']}")

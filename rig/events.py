@@ -62,6 +62,8 @@ class RunStarted(Event):
     device: str = ""
     simulated: bool = False
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: An emulated DUT's label ("emulated: QEMU mps2-an386, ..."); "" for hardware or a sim.
+    emulated: str = ""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
         "procedure": manifest.get("procedure"),
         "device": manifest.get("device"),
         "simulated": simulated,
+        **({"emulated": manifest["emulated"]} if manifest.get("emulated") else {}),
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
         "measured": counts,

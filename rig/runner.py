@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
+from drivers.dut.qemu import QemuBoard
 from drivers.emon import check_current_range, monitor_class, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
@@ -129,6 +130,7 @@ def measure_asc(
         bus.subscribe(sub)
     bus.publish(RunStarted(
         run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
+        emulated=bench.emulated,
         manifest={"bench": bench.snapshot(), "run_folder": store.path.name, "scope": scope},
     ))
     if space_warning:
@@ -158,7 +160,7 @@ def measure_asc(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except RigError as exc:
-        status, error = REFUSED if parts.refused else "failed", exc
+        status, error = REFUSED if parts.refused else "failed", _emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown()
         for note in cleanup_notes:
@@ -174,6 +176,8 @@ def measure_asc(
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
         # The bench's word, or an instrument's own (a XyloSim DUT, a simulated monitor).
         summary["simulated"] = bench.simulated or instruments_simulated(events)
+        if bench.emulated:
+            summary["emulated"] = bench.emulated
         if status == "complete" and not asc.checks_passed(summary):
             status = "failed-checks"
         bus.publish(RunFinished(status=status, summary=summary,
@@ -184,6 +188,16 @@ def measure_asc(
             f"{store.path}"
         )
     return Outcome(store.path, status, summary, error)
+
+
+def _emulator_cause(parts: BenchParts, exc: RigError) -> RigError:
+    """`exc`, or, when the emulated board's QEMU died under it, an error naming that cause."""
+    why = parts.qemu.exit_reason() if parts.qemu is not None else None
+    if why is None:
+        return exc
+    return PortError(f"QEMU {why} (the DUT's port then failed: {exc.message})",
+                     hint="the emulated board stopped: is the image the DUT shim that "
+                          "`make firmware-arm` builds?")
 
 
 def records_trace(bench: Bench) -> bool:
@@ -284,6 +298,8 @@ class BenchParts:
         self.emon: EnergyMonitor | None = None
         self.recorder: EmonRecorder | None = None
         self.acquiring = False
+        #: The emulator running the DUT firmware (a `[qemu]` bench), ended by its pid.
+        self.qemu: QemuBoard | None = None
         #: The monitor refused the bench's settings (`connect_bench`): nothing was powered.
         self.refused = False
 
@@ -302,6 +318,8 @@ class BenchParts:
             steps.append(("finish the trace file", self.recorder.close))
         if self.vbench is not None:
             steps.append(("stop the virtual bench", self.vbench.close))
+        if self.qemu is not None:
+            steps.append(("stop QEMU", self.qemu.close))
         for what, step in steps:
             try:
                 step()
@@ -347,6 +365,15 @@ def connect_bench(
     if bench.dut.kind == "xylo":
         _connect_xylo(bench, parts, bus, checkpoint)
         return
+    if bench.qemu is not None:
+        q = bench.qemu
+        parts.qemu = QemuBoard(q.firmware, machine=q.machine, icount_shift=q.icount_shift)
+        dut_port = parts.qemu.port
+        bus.publish(Note(text=f"QEMU {q.machine} (pid {parts.qemu.pid}) runs {q.firmware}; "
+                              f"its UART is {dut_port}: every time is {bench.emulated}"))
+        bus.publish(InstrumentInfo(role="emulator", info={
+            "emulator": "qemu-system-arm", "machine": q.machine, "firmware": q.firmware,
+            "icount_shift": q.icount_shift, "port": dut_port, "emulated": bench.emulated}))
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
         io = IoManager(SerialTransport(io_port, bench.io_manager.baud, name="IO manager"))
@@ -356,6 +383,13 @@ def connect_bench(
     else:
         parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
     parts.dut.checkpoint = checkpoint
+    if parts.qemu is not None:
+        # The emulated board starts once its port is open: its banner is seen, as on a board
+        # the monitor powers.
+        parts.qemu.power_on()
+        parts.dut.wait_for_boot(bench.dut.boot_timeout_s)
+        parts.dut.require_mode(bench.dut.timestamp_mode)
+        return
     if not uses_emon:
         bus.publish(Note(level="warning", text="no energy monitor: the rig cannot power-cycle "
                          "the DUT, so its boot banner is not checked"))

@@ -168,6 +168,7 @@ class RunStore:
                 "procedure": event.procedure,
                 "device": event.device,
                 "simulated": event.simulated,
+                **({"emulated": event.emulated} if event.emulated else {}),
                 "status": "running",
                 "started_at": _iso(event.at),
                 "finished_at": None,
@@ -296,6 +297,7 @@ def load_run(path: str | Path) -> RunRecord:
     if started is not None and not manifest:
         manifest = {"procedure": started.procedure, "device": started.device,
                     "simulated": started.simulated, "started_at": _when(started.at),
+                    **({"emulated": started.emulated} if started.emulated else {}),
                     "finished_at": _when(finished.at) if finished else None,
                     **started.manifest}
     rows = [r for r in (result_row(e) for e in events) if r is not None]

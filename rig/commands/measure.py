@@ -79,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({
             "run": str(outcome.run_path), "status": outcome.status,
-            "simulated": bench.simulated, "summary": outcome.summary,
+            "simulated": bench.simulated,
+            **({"emulated": bench.emulated} if bench.emulated else {}),
+            "summary": outcome.summary,
             **({"error": str(outcome.error)} if outcome.error else {}),
         })
     elif outcome.error is not None:

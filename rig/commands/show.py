@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     summary, counts = data["summary"], data["measured"]
     out = Console()
     sim = " (SIMULATED)" if data["simulated"] else ""
+    if data.get("emulated"):  # QEMU: not simulated, not hardware either
+        sim += f" ({data['emulated'].replace('emulated', 'EMULATED', 1)})"
     out.print(f"[bold]{record.path}[/]", soft_wrap=True)
     _say_damaged(out, data, bool(record.events))
     out.print(f"{data['procedure'] or '?'} on {data['device'] or '?'}{sim}, "

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from drivers.dut.client import DutClient, InferResult, ResultError
+from drivers.dut.qemu import emulated_label
 from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
@@ -397,6 +398,8 @@ FROM_TEST_SET, FROM_TIMED_RUNS = "test_set", "timed_runs"
 #: `timing` of a DUT whose lap counter is a simulator's time base (caps word `simtime`).
 SIMULATED_XYLO_TIMING = "simulated: XyloSim timesteps x dt, not a measured execution time"
 SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured execution time"
+#: `timing` of a DUT firmware run under QEMU (a `[qemu]` bench): its own timer on guest time.
+EMULATED_TIMING = "{} (the firmware's own timer counts guest instructions; not a hardware figure)"
 #: `results_check`: how the results the DUT sent were verified (caps word `rcrc`) or not.
 RESULTS_CRC = "CRC-32 on every result line (rcrc): a corrupted result is asked again once, " \
     "then its sample fails"
@@ -574,6 +577,9 @@ def _results_check(events: list[Event], failed: list[SampleFailed],
 def _timing(events: list[Event], bench: dict[str, Any]) -> str | None:
     """What the DUT's times are when they are not an ordinary timer's: simulated, or samna's."""
     dut = bench.get("dut", {})
+    qemu = bench.get("qemu")
+    if qemu:
+        return EMULATED_TIMING.format(emulated_label(qemu["machine"], qemu["icount_shift"]))
     caps = next((e.info.get("capabilities") or [] for e in events
                  if isinstance(e, InstrumentInfo) and e.role == "dut"), [])
     xylo = dut.get("kind") == "xylo"

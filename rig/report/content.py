@@ -47,19 +47,28 @@ def build_document(
 ) -> Document:
     """The report's blocks: title, summary, one section per system, appendix."""
     title = info.submission_value("title") or "NeuroBench system-track report"
-    any_sim = [s for s in systems if s.label]
+    any_sim = [s for s in systems if s.simulation]
+    any_emu = [s for s in systems if s.emulation and not s.simulation]
     doc = Document(title=title, subtitle=(
         f"Made by neurobench-rig {__version__} on {dt.date.today().isoformat()} from "
         f"{len(_unique([r for s in systems for r in s.runs]))} run folder(s)"))
 
     doc.add(Heading(1, "Submission", "submission",
-                    running="Contains SIMULATED results (marked)" if any_sim else ""))
+                    running="Contains SIMULATED results (marked)" if any_sim
+                    else "Contains EMULATED results (marked)" if any_emu else ""))
     doc.add(*_submission(info))
     if any_sim:
         names = "; ".join(f"{s.name} ({s.simulation})" for s in any_sim)
         doc.add(Box("simulated", "Some results in this report are simulated",
                     f"The numbers of {names} come from a simulation, not from hardware. They are "
                     "marked SIMULATED in every table, figure and page header where they appear."))
+    if any_emu:
+        names = "; ".join(f"{s.name} ({s.emulation})" for s in any_emu)
+        doc.add(Box("note", "Some results in this report are emulated",
+                    f"The numbers of {names} were measured on an emulator, not on hardware: the "
+                    "firmware ran unchanged on an emulated board whose time counts guest "
+                    "instructions. They are marked EMULATED in every table, figure and page "
+                    "header where they appear."))
     incomplete = [r for s in systems for r in s.runs if not r.complete]
     if incomplete:
         doc.add(Box("incomplete", "Some runs did not finish cleanly",
@@ -121,6 +130,8 @@ def _status_mark(run: ReportRun, system: System) -> str:
     marks = [run.status]
     if run.simulation:
         marks.append(f"SIMULATED ({run.simulation})")
+    elif run.emulation:
+        marks.append(f"EMULATED ({run.emulation.removeprefix('emulated: ')})")
     return ", ".join(marks)
 
 
@@ -160,9 +171,15 @@ def _system_section(number: int, system: System, info: SystemInfo, figures_dir: 
     out: list[Any] = [Heading(1, title, f"system-{system.id}", running=label or "")]
     out.append(Para(f"Task: **{system.task}**. System id in system.toml: `{system.id}`. "
                     f"Runs: {', '.join(f'`{r.name}`' for r in system.runs)}."))
-    if label:
+    if system.simulation:
         out.append(Box("simulated", "Every number in this section",
                        _simulation_text(system)))
+    elif system.emulation:
+        out.append(Box("note", "Every number in this section is EMULATED",
+                       f"{system.emulation}: the benchmark firmware ran on QEMU, whose guest "
+                       "time counts instructions (2^shift ns each), not a chip's cycles. Times "
+                       "and rates are the firmware's own timer on that clock: deterministic, "
+                       "but not a hardware figure; there is no power measurement."))
     for run in system.runs:
         if not run.complete:
             out.append(Box("incomplete", f"Run `{run.name}`: {run.status}",
@@ -829,7 +846,8 @@ def _appendix(systems: list[System]) -> list[Any]:
         m = run.manifest
         rows.append((f"`{run.name}`", str(m.get("run_id", "?"))[:12], run.status,
                      str(m.get("started_at", "?")), str(m.get("finished_at") or "—"),
-                     f"SIMULATED ({run.simulation})" if run.simulation else "hardware"))
+                     f"SIMULATED ({run.simulation})" if run.simulation
+                     else run.emulation or "hardware"))
     return [
         Heading(1, "Appendix: the run folders", "appendix", running=""),
         Para("Every number in this report is the one `rig show RUN --json` gives for its run "

@@ -42,6 +42,8 @@ class ReportRun:
     trace: Path | None = None
     #: The run's notes (test set, download method, calibration...), as the procedure said them.
     notes: list[str] = field(default_factory=list)
+    #: Why its numbers are emulated ("emulated: QEMU mps2-an386, ..."), or None.
+    emulation: str | None = None
 
     @property
     def name(self) -> str:
@@ -77,9 +79,18 @@ class System:
         return ", ".join(labels) if labels else None
 
     @property
+    def emulation(self) -> str | None:
+        """The emulated label of the system's numbers (QEMU), or None."""
+        labels = sorted({r.emulation for r in self.runs if r.emulation})
+        return ", ".join(labels) if labels else None
+
+    @property
     def label(self) -> str | None:
         """The mark printed on every table, figure and page of its section, or None."""
-        return f"SIMULATED ({self.simulation})" if self.simulation else None
+        if self.simulation:
+            return f"SIMULATED ({self.simulation})"
+        return f"EMULATED ({self.emulation.removeprefix('emulated: ')})" if self.emulation \
+            else None
 
 
 def read_run(path: Path) -> ReportRun:
@@ -111,7 +122,7 @@ def read_run(path: Path) -> ReportRun:
         trace = next((path / t["path"] for t in manifest.get("traces", [])
                       if (path / t.get("path", "")).is_file()), None)
         return ReportRun(path, ASC, manifest, show, _asc_simulation(manifest, show), trace,
-                         notes)
+                         notes, emulation=manifest.get("emulated") or None)
     return ReportRun(path, QUBO, manifest, show, None, None, notes)
 
 

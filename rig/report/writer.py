@@ -124,12 +124,14 @@ def results(doc: Document, systems: list[System], info: SystemInfo,
         "systems": [
             {"id": s.id, "task": s.task, "name": info.system_value(s.id, "name") or s.name,
              "simulated": s.simulation, "runs": [str(r.path) for r in s.runs],
-             **({"sut": s.sut} if s.sut else {})}
+             **({"sut": s.sut} if s.sut else {}),
+             **({"emulated": s.emulation} if s.emulation else {})}
             for s in systems
         ],
         "runs": [
             {"path": str(path), "task": r.task, "status": r.status,
              "simulated": r.simulation if r.task == ASC else None,
+             **({"emulated": r.emulation} if r.emulation else {}),
              "settings": _settings(r), "show": r.show}
             for path, r in runs.items()
         ],

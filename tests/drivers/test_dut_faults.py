@@ -8,21 +8,27 @@ step it retries (a download), and every wait ends at one of the client's (short)
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from drivers.dut.client import DownloadError, DutClient, LoadResult
+from drivers.dut.qemu import QemuBoard
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.transport import SerialTransport
 from rig.sim.dut import SimDut
 from rig.sim.world import World
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 
 SPEED = 1000.0
 #: Three binary writes of 1024, 1024 and 952 bytes.
@@ -374,3 +380,37 @@ def test_reset_mid_download_is_reported(make_line) -> None:
     # buffer (then the next download needs its retry) or its boot (then they were ignored).
     assert line.client.load(DATA).attempts in (1, 2)
     assert_loaded(line)
+
+
+# -- the same line faults against the Cortex-M4 build under QEMU ----------------------------------
+@pytest.fixture(scope="module")
+def m4_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """firmware/dut/mps2-an386 built once (skipped, reason printed, without the toolchain)."""
+    missing = [t for t in ("make", "arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed: cannot run the Cortex-M4 build "
+                    "(`make system-deps` installs the Debian packages)")
+    out = tmp_path_factory.mktemp("m4")
+    done = subprocess.run(["make", "-s", "-C", str(REPO / "firmware/dut/mps2-an386"),
+                           f"OUT={out}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out / "dut-mps2-an386.elf"
+
+
+def test_m4_corrupted_and_dropped_bytes_are_caught_and_the_retry_recovers(m4_elf: Path) -> None:
+    # The emulated firmware's own CRC check and 1 s inter-byte timeout, as on the SimDut above.
+    data = bytes(np.random.default_rng(8).integers(0, 256, 16000, dtype=np.uint8))
+    with QemuBoard(m4_elf) as board:
+        faulty = FaultyTransport(SerialTransport(board.port, 115200, name="DUT"))
+        client = DutClient(faulty)
+        try:
+            board.power_on()
+            assert client.wait_for_boot(5.0) == "performance"
+            faulty.add(lambda d: d == data[:1024], corrupt(500, data[500] ^ 0x40))
+            assert client.load(data) == LoadResult(16000, "binary", 2)
+            faulty.add(lambda d: d == data[:1024], drop(100, 1))
+            assert client.load(data) == LoadResult(16000, "binary", 2)
+            assert client.stats.retries == 2
+            assert client.read_buffer() == data
+        finally:
+            client.close()

@@ -7,6 +7,8 @@ the rig's IO manager transport: the same commands must get the same replies."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import re
 import select
@@ -19,11 +21,13 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from drivers.dut.client import DutClient
+from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient
+from drivers.dut.qemu import QemuBoard
 from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DutDecoder, DutErrorLine, DutEvent, Ready
@@ -71,10 +75,12 @@ def shim_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @dataclass
 class Shim:
-    """A running shim on a pty, its transport (opened before it booted) and a client."""
+    """A running shim on a pty, its transport (opened before it booted) and a client.
 
-    proc: subprocess.Popen
-    pty: Pty
+    For the Cortex-M4 build `proc` is the QemuBoard running it and `pty` is QEMU's (None)."""
+
+    proc: Any
+    pty: Pty | None
     transport: SerialTransport | IoManagerTransport
     client: DutClient
     decoder: DutDecoder = field(default_factory=DutDecoder)
@@ -94,12 +100,11 @@ class Shim:
 VIA_BOTH = pytest.mark.parametrize("start_shim", ["direct", "simavr-uno"], indirect=True)
 
 
-@pytest.fixture
-def start_shim(shim_binary: Path, request: pytest.FixtureRequest
-               ) -> Iterator[Callable[..., Shim]]:
+@contextlib.contextmanager
+def shim_starter(shim_binary: Path, build: Path | None) -> Iterator[Callable[..., Shim]]:
+    """Starts host-built shims on ptys (through the simavr UNO when `build` is its image);
+    stops every one on exit."""
     started: list[Shim] = []
-    via = getattr(request, "param", "direct")
-    build = request.getfixturevalue("simavr_uno_build") if via == "simavr-uno" else None
 
     def start(mode: str = "performance", *, env: dict[str, str] | None = None,
               pass_fds: tuple[int, ...] = (), boot: bool = True) -> Shim:
@@ -132,6 +137,98 @@ def start_shim(shim_binary: Path, request: pytest.FixtureRequest
         shim.pty.close()
 
 
+@pytest.fixture
+def start_shim(shim_binary: Path, request: pytest.FixtureRequest
+               ) -> Iterator[Callable[..., Shim]]:
+    via = getattr(request, "param", "direct")
+    build = request.getfixturevalue("simavr_uno_build") if via == "simavr-uno" else None
+    with shim_starter(shim_binary, build) as start:
+        yield start
+
+
+#: The Cortex-M4 build (firmware/dut/mps2-an386) under QEMU, as benches/qemu-m4.toml runs it.
+M4_VENDOR = "neurobench-rig mps2-an386 Cortex-M4"
+M4_ICOUNT_SHIFT = 5
+#: Where the wrap-test build starts its µs counter: 20 s before it wraps at 2^32 (guest time;
+#: idle time runs at host speed, so this leaves the test 20 s of host time to download).
+M4_WRAP_START_US = 2**32 - 20_000_000
+
+
+def build_m4(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """`make -C firmware/dut/mps2-an386 OUT=<out> ...` (the build prints flash and RAM use)."""
+    return subprocess.run(["make", "-s", "-C", str(FIRMWARE / "mps2-an386"), f"OUT={out}", *extra],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture(scope="session")
+def m4_build(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The Cortex-M4 images, once per session: the firmware, and the wrap-test build whose
+    µs counter starts at M4_WRAP_START_US. Skipped (reason printed) without the toolchain."""
+    missing = [t for t in ("make", "arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed: the Cortex-M4 build cannot be built "
+                    "or run (`make system-deps` installs the Debian packages)")
+    out = tmp_path_factory.mktemp("dut-m4")
+    images = {}
+    for name, elf, extra in (
+        ("firmware", "dut-mps2-an386", ()),
+        ("wrap", "dut-m4-wrap", ("NAME=dut-m4-wrap", f"TIMER_START_US={M4_WRAP_START_US}")),
+    ):
+        build = build_m4(out, *extra)
+        if "nano.specs" in build.stderr:
+            pytest.skip("newlib-nano (libnewlib-arm-none-eabi) is not installed: "
+                        f"{build.stderr.strip()}")
+        assert build.returncode == 0, f"Cortex-M4 build failed:\n{build.stdout}\n{build.stderr}"
+        images[name] = out / f"{elf}.elf"
+    return images
+
+
+@pytest.fixture
+def start_m4(m4_build: dict[str, Path]) -> Iterator[Callable[..., Shim]]:
+    """Boot the Cortex-M4 build in QEMU and reach it over QEMU's pty, as the rig does."""
+    started: list[Shim] = []
+
+    def start(image: str = "firmware", *, boot: bool = True, shift: int = M4_ICOUNT_SHIFT) -> Shim:
+        board = QemuBoard(m4_build[image], icount_shift=shift)
+        try:
+            transport = SerialTransport(board.port, 115200, name="DUT")
+        except BaseException:
+            board.close()
+            raise
+        shim = Shim(board, None, transport, DutClient(transport))
+        started.append(shim)
+        board.power_on()  # the port is open: the banner is seen
+        if boot:
+            assert shim.client.wait_for_boot(REPLY_S) == "performance"
+        return shim
+
+    yield start
+    for shim in started:
+        shim.transport.close()
+        shim.proc.close()
+
+
+@pytest.fixture(params=["host", "m4"])
+def start_build(request: pytest.FixtureRequest) -> Callable[[], Shim]:
+    """A performance-mode shim of each build: the host one and the Cortex-M4 one under QEMU,
+    so the same protocol tests run against both (and, with `VIA_ALL`, the host build through
+    the simavr UNO too)."""
+    if request.param == "host":
+        start = request.getfixturevalue("start_shim")
+        return lambda: start("performance")
+    if request.param == "simavr-uno":
+        starter = shim_starter(request.getfixturevalue("shim_binary"),
+                               request.getfixturevalue("simavr_uno_build"))
+        start = starter.__enter__()
+        request.addfinalizer(lambda: starter.__exit__(None, None, None))
+        return lambda: start("performance")
+    return request.getfixturevalue("start_m4")
+
+
+#: Run a test on the host build directly, on the Cortex-M4 build and through the simavr UNO.
+VIA_ALL = pytest.mark.parametrize("start_build", ["host", "m4", "simavr-uno"], indirect=True)
+
+
 def audio_input(k: int = 0) -> bytes:
     """One real input of the ASC model: 8000 int16 samples of a synthetic test clip."""
     return make_split(2, 0, "test").inputs[k].astype("<i2").tobytes()
@@ -142,7 +239,11 @@ def bload(shim: Shim, data: bytes, crc: int | None = None) -> bytes:
     crc = zlib.crc32(data) if crc is None else crc
     ready = shim.exchange(f"bload {len(data)} {crc:08x}%".encode(), until=b"\r\n")
     assert ready == f"m-bload-ready-{len(data)}\r\n".encode()
-    return shim.exchange(data)
+    # In the client's chunks: each write has its own deadline (QEMU takes a byte at a time).
+    chunks = [data[i : i + BINARY_WRITE_CHUNK] for i in range(0, len(data), BINARY_WRITE_CHUNK)]
+    for chunk in chunks[:-1]:
+        shim.transport.write(chunk)
+    return shim.exchange(chunks[-1])
 
 
 def bload_ok(shim: Shim, data: bytes) -> None:
@@ -150,13 +251,19 @@ def bload_ok(shim: Shim, data: bytes) -> None:
     assert bload(shim, data) == f"m-bload-done-{zlib.crc32(data):08x}\r\nm-ready\r\n".encode()
 
 
-@VIA_BOTH
 # -- boot, identity --------------------------------------------------------------------------------
+@VIA_BOTH
 @pytest.mark.parametrize("mode", ["energy", "performance"])
 def test_boot_banner_is_the_reference_firmware_s(start_shim, mode: str) -> None:
     shim = start_shim(mode, boot=False)
     banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
     assert banner == f"m-timestamp-mode-{mode}\r\nm-init-done\r\nm-ready\r\n".encode()
+
+
+def test_boot_banner_of_the_cortex_m4_build(start_m4) -> None:
+    shim = start_m4(boot=False)  # a performance-mode build
+    banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
+    assert banner == b"m-timestamp-mode-performance\r\nm-init-done\r\nm-ready\r\n"
 
 
 @VIA_BOTH
@@ -186,9 +293,9 @@ def test_hex_download_of_a_model_input_reads_back(start_shim) -> None:
     assert shim.client.read_buffer() == data
 
 
-@VIA_BOTH
-def test_db_print_lines_hold_16_bytes(start_shim) -> None:
-    shim = start_shim()
+@VIA_ALL
+def test_db_print_lines_hold_16_bytes(start_build) -> None:
+    shim = start_build()
     shim.client.load(bytes(range(20)))
     assert shim.exchange(b"db print%") == (
         b"m-buffer-00-01-02-03-04-05-06-07-08-09-0a-0b-0c-0d-0e-0f\r\n"
@@ -203,8 +310,8 @@ def test_bload_fills_the_buffer_db_print_reads(start_shim) -> None:
     assert shim.client.read_buffer() == data
 
 
-def test_bload_crc_mismatch_names_both_crcs_and_invalidates_the_input(start_shim) -> None:
-    shim = start_shim()
+def test_bload_crc_mismatch_names_both_crcs_and_invalidates_the_input(start_build) -> None:
+    shim = start_build()
     data = audio_input()
     good = zlib.crc32(data)
     bad = good ^ 0x00010000
@@ -217,8 +324,8 @@ def test_bload_crc_mismatch_names_both_crcs_and_invalidates_the_input(start_shim
     ]
 
 
-def test_bload_times_out_after_a_silent_second(start_shim) -> None:
-    shim = start_shim()
+def test_bload_times_out_after_a_silent_second(start_build) -> None:
+    shim = start_build()
     assert shim.exchange(b"bload 100 00000000%", until=b"\r\n") == b"m-bload-ready-100\r\n"
     # 10 of 100 bytes, then silence: the shim gives up after its 1000 ms inter-byte timeout.
     assert shim.events(bytes(10)) == [DutErrorLine("bload timeout: got 10 of 100 bytes"), Ready()]
@@ -226,7 +333,7 @@ def test_bload_times_out_after_a_silent_second(start_shim) -> None:
     assert shim.exchange(b"name%").startswith(b"m-name-dut-")
 
 
-@VIA_BOTH
+@VIA_ALL
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -243,14 +350,14 @@ def test_bload_times_out_after_a_silent_second(start_shim) -> None:
         ("bload 0099999999999 00000000", f"bload too large: 99999999999 > {CAPACITY}"),
     ],
 )
-def test_bload_refuses_bad_arguments(start_shim, command: str, error: str) -> None:
-    shim = start_shim()
+def test_bload_refuses_bad_arguments(start_build, command: str, error: str) -> None:
+    shim = start_build()
     assert shim.events(command.encode() + b"%") == [DutErrorLine(error), Ready()]
 
 
 # -- inference -------------------------------------------------------------------------------------
-def test_infer_in_performance_mode_standalone(start_shim) -> None:
-    shim = start_shim("performance")
+def test_infer_in_performance_mode_standalone(start_build) -> None:
+    shim = start_build()
     data = audio_input(1)
     bload_ok(shim, data)
     raw = shim.exchange(b"infer 20 2%")
@@ -270,8 +377,8 @@ def test_infer_in_performance_mode_standalone(start_shim) -> None:
     np.testing.assert_array_equal(result.results, scores)
 
 
-def test_result_lines_carry_their_crc_once_caps_was_asked(start_shim) -> None:
-    shim = start_shim("performance")
+def test_result_lines_carry_their_crc_once_caps_was_asked(start_build) -> None:
+    shim = start_build()
     empty = shim.exchange(b"results%").decode().split("\r\n")[0]
     assert empty == "m-results-[]"  # the reference runner never asks caps: plain lines
     bload_ok(shim, audio_input(1))
@@ -318,7 +425,7 @@ def test_timestamp_pulses_in_energy_mode_and_reads_the_timer_in_performance(star
     assert shim.proc.stderr.read().decode().split()[0::2] == ["gpio-fall"]
 
 
-@VIA_BOTH
+@VIA_ALL
 @pytest.mark.parametrize(
     "command, error",
     [
@@ -329,8 +436,8 @@ def test_timestamp_pulses_in_energy_mode_and_reads_the_timer_in_performance(star
         ("infer 2", f"Input is 5 bytes, the model needs {MODEL_BYTES}"),
     ],
 )
-def test_infer_refusals(start_shim, command: str, error: str) -> None:
-    shim = start_shim()
+def test_infer_refusals(start_build, command: str, error: str) -> None:
+    shim = start_build()
     shim.client.load(b"abcde")
     assert shim.events(command.encode() + b"%") == [DutErrorLine(error), Ready()]
 
@@ -358,7 +465,6 @@ SAME_AS_SIMDUT = [
 ]
 
 
-@VIA_BOTH
 def relayable(command: bytes) -> bool:
     """Whether the IO manager passes `command` through as it is: what it refuses or trims
     itself (over-long, empty, padded with spaces) is its own business (test_io_manager_*)."""
@@ -366,6 +472,7 @@ def relayable(command: bytes) -> bool:
     return len(text) > 0 and len(command) <= MAX_PASSTHROUGH and text == text.strip()
 
 
+@VIA_BOTH
 def test_replies_are_byte_identical_to_the_python_simdut(start_shim) -> None:
     shim = start_shim("energy")
     commands = SAME_AS_SIMDUT if shim.relay is None else list(filter(relayable, SAME_AS_SIMDUT))
@@ -599,3 +706,96 @@ def test_the_arduino_syntax_check_catches_an_error(sketch: Path, tmp_path: Path)
     text = (sketch / "port_arduino.cpp").read_text()
     broken.write_text(text.replace("g_uart->flush();", "g_uart->flush()"))
     assert _syntax_check(broken, [ARDUINO_STUB, sketch]).returncode != 0
+
+
+# -- the Cortex-M4 build under QEMU (firmware/dut/mps2-an386) -----------------------------------
+def test_m4_build_prints_flash_and_ram_and_refuses_a_ram_budget_it_exceeds(
+        m4_build: dict[str, Path], tmp_path: Path) -> None:
+    done = build_m4(tmp_path)
+    assert done.returncode == 0, done.stderr
+    use = re.search(r"flash (\d+) B of 1048576, RAM (\d+) B of 262144 \(budget: Arduino Nano 33 "
+                    r"BLE \(nRF52840\)\)", done.stdout)
+    assert use, done.stdout
+    flash, ram = int(use.group(1)), int(use.group(2))
+    # RAM holds at least the 32768-byte input buffer and the 8 KB stack; flash the model.
+    assert CAPACITY + 8192 < ram < 64 * 1024 and 4096 < flash < 64 * 1024
+    over = build_m4(tmp_path, f"RAM_BUDGET={ram - 1}")
+    assert over.returncode != 0
+    assert f"error: RAM use {ram} B exceeds the {ram - 1} B of the Arduino Nano 33 BLE" \
+        in over.stdout
+
+
+def test_m4_bload_of_a_16000_byte_input_with_crc_reads_back(start_m4) -> None:
+    shim = start_m4()
+    data = np.random.default_rng(5).integers(0, 256, MODEL_BYTES, dtype=np.uint8).tobytes()
+    bload_ok(shim, data)
+    assert shim.client.read_buffer() == data
+
+
+def test_m4_answers_commands_and_bad_input_byte_for_byte_as_the_host_build(
+        start_shim, start_m4) -> None:
+    host, m4 = start_shim("performance"), start_m4()
+    # SAME_AS_SIMDUT but `name` (the vendor differs), plus garbled and oversize input.
+    commands = [c for c in SAME_AS_SIMDUT if c.strip(b" %") != b"name"] + [
+        b"\x00\xff\x80 garbled \x1b[A line\r\n%", b"bload 40000 00000000%",
+        b"db load 32769%", b"infer%", b"bload 16000 0000000g%", b"caps%", b"results%",
+    ]
+    for command in commands:
+        assert m4.exchange(command) == host.exchange(command), command
+
+
+def _scores_over(shim: Shim, inputs: list[bytes]) -> list[str]:
+    """The m-results line the shim prints for each input (bload, then infer 1 0)."""
+    lines = []
+    for data in inputs:
+        bload_ok(shim, data)
+        reply = shim.exchange(b"infer 1 0%").decode().split("\r\n")
+        lines.append(next(x for x in reply if x.startswith("m-results-")))
+    return lines
+
+
+def test_m4_scores_are_bit_identical_to_the_host_build_s_over_the_test_set(
+        start_shim, start_m4) -> None:
+    from rig.config import load_bench
+    from rig.datasets.testsets import load_test_set
+
+    test = load_test_set(load_bench(REPO / "benches" / "qemu-m4.toml"))
+    inputs = [bytes(x) for x in test.inputs]
+    host, m4 = start_shim("performance"), start_m4()
+    expected, got = _scores_over(host, inputs), _scores_over(m4, inputs)
+    mismatched = [k for k, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
+    assert len(inputs) == 12 and mismatched == [], [(k, expected[k], got[k]) for k in mismatched]
+
+
+def test_m4_lap_counter_wraps_at_2_32_and_the_window_is_still_timed(start_m4) -> None:
+    # Instruction-counted time is deterministic: one inference is the same count of µs on
+    # both builds, so a window across the wrap must measure N times it, to the µs.
+    normal = start_m4()
+    data = audio_input()
+    bload_ok(normal, data)
+    per_inference_us = normal.client.infer(4, 0).elapsed_us / 4
+    assert per_inference_us > 1000
+    wrap = start_m4("wrap")
+    bload_ok(wrap, data)
+    now = wrap.client.timestamp()
+    left_us = 2**32 - now
+    assert 0 < left_us <= 2**32 - M4_WRAP_START_US, f"the counter reads {now}: past the wrap"
+    n = math.ceil(left_us / per_inference_us) + 2  # the window ends beyond 2^32
+    result = wrap.client.infer(n, 0)
+    lap0, lap1 = result.lap_us
+    assert lap0 > M4_WRAP_START_US and lap1 < lap0  # the counter wrapped inside the window
+    assert result.elapsed_us == (lap1 - lap0) % 2**32
+    assert abs(result.elapsed_us - n * per_inference_us) <= 2 + n * 0.001 * per_inference_us
+
+
+def test_m4_guest_time_counts_instructions_2_to_the_shift_ns_each(start_m4) -> None:
+    # The same inferences are the same instructions: one more icount shift doubles their time
+    # on the firmware's own timer (to the µs the SysTick interrupts add), whatever the host.
+    data = audio_input()
+    elapsed = []
+    for shift in (M4_ICOUNT_SHIFT, M4_ICOUNT_SHIFT + 1):
+        shim = start_m4(shift=shift)
+        bload_ok(shim, data)
+        elapsed.append(shim.client.infer(5, 0).elapsed_us)
+    assert elapsed[0] > 5 * 1000
+    assert elapsed[1] / elapsed[0] == pytest.approx(2.0, rel=1e-3)

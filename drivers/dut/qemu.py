@@ -1,0 +1,176 @@
+"""A DUT firmware image run on an emulated board: `qemu-system-arm` with the board's UART on a pty.
+
+QEMU prints "char device redirected to /dev/pts/N" and then serves the guest's first UART there;
+the rig opens that pty with pyserial as it would a board's port. `-icount shift=N` makes guest
+time count instructions (2^N ns each), so the firmware's own timer gives deterministic,
+instruction-counted times: emulated, never a hardware figure. The guest is held stopped (-S)
+until `power_on()`, so the rig opens the pty first and sees the boot banner, as on a board the
+energy monitor powers after the port was opened. QEMU runs in its own session, so
+Ctrl-C reaches only the rig, which ends QEMU by its pid (`close()`) on every exit path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from drivers.errors import PortError
+
+#: QEMU's line naming the pty of a `-serial pty` UART.
+PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
+#: A message of QEMU's own ("qemu: fatal: Lockup ...", "qemu-system-arm: ...").
+QEMU_MESSAGE = re.compile(r"(qemu[\w-]*: .*)")
+#: How long `close()` waits for QEMU after SIGTERM before SIGKILL.
+TERMINATE_GRACE_S = 2.0
+_KILL_WAIT_S = 5.0
+#: How long `exit_reason()` gives a QEMU whose pty just closed to be gone.
+EXIT_WAIT_S = 0.5
+#: The Debian package that has the emulator (facts.md; `make system-deps` installs it).
+QEMU_PACKAGE = "qemu-system-arm"
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the rig's process dies, even by `kill -9`, so an
+    emulator is never left running (Linux prctl PR_SET_PDEATHSIG; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def emulated_label(machine: str, icount_shift: int) -> str:
+    """How every figure of such a run is labelled: emulated, not simulated, not hardware."""
+    return (f"emulated: QEMU {machine}, -icount shift={icount_shift}, {2 ** icount_shift} ns per "
+            "instruction")
+
+
+class QemuBoard:
+    """`qemu-system-arm -M <machine> -kernel <elf>` with UART0 on a pty (`port`), the guest
+    stopped until `power_on()` (QEMU's monitor, on its stdin, is told `cont`).
+
+    Raises PortError when QEMU or the image is missing, or QEMU does not report its pty within
+    `start_timeout_s` (its output is quoted).
+    """
+
+    def __init__(
+        self,
+        elf: str | os.PathLike[str],
+        *,
+        machine: str = "mps2-an386",
+        icount_shift: int = 5,
+        qemu: str = "qemu-system-arm",
+        start_timeout_s: float = 10.0,
+    ) -> None:
+        self.machine = machine
+        self.icount_shift = icount_shift
+        self.elf = Path(elf)
+        exe = shutil.which(qemu)
+        if exe is None:
+            raise PortError(f"{qemu} is not installed: cannot run the emulated {machine}",
+                            hint=f"apt-get install {QEMU_PACKAGE} (or `make system-deps`)")
+        if not self.elf.is_file():
+            raise PortError(f"no firmware image at {self.elf}",
+                            hint="build it with `make firmware-arm`")
+        self.argv = [exe, "-M", machine, "-nographic", "-monitor", "stdio", "-serial", "pty",
+                     "-S", "-icount", f"shift={icount_shift}", "-kernel", str(self.elf)]
+        # A file, not a pipe: nobody reads QEMU's output after the pty line, and a full pipe
+        # would freeze it.
+        self._out = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            self.argv, stdin=subprocess.PIPE, stdout=self._out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        self.pid = self._proc.pid
+        try:
+            self.port = self._wait_for_pty(start_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def label(self) -> str:
+        return emulated_label(self.machine, self.icount_shift)
+
+    def _output(self) -> bytes:
+        self._out.seek(0)
+        return self._out.read()
+
+    def _wait_for_pty(self, timeout_s: float) -> str:
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = PTY_LINE.search(self._output())
+            if found:
+                return found.group(1).decode()
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                said = self._output().decode(errors="replace").strip()[-500:]
+                why = (f"exited with status {self._proc.returncode}"
+                       if self._proc.returncode is not None
+                       else f"reported no pty within {timeout_s:g} s")
+                raise PortError(f"QEMU ({self.machine}) {why}: {said or 'no output'}",
+                                hint=f"run it by hand to see why: {' '.join(self.argv)}")
+            time.sleep(0.02)
+
+    def power_on(self) -> None:
+        """Start the guest (it boots and prints its banner on the pty)."""
+        if self._proc is None or self._proc.stdin is None or self._proc.poll() is not None:
+            raise PortError(f"QEMU ({self.machine}) is not running",
+                            hint=f"run it by hand to see why: {' '.join(self.argv)}")
+        try:
+            self._proc.stdin.write(b"cont\n")
+            self._proc.stdin.flush()
+        except OSError as exc:
+            raise PortError(f"QEMU ({self.machine}) did not take the monitor command: {exc}",
+                            hint=f"run it by hand to see why: {' '.join(self.argv)}") from exc
+
+    def exit_reason(self) -> str | None:
+        """Why QEMU is gone ("exited with status 134: qemu: fatal: Lockup ..."), or None while
+        it runs (after waiting `EXIT_WAIT_S` for it to end) or after `close()`."""
+        if self._proc is None:
+            return None
+        try:  # a QEMU that aborts closes its pty a moment before it can be reaped
+            self._proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return None
+        rc = self._proc.returncode
+        how = (f"exited with status {rc}" if rc >= 0
+               else f"was ended by {signal.Signals(-rc).name}")
+        # QEMU's own messages start "qemu...: " (after a monitor prompt, maybe); the rest is
+        # the monitor echoing `cont`.
+        said = QEMU_MESSAGE.search(self._output().decode(errors="replace"))
+        return how + (f": {said.group(1).strip()}" if said else "")
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self) -> None:
+        """End QEMU by its pid (SIGTERM, then SIGKILL); safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(TERMINATE_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(_KILL_WAIT_S)
+        if proc is not None and proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if not self._out.closed:
+            self._out.close()
+
+    def __enter__(self) -> QemuBoard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,132 @@
+"""`rig measure asc --device qemu-m4` end to end: the Cortex-M4 build of the DUT shim under QEMU
+(firmware/dut/mps2-an386), reached over QEMU's pty; latency from the firmware's own timer,
+accuracy over the test set, every figure labelled emulated; QEMU ended on every exit path."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .runs import REPO, RIG, bench_variant, events, only_run, run_rig, wait_for_event
+
+pytestmark = pytest.mark.slow
+
+LABEL = "emulated: QEMU mps2-an386, -icount shift=5, 32 ns per instruction"
+
+
+@pytest.fixture(scope="module")
+def m4_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = [t for t in ("make", "arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed: cannot run the Cortex-M4 build "
+                    "(`make system-deps` installs the Debian packages)")
+    out = tmp_path_factory.mktemp("m4")
+    done = subprocess.run(["make", "-s", "-C", str(REPO / "firmware/dut/mps2-an386"),
+                           f"OUT={out}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out / "dut-mps2-an386.elf"
+
+
+def m4_bench(tmp_path: Path, elf: Path, **replace: tuple[str, str]) -> Path:
+    """benches/qemu-m4.toml on `elf`, cut to 2 timed runs of 2 s and 1 test sample per class."""
+    return bench_variant(
+        tmp_path, "qemu-m4", base="qemu-m4",
+        elf=('firmware = "../build/firmware/arm/dut-mps2-an386.elf"', f'firmware = "{elf}"'),
+        spc=("samples_per_class = 3", "samples_per_class = 1"),
+        runs=("runs = 5", "runs = 2"), run_s=("min_run_s = 10.0", "min_run_s = 2.0"), **replace)
+
+
+def qemu_processes(elf: Path) -> list[int]:
+    """Pids of QEMUs running `elf`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd and cmd[0].endswith(b"qemu-system-arm") and str(elf).encode() in cmd:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_measure_asc_on_the_emulated_cortex_m4_is_complete_and_labelled_emulated(
+        tmp_path: Path, m4_elf: Path) -> None:
+    bench, runs = m4_bench(tmp_path, m4_elf), tmp_path / "runs"
+    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs), "--json",
+                   timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    s = out["summary"]
+    assert (out["status"], out["simulated"], out["emulated"]) == ("complete", False, LABEL)
+    assert s["timing"].startswith(LABEL) and "not a hardware figure" in s["timing"]
+    # Latency from the DUT's own timer over 2 runs; accuracy over the 4 test samples.
+    assert (s["latency_runs"], s["latency_timer"], s["samples"]) == (2, "dut", 4)
+    assert s["execution_time_timer"] == "dut" and s["results_check"].startswith("CRC-32")
+    # Guest time counts instructions: every inference of one input takes the same µs, so the
+    # runs agree exactly and the rate is the inverse of the runs' own time per inference.
+    assert s["latency_max_deviation"] < 1e-4
+    assert s["inferences_per_s"] == pytest.approx(1 / s["latency_time_per_inference_mean_s"],
+                                                  rel=1e-4)
+    assert [c["name"] for c in s["checks"] if c["ok"] is False] == []
+    run = only_run(runs)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert (manifest["emulated"], manifest["simulated"]) == (LABEL, False)
+    assert manifest["instruments"]["emulator"]["machine"] == "mps2-an386"
+    assert manifest["instruments"]["dut"]["vendor"] == "neurobench-rig mps2-an386 Cortex-M4"
+    shown = run_rig("show", str(run))
+    text = " ".join(shown.stdout.split())
+    assert f"(EMULATED: {LABEL.removeprefix('emulated: ')})" in text and "SIMULATED" not in text
+    assert json.loads(run_rig("show", str(run), "--json").stdout)["emulated"] == LABEL
+    assert qemu_processes(m4_elf) == []  # QEMU ended with the run
+    report = run_rig("report", str(run), "--out", str(tmp_path / "report"), "--format", "md",
+                     "--json", timeout=300)
+    assert report.returncode == 0, report.stderr
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.count("EMULATED (QEMU mps2-an386, -icount shift=5, 32 ns per instruction)") >= 3
+    assert "Some results in this report are emulated" in md and "SIMULATED" not in md
+    results = json.loads((tmp_path / "report" / "results.json").read_text())
+    assert results["systems"][0]["emulated"] == results["runs"][0]["emulated"] == LABEL
+    assert results["runs"][0]["simulated"] is None
+
+
+def test_ctrl_c_ends_qemu_and_marks_the_run_interrupted(tmp_path: Path, m4_elf: Path) -> None:
+    bench, runs = m4_bench(tmp_path, m4_elf), tmp_path / "runs"
+    proc = subprocess.Popen([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
+                             str(runs)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    run = wait_for_event(runs, "latency_run", 1, proc, timeout_s=120)
+    assert len(qemu_processes(m4_elf)) == 1
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert events(run)[-1]["status"] == "interrupted"
+    assert qemu_processes(m4_elf) == []
+
+
+def test_a_missing_firmware_image_is_a_one_line_error(tmp_path: Path, m4_elf: Path) -> None:
+    bench = m4_bench(tmp_path, tmp_path / "nowhere.elf")
+    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    assert f"no firmware image at {tmp_path / 'nowhere.elf'}" in done.stderr
+    assert "make firmware-arm" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_firmware_that_never_boots_is_an_error_and_qemu_is_ended(tmp_path: Path,
+                                                                  m4_elf: Path) -> None:
+    garbage = tmp_path / "not-the-shim.elf"
+    garbage.write_bytes(bytes(4096))  # QEMU runs it: a board with the wrong image
+    mode = 'timestamp_mode = "performance"'
+    bench = m4_bench(tmp_path, garbage, boot=(mode, f"{mode}\nboot_timeout_s = 1.0"))
+    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    assert done.returncode == 2, done.stderr
+    # QEMU's own words: the image locked the emulated core up, and QEMU stopped.
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("rig: error: QEMU was ended by SIGABRT: qemu: fatal: Lockup")
+    assert "make firmware-arm" in error and "Traceback" not in done.stderr
+    assert qemu_processes(garbage) == []
