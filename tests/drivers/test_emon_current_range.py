@@ -12,7 +12,7 @@ from drivers.emon.keysight import N6705, Keysight34465A
 from drivers.errors import DeviceError
 
 from .test_joulescope import DEV, DEV110, ScriptedDriver, emit_all
-from .test_keysight import DMM_CONFIG, N6705_CONFIG, ScriptedResource, checked
+from .test_keysight import DMM_CONFIG, N6705_CONFIG, OK, ScriptedResource, checked
 
 
 # -- spellings ----------------------------------------------------------------------------------
@@ -196,7 +196,12 @@ def test_34465a_auto_sends_the_fixed_default() -> None:
 
 
 def test_keysight_open_takes_the_benches_text(monkeypatch) -> None:
-    res = ScriptedResource([("*CLS", None), ("*IDN?", b"Keysight Technologies,N6705C,X,Y")])
+    res = ScriptedResource([
+        ("*CLS", None), ("*IDN?", b"Keysight Technologies,N6705C,X,Y"),
+        # the known state at connect (issue 22.3): a crashed session's logging aborted, DUT off
+        ("ABOR:ELOG (@1)", None), ("ABOR:ACQ (@1)", None), ("SYST:ERR?", OK),
+        *checked("OUTP OFF,(@1)"),
+    ])
     monkeypatch.setattr("drivers.emon.keysight.open_visa_resource", lambda *a, **k: res)
     monitor = open_monitor("n6705", "TCPIP0::x::5025::SOCKET", voltage_limit_v=3.6,
                            current_range="100 mA")
