@@ -41,7 +41,7 @@ from rig.events import (
 )
 from rig.live_power import PowerPreview
 from rig.procedures import asc
-from rig.recording import EmonRecorder
+from rig.recording import EmonRecorder, trace_voltage
 from rig.stopping import StopRequest
 from rig.store import REFUSED, RunStore
 from rig.trace_space import check_trace_space
@@ -406,11 +406,13 @@ def connect_bench(
     except RigError:
         parts.refused = True
         raise
+    set_voltage = parts.emon.set_voltage()
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
-                                                  **parts.emon.settings()}))
+                                                  **parts.emon.settings(),
+                                                  "trace_voltage": trace_voltage(set_voltage)}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, trace_path,
+        emon.sample_rate, trace_path, set_voltage=set_voltage,
         simulated=bench.simulated or bool(getattr(emon, "simulated", False)),
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )

@@ -194,6 +194,12 @@ class EnergyMonitor(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """(volts, where it came from) when every chunk's voltage is a value the monitor set or
+        was given rather than measured (call after `configure`); None when it measures the
+        voltage. A trace then stores no voltage signal, only this value and its source."""
+        return None
+
     def self_test(self) -> dict[str, Any]:
         """Identify the instrument and check it answers; returns what was learnt."""
         return {"driver": self.driver}

@@ -109,6 +109,10 @@ class _CounterMonitor(EnergyMonitor):
             raise DeviceError(f"{self.driver}: configure() while sampling", hint="stop() first")
         self._rate_hz = float(sample_rate)
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """Chunks carry power as current over a conventional 1 V."""
+        return 1.0, "convention: host power counters, current = P / 1 V"
+
     def power_on(self) -> None:
         """Nothing: the host powers itself."""
 

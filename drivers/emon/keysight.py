@@ -644,6 +644,13 @@ class N6705(_ScpiMonitor):
         except Exception as exc:  # called on error paths: never mask the original error
             log.warning("n6705: OUTP OFF failed: %s", exc)
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The programmed output voltage when the voltage converter does not measure the output
+        (aux mode: it measures the aux input; or voltage measurement off)."""
+        if self._voltage_v is None or (self.measure_voltage and self.timestamp_input != "aux"):
+            return None
+        return self._voltage_v, f"set: N6705 VOLT {self._voltage_v:g},{self.chan}"
+
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus identity."""
         return self._base_settings()
@@ -869,6 +876,13 @@ class Keysight34465A(_ScpiMonitor):
         """No-op: the DMM does not source the DUT (recorded in settings)."""
         self._power_requested = "on"
         self._settings["power_requested"] = "on (no-op: the bench supply switches the DUT)"
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """A DMM measures current only: the bench supply's value as given."""
+        if self._voltage_v is None:
+            return None
+        return self._voltage_v, (f"given: bench supply {self._voltage_v:g} V "
+                                 "(the 34465A measures current)")
 
     def power_off(self) -> None:
         """No-op: the DMM does not source the DUT (recorded in settings)."""

@@ -360,6 +360,12 @@ class Lpm01a(EnergyMonitor):
             )
         return self._fault
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The PowerShield sets the supply and measures current only: the value it was sent."""
+        if self._voltage_v is None:
+            return None
+        return self._voltage_v, f"set: LPM01A volt {self._settings.get('volt', '?')}"
+
     def settings(self) -> dict[str, Any]:
         """Every setting sent to the board, plus identity."""
         return {

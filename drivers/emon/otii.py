@@ -617,6 +617,13 @@ class Otii(EnergyMonitor):
                     self.conn.request("otii_logout")
         self.conn.close()
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The read-back main voltage when mv is not recorded; None when it is."""
+        if self.measure_voltage or not self._voltage_v:
+            return None
+        return self._voltage_v, "set: Otii " + self._settings.get(
+            "voltage_source", "main voltage read back (mv not recorded)")
+
     def settings(self) -> dict[str, Any]:
         """Identity, every setting sent, the recording."""
         return {

@@ -281,6 +281,16 @@ class Ppk2(EnergyMonitor):
                 "check the bench supply")
         return self._fault
 
+    def set_voltage(self) -> tuple[float, str] | None:
+        """A PPK2 measures current only: in source mode the regulator's set value, in ampere
+        mode the bench supply's value as given (the rail is not measured)."""
+        if not self._vdd_mv:
+            return None
+        if self.mode == "source":
+            return self._vdd_mv / 1000, f"set: PPK2 source mode regulator {self._vdd_mv} mV"
+        return self._vdd_mv / 1000, (f"given: PPK2 ampere mode, bench supply {self._vdd_mv} mV "
+                                     "(not measured)")
+
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus the calibration's identity, for the manifest."""
         extra = self.calibration.extra if self.calibration else {}

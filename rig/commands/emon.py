@@ -17,7 +17,7 @@ from drivers.emon import DRIVERS, EnergyMonitor, check_current_range, check_volt
 from protocols.errors import RigError
 from rig.commands.common import print_json
 from rig.config import TIMESTAMP_INPUTS
-from rig.recording import EmonRecorder
+from rig.recording import EmonRecorder, trace_voltage
 from rig.trace_space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.
@@ -128,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         # deadline.
         simulated = bool(args.simulated or getattr(monitor, "simulated", False))
         recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count,
+                                set_voltage=monitor.set_voltage(),
                                 fault=lambda: getattr(monitor, "fault", None))
         monitor.start(recorder.on_chunk)
         monitor.power_on()
@@ -183,6 +184,7 @@ def _report(
         "energy_j": recorder.energy_j,
         "dropped": recorder.dropped + monitor.stats.dropped,
         "voltage_v": args.voltage,
+        "trace_voltage": trace_voltage(recorder.set_voltage),
         "timestamp_input": args.timestamp_input,
         "current_range": monitor.settings().get("current_range", args.current_range),
     }
