@@ -136,8 +136,8 @@ def test_the_viewer_shows_voltage_and_power_of_a_set_voltage_trace(tmp_path) -> 
         assert not any("voltage" in m or "power" in m for m in source.missing)
         np.testing.assert_array_equal(source.read("voltage", 100, 200), np.full(100, 1.8))
         power = source.read("power", 100, 200)
-        np.testing.assert_allclose(power, current[100:200].astype(np.float32).astype(np.float64) * 1.8,
-                                   rtol=1e-15)
+        stored = current[100:200].astype(np.float32).astype(np.float64)
+        np.testing.assert_allclose(power, stored * 1.8, rtol=1e-15)
         env = source.envelope("power", 0.0, n / FS, 125)  # 2048 samples a bin
         assert not env.raw
         # From the summaries: each bin's power is 1.8 V x its current mean, min and max.
