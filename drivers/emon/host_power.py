@@ -59,6 +59,7 @@ class _CounterMonitor(EnergyMonitor):
     #: The host powers itself, and there is no timestamp line to see (gpio is all 1).
     powers_dut = False
     sees_every_edge = False
+    measures_voltage = False  # power over a conventional 1 V
 
     def __init__(
         self, *, voltage_limit_v: float, simulated: bool = False,

@@ -593,6 +593,12 @@ class N6705(_ScpiMonitor):
         """Every edge reaches the stream only through the auxiliary input."""
         return timestamp_input == "aux"
 
+    @classmethod
+    def measures_voltage_with(cls, *, timestamp_input: str = "gpio",
+                              measure_voltage: bool = True, **options: Any) -> bool:
+        """In aux mode the voltage converter measures the aux input, not the output."""
+        return measure_voltage and timestamp_input != "aux"
+
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
         against the error queue."""
@@ -804,6 +810,7 @@ class Keysight34465A(_ScpiMonitor):
     """34465A DMM digitizing DC current, started by a falling edge on its external trigger."""
 
     driver = "34465a"
+    measures_voltage = False  # a DMM on current
     powers_dut = False  # a DMM measures; the bench's supply powers the DUT
     model_hint = "34465A"
     every_edge_hint = (

@@ -97,6 +97,7 @@ class Lpm01a(EnergyMonitor):
     """The PowerShield over its USB virtual COM port, streaming current in ascii_dec format."""
 
     driver = "lpm01a"
+    measures_voltage = False  # it sets the supply and measures current
     #: How long a command may wait for its ack.
     command_timeout_s = 2.0
 

@@ -299,6 +299,12 @@ class Otii(EnergyMonitor):
     powers_dut = True
     sees_every_edge = True
 
+    @classmethod
+    def measures_voltage_with(cls, *, measure_voltage: bool = True, **options: Any) -> bool:
+        """With mv recorded (the default; it falls back to the read-back voltage when mv
+        samples off the current's grid)."""
+        return measure_voltage
+
     def __init__(self, connection: OtiiConnection, *, voltage_limit_v: float,
                  simulated: bool = False, address: str = "", device: str | None = None,
                  timestamp_input: str = "gpio", current_limit_a: float = 0.1,

@@ -86,6 +86,7 @@ class Ppk2(EnergyMonitor):
     """A PPK2 over its USB serial port, in source-meter or ampere-meter mode."""
 
     driver = "ppk2"
+    measures_voltage = False  # current only: the rail is set (source) or given (ampere)
 
     def __init__(self, transport: ByteTransport, *, voltage_limit_v: float,
                  simulated: bool = False, mode: str = "source") -> None:

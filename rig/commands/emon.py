@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from drivers.emon import DRIVERS, EnergyMonitor, check_current_range, check_voltage, open_monitor
+from drivers.emon import (
+    DRIVERS,
+    EnergyMonitor,
+    check_current_range,
+    check_voltage,
+    monitor_class,
+    open_monitor,
+)
 from protocols.errors import RigError
 from rig.commands.common import print_json
 from rig.config import TIMESTAMP_INPUTS
@@ -104,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     """Record, then print what was recorded."""
     _check_args(args)
     # A trace that cannot fit is refused before the instrument is opened, not when it fills up.
+    measured = monitor_class(args.driver).measures_voltage_with(
+        timestamp_input=args.timestamp_input)
     warning = check_trace_space(
-        args.out.parent, args.duration, args.rate,
+        args.out.parent, args.duration, args.rate, voltage_measured=measured,
         hint="lower --rate, shorten --duration, or give an --out on another disk",
     )
     if warning:
