@@ -151,3 +151,23 @@ def test_the_viewer_shows_voltage_and_power_of_a_set_voltage_trace(tmp_path) -> 
         assert np.all(venv.mean == 1.8) and np.all(venv.min == 1.8) and np.all(venv.max == 1.8)
     finally:
         source.close()
+
+
+def test_rig_analyze_reads_a_set_voltage_trace(tmp_path, capsys) -> None:
+    """`rig analyze trace.jls --span`: energy = float32 current x the set voltage x time."""
+    import json
+
+    from rig.cli import main
+
+    n = 30_000
+    current = np.full(n, 1e-3)
+    current[10_000:20_000] = 5e-3
+    path = tmp_path / "set.jls"
+    with TraceWriter(path, 1000, set_voltage=SET) as w:
+        w.append(0, current, None, np.ones(n, np.uint8))
+    assert main(["analyze", str(path), "--span", "10:20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = float(np.float32(5e-3)) * 1.8 * 10.0
+    assert out["samples"] == 10_000 and out["exact"] is True
+    assert out["energy_j"] == pytest.approx(want, rel=1e-12)
+    assert out["power_mean_w"] == pytest.approx(want / 10.0, rel=1e-12)
