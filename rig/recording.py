@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -44,6 +44,13 @@ from rig.traces import TraceWriter
 _EDGE_CAPACITY = 1024
 #: Host seconds between two looks at the trace disk's free space (one cheap statvfs call).
 SPACE_CHECK_S = 0.25
+
+
+def trace_voltage(set_voltage: tuple[float, str] | None) -> dict[str, Any]:
+    """The manifest's word on the trace's voltage: measured (a signal), or set (a value)."""
+    if set_voltage is None:
+        return {"measured": True}
+    return {"measured": False, "set_v": set_voltage[0], "source": set_voltage[1]}
 
 
 class EmonRecorder:
@@ -63,8 +70,12 @@ class EmonRecorder:
         fault: Callable[[], BaseException | None] | None = None,
         checkpoint: Callable[[], None] | None = None,
         preview: Callable[[PowerPreview], None] | None = None,
+        set_voltage: tuple[float, str] | None = None,
     ) -> None:
         self.sample_rate = float(sample_rate)
+        #: (volts, source) of a supply the monitor sets rather than measures: integrated as
+        #: current x that value, and the trace stores no voltage signal (only the value).
+        self.set_voltage = set_voltage
         #: Asks the monitor for a fault it raised on its own thread (e.g. a Joulescope that cut
         #: the DUT off over voltage), so a wait ends with that fault at once, not a timeout.
         self._fault = fault
@@ -75,7 +86,8 @@ class EmonRecorder:
         self.trace_path = trace_path
         self.stop_after = stop_after
         self._writer = (
-            TraceWriter(trace_path, sample_rate, simulated=simulated) if trace_path else None
+            TraceWriter(trace_path, sample_rate, simulated=simulated, set_voltage=set_voltage)
+            if trace_path else None
         )
         # `_cond` guards the counters below; `_writer_lock` the JLS writer, so that a slow disk
         # write never keeps the procedure thread from reading counts.
@@ -146,6 +158,9 @@ class EmonRecorder:
                 # 1e-9), not ~1e-8 apart. Converted once here, the writer then reuses them.
                 current = np.asarray(current, dtype=np.float32)
                 voltage = np.asarray(voltage, dtype=np.float32)
+            if self.set_voltage is not None:
+                # What `read_trace` gives back for such a file: the set value, in float64.
+                voltage = np.broadcast_to(np.float64(self.set_voltage[0]), (n,))
             self._integrate(first, current, voltage, gpio)
             self._n = first + n
             self._received += n

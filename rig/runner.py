@@ -41,10 +41,10 @@ from rig.events import (
 )
 from rig.live_power import PowerPreview
 from rig.procedures import asc
-from rig.recording import EmonRecorder
+from rig.recording import EmonRecorder, trace_voltage
 from rig.stopping import StopRequest
 from rig.store import REFUSED, RunStore
-from rig.trace_space import check_trace_space
+from rig.trace_space import check_trace_space, projected_trace_bytes
 
 EMON_TRACE = "emon.jls"
 #: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so
@@ -217,6 +217,20 @@ def asc_trace_seconds(bench: Bench) -> float:
     return setup_s + o.idle_s + runs_s + _asc_test_samples(bench) * (load_s + inference_s)
 
 
+def measures_voltage(bench: Bench) -> bool:
+    """Whether the bench's monitor measures the supply voltage (its trace then stores a
+    voltage signal: `trace_space.bytes_per_sample`) rather than setting it."""
+    return monitor_class(bench.emon.driver).measures_voltage_with(**_monitor_options(bench))
+
+
+def asc_trace_bytes(bench: Bench) -> int:
+    """Projected size [bytes] of an ASC run's trace (0 when the bench records none)."""
+    if not records_trace(bench):
+        return 0
+    return projected_trace_bytes(asc_trace_seconds(bench), bench.emon.sample_rate_hz,
+                                 voltage_measured=measures_voltage(bench))
+
+
 def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     """Rough host seconds each ASC phase takes, for a remaining-time display before a phase
     has progress of its own (on the virtual bench, divided by its speed)."""
@@ -282,7 +296,7 @@ def _check_trace_space(bench: Bench, runs_root: Path) -> str | None:
         return None
     seconds, rate = asc_trace_seconds(bench), bench.emon.sample_rate_hz
     return check_trace_space(
-        runs_root, seconds, rate,
+        runs_root, seconds, rate, voltage_measured=measures_voltage(bench),
         what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, estimated)",
         hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
         f"{bench.path}, or give a --runs-dir on another disk",
@@ -406,11 +420,13 @@ def connect_bench(
     except RigError:
         parts.refused = True
         raise
+    set_voltage = parts.emon.set_voltage()
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
-                                                  **parts.emon.settings()}))
+                                                  **parts.emon.settings(),
+                                                  "trace_voltage": trace_voltage(set_voltage)}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, trace_path,
+        emon.sample_rate, trace_path, set_voltage=set_voltage,
         simulated=bench.simulated or bool(getattr(emon, "simulated", False)),
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )

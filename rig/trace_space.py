@@ -16,13 +16,20 @@ from pathlib import Path
 
 from rig.errors import ConfigError
 
-#: Raw bytes per sample as `TraceWriter` stores them: f32 current + f32 voltage + u8 gpi0.
+#: Raw bytes per sample as `TraceWriter` stores them: f32 current + u8 gpi0, and f32 voltage
+#: where the monitor measures it (a set supply is stored once, in the user data).
 RAW_BYTES_PER_SAMPLE = 9
-#: File size / raw size, from the JLS summaries (128-sample level, then x20 per level) and index.
-#: Measured with `TraceWriter` at 1 MS/s: 10 M samples in 100 k-sample chunks gave 93,009,312
-#: bytes = 9.3009 bytes/sample = 1.0334 x 9; the same to 4 digits for 1 M and 100 M samples,
-#: 1 k to 1 M-sample chunks, constant or random data (JLS does not compress). Rounded up.
-JLS_OVERHEAD = 1.034
+RAW_BYTES_PER_SAMPLE_SET_VOLTAGE = 5
+#: Bytes per sample on disk with the JLS summaries (one per 256 samples, then x20 per level)
+#: and index, measured by `benchmarks/trace_size.py` (the size's slope between 1 M and 8 M
+#: samples at 1 MS/s in 10 k-sample chunks; JLS does not compress): 9.216 with voltage, 5.142
+#: without. Rounded up.
+BYTES_PER_SAMPLE = 9.22
+BYTES_PER_SAMPLE_SET_VOLTAGE = 5.15
+#: A trace's fixed part (file header, source and signal definitions, user data, annotations,
+#: index, end): 3.3-4.4 KiB in the benchmark, 4.2-5.1 KB (up to ~5.2 KiB with a Joulescope's
+#: annotations) in short virtual-bench runs. Rounded up.
+FIXED_BYTES = 8 << 10
 #: Free space kept in reserve for the rest of the run folder, the report and the system...
 RESERVE_BYTES = 1 << 30
 #: ...but never more than this fraction of the whole disk (a small SD card or tmpfs).
@@ -40,14 +47,21 @@ WARN_FRACTION = 0.5
 DEFAULT_HINT = "lower the sample rate, record for a shorter time, or write to another disk"
 
 
-def projected_trace_bytes(duration_s: float, sample_rate_hz: float) -> int:
-    """Size [bytes] of a JLS trace of `duration_s` seconds at `sample_rate_hz`."""
+def bytes_per_sample(voltage_measured: bool = True) -> float:
+    """Bytes per sample on disk of a trace with (or without) a voltage signal."""
+    return BYTES_PER_SAMPLE if voltage_measured else BYTES_PER_SAMPLE_SET_VOLTAGE
+
+
+def projected_trace_bytes(duration_s: float, sample_rate_hz: float, *,
+                          voltage_measured: bool = True) -> int:
+    """Size [bytes] of a JLS trace of `duration_s` seconds at `sample_rate_hz`, with a voltage
+    signal when the monitor measures the voltage (`EnergyMonitor.measures_voltage_with`)."""
     if not (math.isfinite(duration_s) and duration_s >= 0):
         raise ValueError(f"duration must be a finite number of seconds >= 0, got {duration_s}")
     if not (math.isfinite(sample_rate_hz) and sample_rate_hz > 0):
         raise ValueError(f"sample rate must be a positive number of Hz, got {sample_rate_hz}")
     samples = math.ceil(duration_s * sample_rate_hz)
-    return math.ceil(samples * RAW_BYTES_PER_SAMPLE * JLS_OVERHEAD)
+    return math.ceil(FIXED_BYTES + samples * bytes_per_sample(voltage_measured))
 
 
 def check_trace_space(
@@ -57,6 +71,7 @@ def check_trace_space(
     *,
     hint: str = DEFAULT_HINT,
     what: str = "",
+    voltage_measured: bool = True,
 ) -> str | None:
     """Refuse (ConfigError) a trace that will not fit in `folder`'s disk with the reserve kept;
     return a warning text when it would take more than half of the free space, else None.
@@ -64,7 +79,8 @@ def check_trace_space(
     `folder` need not exist yet: the nearest existing parent's disk is the one it will use.
     `what` names the recording in the messages (default: 'a trace of D s at R Hz').
     """
-    projected = projected_trace_bytes(duration_s, sample_rate_hz)
+    projected = projected_trace_bytes(duration_s, sample_rate_hz,
+                                      voltage_measured=voltage_measured)
     where = _existing(Path(folder))
     usage = shutil.disk_usage(where)
     reserve = int(min(RESERVE_BYTES, RESERVE_FRACTION * usage.total))

@@ -29,6 +29,7 @@ from rig.traces import (
     check_jls_length,
     open_jls_reader,
     read_trace,
+    set_voltage_of,
 )
 
 #: The plotted channels, top to bottom, and their units.
@@ -203,12 +204,15 @@ class JlsSource(TraceSource):
             self.sample_rate = rate
             self.first_sample_id = int(present[0].sample_id_offset or 0)
             self.simulated = bool(meta.get("simulated"))
+            #: (volts, source) when the file stores no voltage because the monitor set it.
+            self.set_voltage = (None if JLS_VOLTAGE in self._signals
+                                else set_voltage_of(meta))
             self.missing = []
             if unclosed:
                 self.missing.append("the file was never closed (the recording was cut off): "
                                     "showing the samples pyjls recovered")
             for name, what in ((JLS_CURRENT, "current"), (JLS_VOLTAGE, "voltage")):
-                if name not in self._signals:
+                if name not in self._signals and not (what == "voltage" and self.set_voltage):
                     self.missing.append(f"no {what} signal in the file")
             if self._gpio is None:
                 self.missing.append("no GPIO signal (gpi0) in the file: the timestamp line is "
@@ -224,7 +228,9 @@ class JlsSource(TraceSource):
     def has(self, channel: str) -> bool:
         if channel == "power":
             return self._has_power_signal() or (JLS_CURRENT in self._signals
-                                                 and JLS_VOLTAGE in self._signals)
+                                                 and self.has("voltage"))
+        if channel == "voltage" and self.set_voltage is not None:
+            return True
         return {"current": JLS_CURRENT, "voltage": JLS_VOLTAGE,
                 "gpio": "gpio"}[channel] in self._signals
 
@@ -244,6 +250,8 @@ class JlsSource(TraceSource):
     def read(self, channel: str, start: int, stop: int) -> np.ndarray:
         if channel == "power" and not self._has_power_signal():
             return self.read("current", start, stop) * self.read("voltage", start, stop)
+        if channel == "voltage" and self.set_voltage is not None:
+            return np.full(stop - start, self.set_voltage[0])
         sig = self._sig(channel)
         data = self._reader.fsr(sig.signal_id, start, stop - start)
         if channel == "gpio" and sig.data_type & 0xFF == 1:  # u1: packed bits
@@ -258,6 +266,8 @@ class JlsSource(TraceSource):
             i = self._summary("current", start, incr, bins)
             v = self._summary("voltage", start, incr, bins)[:, :1]
             return i * v
+        if channel == "voltage" and self.set_voltage is not None:
+            return np.full((bins, 3), self.set_voltage[0])
         sig = self._sig(channel)
         stats = self._reader.fsr_statistics(sig.signal_id, start, incr, bins)
         return np.asarray(stats)[:, (0, 2, 3)].astype(np.float64)

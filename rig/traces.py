@@ -7,6 +7,12 @@ sample rate. `TraceWriter` streams chunks into a JLS file as they arrive (bounde
 Power is not stored: it is current x voltage, derivable on read, and a third f32 channel would
 make a 1 MS/s hour ~48 GB instead of ~33 GB. Older rig files carry a `power` signal (id 3);
 readers ignore it or use it when present, so those files still load.
+
+Voltage is stored only where the instrument measures it (a Joulescope, an N6705 sensing its
+output, an Otii recording mv). Where the monitor sets it (an LPM01A, a PPK2) the file holds no
+voltage signal: its user data names the set value and where it came from (`voltage_set_v`,
+`voltage_source`), and `read_trace` gives a constant voltage array of that value, so every
+reader takes both kinds (4 + 1 raw bytes per sample instead of 9).
 """
 
 from __future__ import annotations
@@ -54,6 +60,11 @@ _SOURCE_ID = 1
 # Signal 3 was power in files written before power was dropped; new files leave it unused so
 # the ids of current, voltage and gpi0 stay the same in old and new files.
 _SIG_CURRENT, _SIG_VOLTAGE, _SIG_GPIO = 1, 2, 4
+#: pyjls `signal_def` layout options of every rig trace: a summary entry per 256 samples (pyjls:
+#: 128), x20 per level above, 8192-sample data blocks. Picked by `benchmarks/trace_size.py`:
+#: 9.22 bytes/sample with voltage (9.30 at 128) and 5.14 without (5.16), zoom as fast; per
+#: 1024 would save more but make a zoom below 1024 samples per pixel read raw samples.
+JLS_SIGNAL_OPTIONS: dict[str, int] = {"sample_decimate_factor": 256, "entries_per_summary": 1280}
 
 
 @dataclass
@@ -78,6 +89,19 @@ class Trace:
     def simulated(self) -> bool:
         """True when the file says it was recorded from the virtual bench."""
         return bool(self.meta.get("simulated", False))
+
+    @property
+    def voltage_set(self) -> dict[str, Any] | None:
+        """{"volts", "source"} when the file stores no voltage (the monitor set it), else None."""
+        return self.meta.get("voltage_set")
+
+
+def set_voltage_of(user_data: dict[str, Any]) -> tuple[float, str] | None:
+    """(volts, source) from a rig JLS file's user data when it stores no voltage signal."""
+    volts = user_data.get("voltage_set_v")
+    if isinstance(volts, int | float) and not isinstance(volts, bool) and math.isfinite(volts):
+        return float(volts), str(user_data.get("voltage_source", ""))
+    return None
 
 
 def read_trace(path: str | Path, sample_rate: float | None = None) -> Trace:
@@ -335,7 +359,8 @@ def _read_jls_signals(
         if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0
     }
     gpio_name = next((n for n in _JLS_GPIO_ALIASES if n in by_name), None)
-    missing = [n for n in (JLS_CURRENT, JLS_VOLTAGE) if n not in by_name]
+    set_v = None if JLS_VOLTAGE in by_name else set_voltage_of(_rig_user_data(reader))
+    missing = [n for n in (JLS_CURRENT, *(() if set_v else (JLS_VOLTAGE,))) if n not in by_name]
     if gpio_name is None:
         missing.append(JLS_GPIO)
     if missing:
@@ -344,8 +369,9 @@ def _read_jls_signals(
             f"{', '.join(sorted(by_name)) or 'none'}",
             hint="record current, voltage and the GPIO timestamp input gpi0",
         )
-    cur, vol, gpi = by_name[JLS_CURRENT], by_name[JLS_VOLTAGE], by_name[gpio_name]
-    rates = {cur.sample_rate, vol.sample_rate, gpi.sample_rate}
+    cur, gpi = by_name[JLS_CURRENT], by_name[gpio_name]
+    vol = by_name.get(JLS_VOLTAGE)
+    rates = {s.sample_rate for s in (cur, vol, gpi) if s is not None}
     if len(rates) != 1:
         raise AnalysisError(
             f"{path}: signals differ in sample rate ({sorted(rates)} Hz)",
@@ -361,13 +387,18 @@ def _read_jls_signals(
             f"{path} was recorded at {rate:g} Hz but --sample-rate {sample_rate:g} was given",
             hint="drop --sample-rate for JLS traces: the file knows its rate",
         )
-    n = min(cur.length, vol.length, gpi.length)
+    n = min(s.length for s in (cur, vol, gpi) if s is not None)
     current = _read_fsr(reader, cur.signal_id, n, np.float64)
-    voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
+    if vol is not None:
+        voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
+    else:  # set, not measured: one value for every sample, a read-only view (no memory)
+        assert set_v is not None
+        voltage = np.broadcast_to(np.float64(set_v[0]), (n,))
+        meta["voltage_set"] = {"volts": set_v[0], "source": set_v[1]}
     gpio = _read_gpio(reader, gpi, n, path)
     meta["samples_by_signal"] = {
         JLS_CURRENT: cur.length,
-        JLS_VOLTAGE: vol.length,
+        **({JLS_VOLTAGE: vol.length} if vol is not None else {}),
         gpio_name: gpi.length,
     }
     if said:  # e.g. a recording cut off before it was closed, which pyjls recovered
@@ -408,7 +439,7 @@ def check_jls_length(path: Path) -> bool:
 
 
 def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
-    # Raw samples, never the summaries: their means are exact only at multiples of 128.
+    # Raw samples, never the summaries: their means are exact only at whole summary steps.
     out = np.empty(n, dtype=dtype)
     for lo in range(0, n, _BLOCK):
         length = min(_BLOCK, n - lo)
@@ -434,8 +465,8 @@ def _read_gpio(reader: Any, sig: Any, n: int, path: Path) -> np.ndarray:
     )
 
 
-def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
-    source = reader.sources.get(cur.source_id)
+def _rig_user_data(reader: Any) -> dict[str, Any]:
+    """The rig's JSON description of the recording (empty for other writers' files)."""
     user: dict[str, Any] = {}
 
     def on_user_data(chunk_meta: int, data: Any) -> bool:
@@ -443,6 +474,13 @@ def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
             user.update(data)
         return False
 
+    reader.user_data(on_user_data)
+    return user
+
+
+def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
+    source = reader.sources.get(cur.source_id)
+    user = _rig_user_data(reader)
     annotations: list[tuple[int, str]] = []
 
     def on_annotation(timestamp: int, _y: Any, _kind: int, _group: int, data: Any) -> bool:
@@ -450,7 +488,6 @@ def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
         annotations.append((int(timestamp), str(data)))
         return False
 
-    reader.user_data(on_user_data)
     reader.annotations(cur.signal_id, 0, on_annotation)
     source_info = {
         key: getattr(source, key, None)
@@ -472,8 +509,11 @@ class TraceWriter:
     """Stream EMON chunks into a JLS v2 file: current [A] and voltage [V] (f32), gpi0 (u8).
 
     No power signal: it is current x voltage, so readers derive it (9 bytes per sample instead
-    of 13). Chunks must come in sample-id order. A gap (dropped samples) is written as NaN
-    current and voltage with the GPIO level held, and marked by an annotation, so it can never
+    of 13). With `set_voltage` = (volts, source), the supply the monitor sets rather than
+    measures, no voltage signal either (5 bytes per sample): the user data records the value
+    and its source, and `append` ignores the chunks' voltage.
+    Chunks must come in sample-id order. A gap (dropped samples) is written as NaN current (and
+    voltage) with the GPIO level held, and marked by an annotation, so it can never
     fake a timestamp edge or a zero-energy stretch.
     """
 
@@ -484,6 +524,8 @@ class TraceWriter:
         *,
         source: str = "neurobench-rig",
         simulated: bool = False,
+        set_voltage: tuple[float, str] | None = None,
+        jls_options: dict[str, int] | None = None,
     ) -> None:
         import pyjls
 
@@ -497,6 +539,11 @@ class TraceWriter:
         # nearest one, the exact rate goes into the rig's user data, and read_trace prefers it.
         self.sample_rate = max(1, round(rate))
         self.simulated = simulated
+        if set_voltage is not None and not math.isfinite(set_voltage[0]):
+            raise ValueError(f"set voltage must be a finite number of volts, got {set_voltage}")
+        #: (volts, source) when the file stores no voltage signal; None when it does.
+        self.set_voltage = set_voltage
+        self._jls_options = JLS_SIGNAL_OPTIONS if jls_options is None else jls_options
         #: Samples appended (not counting filled gaps) and samples missing in gaps.
         self.samples_written = 0
         self.dropped_samples = 0
@@ -524,7 +571,7 @@ class TraceWriter:
         )
         for sig, name, dtype, units in (
             (_SIG_CURRENT, JLS_CURRENT, jls.DataType.F32, "A"),
-            (_SIG_VOLTAGE, JLS_VOLTAGE, jls.DataType.F32, "V"),
+            *(() if self.set_voltage else ((_SIG_VOLTAGE, JLS_VOLTAGE, jls.DataType.F32, "V"),)),
             (_SIG_GPIO, JLS_GPIO, jls.DataType.U8, ""),
         ):
             w.signal_def(
@@ -535,6 +582,7 @@ class TraceWriter:
                 self.sample_rate,
                 name=name,
                 units=units,
+                **self._jls_options,
             )
         w.user_data(
             _USER_DATA_META,
@@ -544,19 +592,23 @@ class TraceWriter:
                 "writer": f"neurobench-rig {__version__}",
                 "sample_rate_hz": self.exact_sample_rate,
                 "gpio": "gpi0 holds the GPIO bit field; bit 0 is the DUT timestamp line",
+                **({"voltage_set_v": self.set_voltage[0],
+                    "voltage_source": self.set_voltage[1]} if self.set_voltage else {}),
             },
         )
 
     def append(
-        self, first_sample_id: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+        self, first_sample_id: int, current: np.ndarray, voltage: np.ndarray | None,
+        gpio: np.ndarray
     ) -> None:
-        """Write consecutive samples starting at `first_sample_id`."""
+        """Write consecutive samples starting at `first_sample_id` (`voltage` is not stored,
+        and may be None, when the writer has a `set_voltage`)."""
         if self._writer is None:
             raise ValueError(f"trace writer for {self.path} is closed")
         i = np.ascontiguousarray(current, dtype=np.float32)
-        v = np.ascontiguousarray(voltage, dtype=np.float32)
         g = np.ascontiguousarray(gpio, dtype=np.uint8)
-        if not (len(i) == len(v) == len(g)):
+        v = None if self.set_voltage else np.ascontiguousarray(voltage, dtype=np.float32)
+        if not (len(i) == len(g) and (v is None or len(v) == len(i))):
             raise ValueError("current, voltage and gpio differ in length")
         if len(i) == 0:
             return
@@ -570,7 +622,8 @@ class TraceWriter:
             self._fill_gap(self._next_id, first)
         w = self._writer
         w.fsr(_SIG_CURRENT, first, i)
-        w.fsr(_SIG_VOLTAGE, first, v)
+        if v is not None:
+            w.fsr(_SIG_VOLTAGE, first, v)
         w.fsr(_SIG_GPIO, first, g)
         self._last_gpio = int(g[-1])
         self._next_id = first + len(i)
@@ -582,7 +635,7 @@ class TraceWriter:
         for lo in range(start, stop, _BLOCK):
             n = min(_BLOCK, stop - lo)
             nan = np.full(n, np.nan, dtype=np.float32)
-            for sig in (_SIG_CURRENT, _SIG_VOLTAGE):
+            for sig in (_SIG_CURRENT,) if self.set_voltage else (_SIG_CURRENT, _SIG_VOLTAGE):
                 self._writer.fsr(sig, lo, nan)
             self._writer.fsr(_SIG_GPIO, lo, np.full(n, self._last_gpio, dtype=np.uint8))
         self.dropped_samples += count

@@ -118,6 +118,8 @@ class EnergyMonitor(ABC):
     powers_dut: bool = True
     #: False for monitors that see the timestamp line only as a trigger (its first edge).
     sees_every_edge: bool = True
+    #: False for monitors that set (or are given) the supply voltage instead of measuring it.
+    measures_voltage: bool = True
 
     def __init__(self, *, voltage_limit_v: float) -> None:
         self.voltage_limit_v = voltage_limit_v
@@ -130,6 +132,13 @@ class EnergyMonitor(ABC):
         of a driver opened with `options` (a supply or rate no such instrument gives); the rig
         calls it before it creates a run folder. Drivers with more to check extend it."""
         check_voltage(voltage, voltage_limit_v, who=cls.driver)
+
+    @classmethod
+    def measures_voltage_with(cls, **options: Any) -> bool:
+        """Whether a driver opened with `options` measures the supply voltage (its traces then
+        store a voltage signal) rather than setting it (`set_voltage`); known before opening,
+        for the disk-space projection."""
+        return cls.measures_voltage
 
     @classmethod
     def sees_every_edge_with(cls, **options: Any) -> bool:
@@ -193,6 +202,12 @@ class EnergyMonitor(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """(volts, where it came from) when every chunk's voltage is a value the monitor set or
+        was given rather than measured (call after `configure`); None when it measures the
+        voltage. A trace then stores no voltage signal, only this value and its source."""
+        return None
 
     def self_test(self) -> dict[str, Any]:
         """Identify the instrument and check it answers; returns what was learnt."""

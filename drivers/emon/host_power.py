@@ -59,6 +59,7 @@ class _CounterMonitor(EnergyMonitor):
     #: The host powers itself, and there is no timestamp line to see (gpio is all 1).
     powers_dut = False
     sees_every_edge = False
+    measures_voltage = False  # power over a conventional 1 V
 
     def __init__(
         self, *, voltage_limit_v: float, simulated: bool = False,
@@ -108,6 +109,10 @@ class _CounterMonitor(EnergyMonitor):
         if self._thread is not None:
             raise DeviceError(f"{self.driver}: configure() while sampling", hint="stop() first")
         self._rate_hz = float(sample_rate)
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """Chunks carry power as current over a conventional 1 V."""
+        return 1.0, "convention: host power counters, current = P / 1 V"
 
     def power_on(self) -> None:
         """Nothing: the host powers itself."""

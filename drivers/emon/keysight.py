@@ -593,6 +593,12 @@ class N6705(_ScpiMonitor):
         """Every edge reaches the stream only through the auxiliary input."""
         return timestamp_input == "aux"
 
+    @classmethod
+    def measures_voltage_with(cls, *, timestamp_input: str = "gpio",
+                              measure_voltage: bool = True, **options: Any) -> bool:
+        """In aux mode the voltage converter measures the aux input, not the output."""
+        return measure_voltage and timestamp_input != "aux"
+
     def configure(self, voltage: float, sample_rate: float) -> None:
         """Set the rail and the digitizer (or, in aux mode, the Elog); every command is checked
         against the error queue."""
@@ -643,6 +649,13 @@ class N6705(_ScpiMonitor):
             self._settings["output"] = "off"
         except Exception as exc:  # called on error paths: never mask the original error
             log.warning("n6705: OUTP OFF failed: %s", exc)
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The programmed output voltage when the voltage converter does not measure the output
+        (aux mode: it measures the aux input; or voltage measurement off)."""
+        if self._voltage_v is None or (self.measure_voltage and self.timestamp_input != "aux"):
+            return None
+        return self._voltage_v, f"set: N6705 VOLT {self._voltage_v:g},{self.chan}"
 
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus identity."""
@@ -797,6 +810,7 @@ class Keysight34465A(_ScpiMonitor):
     """34465A DMM digitizing DC current, started by a falling edge on its external trigger."""
 
     driver = "34465a"
+    measures_voltage = False  # a DMM on current
     powers_dut = False  # a DMM measures; the bench's supply powers the DUT
     model_hint = "34465A"
     every_edge_hint = (
@@ -869,6 +883,13 @@ class Keysight34465A(_ScpiMonitor):
         """No-op: the DMM does not source the DUT (recorded in settings)."""
         self._power_requested = "on"
         self._settings["power_requested"] = "on (no-op: the bench supply switches the DUT)"
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """A DMM measures current only: the bench supply's value as given."""
+        if self._voltage_v is None:
+            return None
+        return self._voltage_v, (f"given: bench supply {self._voltage_v:g} V "
+                                 "(the 34465A measures current)")
 
     def power_off(self) -> None:
         """No-op: the DMM does not source the DUT (recorded in settings)."""

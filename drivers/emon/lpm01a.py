@@ -97,6 +97,7 @@ class Lpm01a(EnergyMonitor):
     """The PowerShield over its USB virtual COM port, streaming current in ascii_dec format."""
 
     driver = "lpm01a"
+    measures_voltage = False  # it sets the supply and measures current
     #: How long a command may wait for its ack.
     command_timeout_s = 2.0
 
@@ -359,6 +360,12 @@ class Lpm01a(EnergyMonitor):
                 "one on an external supply still powers the DUT",
             )
         return self._fault
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The PowerShield sets the supply and measures current only: the value it was sent."""
+        if self._voltage_v is None:
+            return None
+        return self._voltage_v, f"set: LPM01A volt {self._settings.get('volt', '?')}"
 
     def settings(self) -> dict[str, Any]:
         """Every setting sent to the board, plus identity."""

@@ -299,6 +299,12 @@ class Otii(EnergyMonitor):
     powers_dut = True
     sees_every_edge = True
 
+    @classmethod
+    def measures_voltage_with(cls, *, measure_voltage: bool = True, **options: Any) -> bool:
+        """With mv recorded (the default; it falls back to the read-back voltage when mv
+        samples off the current's grid)."""
+        return measure_voltage
+
     def __init__(self, connection: OtiiConnection, *, voltage_limit_v: float,
                  simulated: bool = False, address: str = "", device: str | None = None,
                  timestamp_input: str = "gpio", current_limit_a: float = 0.1,
@@ -616,6 +622,13 @@ class Otii(EnergyMonitor):
                 if self._logged_in_here:
                     self.conn.request("otii_logout")
         self.conn.close()
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """The read-back main voltage when mv is not recorded; None when it is."""
+        if self.measure_voltage or not self._voltage_v:
+            return None
+        return self._voltage_v, "set: Otii " + self._settings.get(
+            "voltage_source", "main voltage read back (mv not recorded)")
 
     def settings(self) -> dict[str, Any]:
         """Identity, every setting sent, the recording."""

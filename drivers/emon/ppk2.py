@@ -86,6 +86,7 @@ class Ppk2(EnergyMonitor):
     """A PPK2 over its USB serial port, in source-meter or ampere-meter mode."""
 
     driver = "ppk2"
+    measures_voltage = False  # current only: the rail is set (source) or given (ampere)
 
     def __init__(self, transport: ByteTransport, *, voltage_limit_v: float,
                  simulated: bool = False, mode: str = "source") -> None:
@@ -280,6 +281,16 @@ class Ppk2(EnergyMonitor):
                 "a PPK2 in source mode took the DUT's supply down with it, in ampere mode "
                 "check the bench supply")
         return self._fault
+
+    def set_voltage(self) -> tuple[float, str] | None:
+        """A PPK2 measures current only: in source mode the regulator's set value, in ampere
+        mode the bench supply's value as given (the rail is not measured)."""
+        if not self._vdd_mv:
+            return None
+        if self.mode == "source":
+            return self._vdd_mv / 1000, f"set: PPK2 source mode regulator {self._vdd_mv} mV"
+        return self._vdd_mv / 1000, (f"given: PPK2 ampere mode, bench supply {self._vdd_mv} mV "
+                                     "(not measured)")
 
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus the calibration's identity, for the manifest."""

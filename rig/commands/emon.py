@@ -13,11 +13,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from drivers.emon import DRIVERS, EnergyMonitor, check_current_range, check_voltage, open_monitor
+from drivers.emon import (
+    DRIVERS,
+    EnergyMonitor,
+    check_current_range,
+    check_voltage,
+    monitor_class,
+    open_monitor,
+)
 from protocols.errors import RigError
 from rig.commands.common import print_json
 from rig.config import TIMESTAMP_INPUTS
-from rig.recording import EmonRecorder
+from rig.recording import EmonRecorder, trace_voltage
 from rig.trace_space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.
@@ -104,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     """Record, then print what was recorded."""
     _check_args(args)
     # A trace that cannot fit is refused before the instrument is opened, not when it fills up.
+    measured = monitor_class(args.driver).measures_voltage_with(
+        timestamp_input=args.timestamp_input)
     warning = check_trace_space(
-        args.out.parent, args.duration, args.rate,
+        args.out.parent, args.duration, args.rate, voltage_measured=measured,
         hint="lower --rate, shorten --duration, or give an --out on another disk",
     )
     if warning:
@@ -128,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         # deadline.
         simulated = bool(args.simulated or getattr(monitor, "simulated", False))
         recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count,
+                                set_voltage=monitor.set_voltage(),
                                 fault=lambda: getattr(monitor, "fault", None))
         monitor.start(recorder.on_chunk)
         monitor.power_on()
@@ -183,6 +193,7 @@ def _report(
         "energy_j": recorder.energy_j,
         "dropped": recorder.dropped + monitor.stats.dropped,
         "voltage_v": args.voltage,
+        "trace_voltage": trace_voltage(recorder.set_voltage),
         "timestamp_input": args.timestamp_input,
         "current_range": monitor.settings().get("current_range", args.current_range),
     }

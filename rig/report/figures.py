@@ -273,9 +273,15 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
     sigs = {s.name: s for s in reader.signals.values()
             if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0}
     power, cur, vol = sigs.get("power"), sigs.get("current"), sigs.get("voltage")
+    if power is None and vol is None:  # a monitor that sets the supply: its value, not a signal
+        from rig.traces import _rig_user_data, set_voltage_of
+
+        set_v = set_voltage_of(_rig_user_data(reader))
+        vol = set_v[0] if set_v else None
     if power is None and (cur is None or vol is None):
         return None
-    n = int(power.length) if power is not None else int(min(cur.length, vol.length))
+    n = int(power.length) if power is not None else int(
+        min(cur.length, cur.length if isinstance(vol, float) else vol.length))
     if n < 2:
         return None
     rate = _trace_rate(reader, float((power or cur).sample_rate), meas["energy_windows"])
@@ -288,7 +294,7 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
         p_mean, p_min, p_max = stats[:, 0], stats[:, 2], stats[:, 3]
     else:  # a picture, not a measurement: current envelope scaled by the bin's mean voltage
         i_st = _stats(reader, cur.signal_id, 0, n, inc)
-        v_mean = _stats(reader, vol.signal_id, 0, n, inc)[:, 0]
+        v_mean = _voltage_means(reader, vol, 0, n, inc)
         p_mean, p_min, p_max = i_st[:, 0] * v_mean, i_st[:, 2] * v_mean, i_st[:, 3] * v_mean
     starts = np.arange(len(p_mean)) * inc
     centres = (starts + np.minimum(starts + inc, n)) / 2.0 / rate
@@ -343,6 +349,14 @@ def _trace_rate(reader: Any, file_rate: float, windows: list[dict]) -> float:
     return file_rate
 
 
+def _voltage_means(reader: Any, vol: Any, start: int, n: int, inc: int) -> np.ndarray:
+    """Mean voltage per bin (as `_stats`): the file's signal, or the set value (a float) of a
+    trace that stores none."""
+    if isinstance(vol, float):
+        return np.full(-(-n // inc), vol)
+    return _stats(reader, vol.signal_id, start, n, inc)[:, 0]
+
+
 def _stats(reader: Any, signal_id: int, start: int, n: int, inc: int) -> np.ndarray:
     """[mean, std, min, max] per bin of `inc` samples over [start, start + n), last bin partial."""
     full = n // inc
@@ -371,7 +385,7 @@ def _read_zoom(ex: _Excerpt, reader: Any, pyjls: Any, sigs: dict, power: Any, cu
             ex.zoom_p, ex.zoom_lo, ex.zoom_hi = st[:, 0], st[:, 2], st[:, 3]
         else:
             ist = _stats(reader, cur.signal_id, lo, count, inc)
-            v = _stats(reader, vol.signal_id, lo, count, inc)[:, 0]
+            v = _voltage_means(reader, vol, lo, count, inc)
             ex.zoom_p, ex.zoom_lo, ex.zoom_hi = ist[:, 0] * v, ist[:, 2] * v, ist[:, 3] * v
         first = lo + np.arange(len(ex.zoom_p)) * inc
         ex.zoom_t = (first + inc / 2.0 - anchor) / ex.rate
@@ -379,8 +393,9 @@ def _read_zoom(ex: _Excerpt, reader: Any, pyjls: Any, sigs: dict, power: Any, cu
     if power is not None:
         ex.zoom_p = np.asarray(reader.fsr(power.signal_id, lo, count), np.float64)
     else:
-        ex.zoom_p = (np.asarray(reader.fsr(cur.signal_id, lo, count), np.float64)
-                     * np.asarray(reader.fsr(vol.signal_id, lo, count), np.float64))
+        volts = (np.full(count, vol) if isinstance(vol, float)
+                 else np.asarray(reader.fsr(vol.signal_id, lo, count), np.float64))
+        ex.zoom_p = np.asarray(reader.fsr(cur.signal_id, lo, count), np.float64) * volts
     ex.zoom_t = (np.arange(lo, hi) - anchor) / ex.rate
     gpio = sigs.get("gpi0") or sigs.get("gpi[0]")
     if gpio is not None and gpio.length >= hi:

@@ -63,6 +63,13 @@ def test_a_run_reproduces_from_its_trace(measured: Path) -> None:
         assert f["manifest"] == manifest[f["name"]]
         # And the figure is the bench's simulated truth (the LPM01A prints 4 digits).
         assert f["recomputed"] == pytest.approx(TRUTH[f["name"]], rel=2e-3)
+    # The LPM01A sets the supply: no voltage signal, the set value and its source instead.
+    trace = read_trace(measured / "traces" / "emon.jls")
+    assert "voltage" not in trace.meta["samples_by_signal"]
+    assert trace.voltage_set == {"volts": 1.8, "source": "set: LPM01A volt 1800m"}
+    emon = json.loads((measured / "manifest.json").read_text())["instruments"]["emon"]
+    assert emon["trace_voltage"] == {"measured": False, "set_v": 1.8,
+                                     "source": "set: LPM01A volt 1800m"}
     table = run_rig("analyze", str(measured))
     assert table.returncode == 0
     assert "SIMULATED" in table.stdout and "windows on timestamp edges ok" in table.stdout
@@ -91,7 +98,10 @@ def rewrite_trace(run: Path, sample: int, factor: float) -> None:
     trace = read_trace(path)
     trace.current[sample] *= factor
     path.unlink()
-    with TraceWriter(path, trace.sample_rate, simulated=trace.simulated) as w:
+    kept = trace.voltage_set  # the LPM01A sets the supply: the file stores no voltage
+    set_voltage = (kept["volts"], kept["source"]) if kept else None
+    with TraceWriter(path, trace.sample_rate, simulated=trace.simulated,
+                     set_voltage=set_voltage) as w:
         w.append(0, trace.current, trace.voltage, trace.gpio)
 
 

@@ -342,3 +342,27 @@ def test_measured_stages_group_into_contiguous_runs() -> None:
     assert _groups([False, True, True, False, True]) == [(1, 2), (4, 4)]
     assert _groups([True] * 3) == [(0, 2)]
     assert _groups([False, False]) == []
+
+
+def test_a_trace_with_a_set_voltage_is_drawn_from_current_and_the_set_value(
+        tmp_path: Path) -> None:
+    """An LPM01A's trace stores no voltage signal: the figure's power is current x the set
+    value from the file's user data (before issue 25 there was no figure at all)."""
+    from rig.report.figures import _read_excerpt
+
+    path = tmp_path / "set.jls"
+    current, voltage, gpio = trace_arrays()
+    with TraceWriter(path, RATE, simulated=True,
+                     set_voltage=(VOLTS, "set: LPM01A volt 1800m")) as w:
+        w.append(0, current, voltage, gpio)
+    show = asc_show([], [4.5e-5] * 3)
+    files = asc_figures([AscRunInput("set", show, path)], tmp_path, "s")
+    fig = next(f for f in files if f.key == "asc-trace")
+    assert_png(fig, TRACE_HEIGHT_IN)
+    from rig.report.figures import _measurements
+
+    ex = _read_excerpt(path, _measurements(show))
+    assert ex is not None and ex.derived
+    # Idle and active power: the two current levels x the set voltage, to float32 precision.
+    assert np.nanmin(ex.p_min) == pytest.approx(I_IDLE * VOLTS, rel=1e-6)
+    assert np.nanmax(ex.p_max) == pytest.approx(I_ACTIVE * VOLTS, rel=1e-6)

@@ -18,8 +18,10 @@ from rig.config import load_bench
 from rig.errors import ConfigError
 from rig.events import Event, Note
 from rig.trace_space import (
-    JLS_OVERHEAD,
+    BYTES_PER_SAMPLE,
+    FIXED_BYTES,
     RAW_BYTES_PER_SAMPLE,
+    RAW_BYTES_PER_SAMPLE_SET_VOLTAGE,
     check_trace_space,
     projected_trace_bytes,
 )
@@ -45,29 +47,33 @@ def fake_disk(monkeypatch: pytest.MonkeyPatch, free: int, total: int = 500 * GiB
 # ---- projection ----------------------------------------------------------------------------
 
 
-def test_projection_is_samples_times_nine_bytes_times_the_overhead() -> None:
+def test_projection_is_the_fixed_part_plus_samples_times_the_bytes_per_sample() -> None:
     assert RAW_BYTES_PER_SAMPLE == 4 + 4 + 1  # f32 current, f32 voltage, u8 gpi0
-    assert projected_trace_bytes(2.5, 1000) == math.ceil(2500 * 9 * JLS_OVERHEAD)
+    assert RAW_BYTES_PER_SAMPLE_SET_VOLTAGE == 4 + 1  # f32 current, u8 gpi0
+    assert projected_trace_bytes(2.5, 1000) == math.ceil(FIXED_BYTES + 2500 * BYTES_PER_SAMPLE)
     hour = projected_trace_bytes(3600, 1e6)
-    assert hour == math.ceil(3.6e9 * 9 * JLS_OVERHEAD)
-    assert 33e9 < hour < 34e9  # ~33.5 GB; with the power channel it was ~48 GB
-    assert projected_trace_bytes(0, 1000) == 0
+    assert 33e9 < hour <= 3.6e9 * 9.3 + FIXED_BYTES  # ~33.2 GB; with the power channel ~48 GB
+    set_hour = projected_trace_bytes(3600, 1e6, voltage_measured=False)
+    assert 18e9 < set_hour <= 3.6e9 * 5.3 + FIXED_BYTES  # an LPM01A's or a PPK2's: ~18.5 GB
+    assert projected_trace_bytes(0, 1000) == FIXED_BYTES
     with pytest.raises(ValueError, match="positive"):
         projected_trace_bytes(1, 0)
     with pytest.raises(ValueError, match="duration"):
         projected_trace_bytes(math.nan, 1000)
 
 
-def test_overhead_factor_matches_a_real_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("set_voltage", [None, (1.8, "set: LPM01A volt 1800m")])
+def test_the_projection_matches_a_real_file(tmp_path: Path, set_voltage) -> None:
     n, chunk = 1_000_000, 50_000
     current, voltage = np.full(chunk, 1e-3), np.full(chunk, 1.8)
     gpio = np.ones(chunk, dtype=np.uint8)
     path = tmp_path / "t.jls"
-    with TraceWriter(path, 1_000_000) as w:
+    with TraceWriter(path, 1_000_000, set_voltage=set_voltage) as w:
         for k in range(0, n, chunk):
             w.append(k, current, voltage, gpio)
-    size, projected = path.stat().st_size, projected_trace_bytes(1.0, 1e6)
-    assert size <= projected < 1.002 * size  # a slight over-estimate, never an under-estimate
+    size = path.stat().st_size
+    projected = projected_trace_bytes(1.0, 1e6, voltage_measured=set_voltage is None)
+    assert size <= projected < 1.005 * size  # a slight over-estimate, never an under-estimate
 
 
 # ---- refuse, warn, pass --------------------------------------------------------------------
@@ -78,7 +84,7 @@ def test_refuses_a_trace_that_does_not_fit(monkeypatch: pytest.MonkeyPatch, tmp_
     with pytest.raises(ConfigError) as info:
         check_trace_space(tmp_path, 3600, 1e6)
     msg = info.value.message
-    assert "31.2 GiB" in msg and "10.0 GiB free" in msg and str(tmp_path) in msg
+    assert "30.9 GiB" in msg and "10.0 GiB free" in msg and str(tmp_path) in msg
     assert "a trace of 3600 s at 1e+06 Hz" in msg and "1.0 GiB kept in reserve" in msg
     assert "sample rate" in info.value.hint and info.value.exit_code == 2
 
@@ -86,7 +92,7 @@ def test_refuses_a_trace_that_does_not_fit(monkeypatch: pytest.MonkeyPatch, tmp_
 def test_the_reserve_counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     need = projected_trace_bytes(3600, 1e6)
     fake_disk(monkeypatch, free=need + GiB)  # fits exactly with 1 GiB kept
-    assert "will take about 31.2 GiB" in check_trace_space(tmp_path, 3600, 1e6)
+    assert "will take about 30.9 GiB" in check_trace_space(tmp_path, 3600, 1e6)
     fake_disk(monkeypatch, free=need + GiB - 1)
     with pytest.raises(ConfigError):
         check_trace_space(tmp_path, 3600, 1e6)
@@ -96,7 +102,7 @@ def test_a_small_disk_keeps_five_percent_not_a_gibibyte(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fake_disk(monkeypatch, free=400 * MiB, total=1000 * MiB)  # reserve: 50 MiB
-    seconds = 340 * MiB / (9 * JLS_OVERHEAD * 1000)  # ~340 MiB at 1 kHz
+    seconds = (340 * MiB - FIXED_BYTES) / (BYTES_PER_SAMPLE * 1000)  # ~340 MiB at 1 kHz
     assert check_trace_space(tmp_path, seconds, 1000) is not None  # fits, but > half: warn
     with pytest.raises(ConfigError, match=r"50\.0 MiB kept in reserve"):
         check_trace_space(tmp_path, seconds * 1.05, 1000)
@@ -107,7 +113,7 @@ def test_warns_above_half_of_the_free_space(
 ) -> None:
     fake_disk(monkeypatch, free=50 * GiB)
     warning = check_trace_space(tmp_path, 3600, 1e6)
-    assert warning is not None and "31.2 GiB of the 50.0 GiB free" in warning
+    assert warning is not None and "30.9 GiB of the 50.0 GiB free" in warning
     fake_disk(monkeypatch, free=80 * GiB)
     assert check_trace_space(tmp_path, 3600, 1e6) is None
 
@@ -224,8 +230,10 @@ def test_measure_asc_publishes_the_warning_as_a_note(
 ) -> None:
     sim = load_bench(REPO / "benches" / "sim.toml")
     # A Joulescope's rate (an LPM01A's driver refuses 1 MHz before the trace is estimated).
-    bench = replace(sim, emon=replace(sim.emon, driver="joulescope", sample_rate_hz=1e6))
+    bench = replace(sim, emon=replace(sim.emon, driver="joulescope", sample_rate_hz=1e6),
+                    asc=replace(sim.asc, runs=10))  # a trace over 1 GiB: tight with 1 GiB kept
     need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz)
+    assert need == runner.asc_trace_bytes(bench) > GiB  # a Joulescope measures the voltage
     fake_disk(monkeypatch, free=GiB + need)  # fits with the reserve kept, but tight
     monkeypatch.setattr(runner, "connect_bench", refuse_to_open)
     events: list[Event] = []
