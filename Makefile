@@ -10,10 +10,20 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
+# The suite in two parts: everything not marked `serial` on two xdist workers (whole files to
+# a worker, so module fixtures are built once), then the `serial` tests alone (timing-sensitive:
+# README, "Tests"). Both always run; tests/suite_report.py then prints the 15 slowest test
+# phases and the counts over both, and the exit status is the first failure's.
+TEST_REPORT := build/test-report.jsonl
 test: $(STAMP) firmware-host lava-env system-deps  ## Install test deps, build the shims, run the suite.
 	@$(MAKE) --no-print-directory firmware-avr
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	@mkdir -p build && rm -f $(TEST_REPORT); status=0; \
+	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" \
+		|| status=$$?; \
+	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -m serial; serial=$$?; \
+	[ $$status != 0 ] || status=$$serial; \
+	$(BIN)/python tests/suite_report.py $(TEST_REPORT); exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
