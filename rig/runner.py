@@ -468,7 +468,10 @@ def check_bench_setup(bench: Bench) -> None:
     """Refuse, from the bench alone, what the monitor would refuse once opened: a supply or
     sample rate no such instrument gives (its driver's `check_setup`), or a monitor that does
     not see every timestamp edge for ASC energy. Called before any run folder or port exists;
-    what needs the instrument itself is refused in `connect_bench` (status "refused")."""
+    what needs the instrument itself is refused in `connect_bench` (status "refused"). An
+    emulated board's QEMU and firmware image are checked here too."""
+    if bench.qemu is not None:
+        QemuBoard.check_setup(bench.qemu.firmware, machine=bench.qemu.machine)
     if not records_trace(bench):
         return
     options = _monitor_options(bench)

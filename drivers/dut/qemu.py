@@ -73,13 +73,7 @@ class QemuBoard:
         self.machine = machine
         self.icount_shift = icount_shift
         self.elf = Path(elf)
-        exe = shutil.which(qemu)
-        if exe is None:
-            raise PortError(f"{qemu} is not installed: cannot run the emulated {machine}",
-                            hint=f"apt-get install {QEMU_PACKAGE} (or `make system-deps`)")
-        if not self.elf.is_file():
-            raise PortError(f"no firmware image at {self.elf}",
-                            hint="build it with `make firmware-arm`")
+        exe = self.check_setup(elf, machine=machine, qemu=qemu)
         self.argv = [exe, "-M", machine, "-nographic", "-monitor", "stdio", "-serial", "pty",
                      "-S", "-icount", f"shift={icount_shift}", "-kernel", str(self.elf)]
         # A file, not a pipe: nobody reads QEMU's output after the pty line, and a full pipe
@@ -95,6 +89,20 @@ class QemuBoard:
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def check_setup(elf: str | os.PathLike[str], *, machine: str = "mps2-an386",
+                    qemu: str = "qemu-system-arm") -> str:
+        """The QEMU executable; PortError when it or the firmware image is missing. Needs no
+        process, so a run refuses before its folder exists."""
+        exe = shutil.which(qemu)
+        if exe is None:
+            raise PortError(f"{qemu} is not installed: cannot run the emulated {machine}",
+                            hint=f"apt-get install {QEMU_PACKAGE} (or `make system-deps`)")
+        if not Path(elf).is_file():
+            raise PortError(f"no firmware image at {elf}",
+                            hint="build it with `make firmware-arm`")
+        return exe
 
     @property
     def label(self) -> str:

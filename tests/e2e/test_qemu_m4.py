@@ -115,6 +115,7 @@ def test_a_missing_firmware_image_is_a_one_line_error(tmp_path: Path, m4_elf: Pa
     assert done.returncode == 2, done.stderr
     assert f"no firmware image at {tmp_path / 'nowhere.elf'}" in done.stderr
     assert "make firmware-arm" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "r").exists()  # refused from the bench alone: no run folder (22.9)
 
 
 def test_firmware_that_never_boots_is_an_error_and_qemu_is_ended(tmp_path: Path,
