@@ -13,12 +13,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from rig.config import Bench, load_bench
 from rig.errors import ConfigError
+from rig.sim.child import read_line
 from rig.sim.dut import SimDut
 from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.io_manager import SimIoManager
@@ -215,7 +215,7 @@ class VirtualBenchProcess:
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
         )
-        line = self._read_line(start_timeout_s)
+        line = read_line(self._proc, start_timeout_s)
         try:
             started = json.loads(line)
             self.ports: dict[str, str] = started["ports"]
@@ -228,24 +228,6 @@ class VirtualBenchProcess:
                 hint="run `rig --debug sim` to see why",
             ) from exc
 
-    def _read_line(self, timeout_s: float) -> str:
-        assert self._proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        buf = b""
-        fd = self._proc.stdout.fileno()
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
-            if ready:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-            elif self._proc.poll() is not None:
-                break
-        return buf.decode(errors="replace").strip()
 
     def _stderr_tail(self) -> str:
         """The child's last stderr line, once it has exited (its error message)."""

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from rig.errors import ConfigError
+from rig.sim.child import read_line
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "firmware"
@@ -87,7 +86,7 @@ class SimavrUno:
                                       stderr=self._stderr, env=env, close_fds=True)
         #: The harness's process id (what `close` kills).
         self.pid = self._proc.pid
-        line = self._read_line(START_TIMEOUT_S)
+        line = read_line(self._proc, START_TIMEOUT_S)
         if not line.startswith("port: "):
             why = self.stderr_text().strip().splitlines()
             self.close()
@@ -98,21 +97,6 @@ class SimavrUno:
         #: The pty of the UNO's USB serial (115200 baud).
         self.path = line.removeprefix("port: ")
 
-    def _read_line(self, timeout_s: float) -> str:
-        assert self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        deadline = time.monotonic() + timeout_s
-        buf = b""
-        while b"\n" not in buf and time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.1)
-            if ready:
-                chunk = os.read(fd, 256)
-                if not chunk:
-                    break
-                buf += chunk
-            elif self._proc.poll() is not None:
-                break
-        return buf.decode(errors="replace").strip()
 
     def stderr_text(self) -> str:
         """What the harness wrote on stderr so far (its exit line says what crossed the pins)."""

@@ -8,8 +8,6 @@ step it retries (a download), and every wait ends at one of the client's (short)
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +23,7 @@ from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.transport import SerialTransport
 from rig.sim.dut import SimDut
 from rig.sim.world import World
+from tests.m4_image import build_m4_elf
 
 pytestmark = pytest.mark.slow
 
@@ -386,15 +385,7 @@ def test_reset_mid_download_is_reported(make_line) -> None:
 @pytest.fixture(scope="module")
 def m4_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """firmware/dut/mps2-an386 built once (skipped, reason printed, without the toolchain)."""
-    missing = [t for t in ("make", "arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: cannot run the Cortex-M4 build "
-                    "(`make system-deps` installs the Debian packages)")
-    out = tmp_path_factory.mktemp("m4")
-    done = subprocess.run(["make", "-s", "-C", str(REPO / "firmware/dut/mps2-an386"),
-                           f"OUT={out}"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return out / "dut-mps2-an386.elf"
+    return build_m4_elf(tmp_path_factory)
 
 
 def test_m4_corrupted_and_dropped_bytes_are_caught_and_the_retry_recovers(m4_elf: Path) -> None:

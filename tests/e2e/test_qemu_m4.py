@@ -5,12 +5,13 @@ accuracy over the test set, every figure labelled emulated; QEMU ended on every 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.m4_image import build_m4_elf
 
 from .runs import REPO, RIG, bench_variant, events, only_run, run_rig, wait_for_event
 
@@ -21,15 +22,8 @@ LABEL = "emulated: QEMU mps2-an386, -icount shift=5, 32 ns per instruction"
 
 @pytest.fixture(scope="module")
 def m4_elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    missing = [t for t in ("make", "arm-none-eabi-gcc", "qemu-system-arm") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed: cannot run the Cortex-M4 build "
-                    "(`make system-deps` installs the Debian packages)")
-    out = tmp_path_factory.mktemp("m4")
-    done = subprocess.run(["make", "-s", "-C", str(REPO / "firmware/dut/mps2-an386"),
-                           f"OUT={out}"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return out / "dut-mps2-an386.elf"
+    """firmware/dut/mps2-an386 built once (skipped, reason printed, without the toolchain)."""
+    return build_m4_elf(tmp_path_factory)
 
 
 def m4_bench(tmp_path: Path, elf: Path, **replace: tuple[str, str]) -> Path:
