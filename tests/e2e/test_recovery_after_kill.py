@@ -92,6 +92,18 @@ def test_other_monitors_recover_from_a_killed_run(tmp_path: Path, base: str, dri
         kill_then_run_again(tmp_path, vb, bench, kind, count)
 
 
+# serial: the simulated PPK2 streams 100 kS/s against a real-time clock (README, "Tests").
+@pytest.mark.serial
+@pytest.mark.parametrize("kind,count", [KILL_POINTS[1], KILL_POINTS[3]])
+def test_a_ppk2_recovers_from_a_killed_run(tmp_path: Path, kind: str, count: int) -> None:
+    """A PPK2 keeps measuring after its host died; what nobody reads is lost on the device
+    (its USB buffer is full), not queued: the next run's connect must not drown in it."""
+    with served_bench("sim-ppk2") as vb:
+        rate = load_bench(REPO / "benches" / "sim-ppk2.toml").emon.sample_rate_hz
+        kill_then_run_again(tmp_path, vb, attached_bench(tmp_path, vb, "ppk2", "", rate),
+                            kind, count)
+
+
 def kill_then_run_again(tmp_path: Path, vb: VirtualBench, bench: Path, kind: str,
                         count: int) -> None:
     """`rig measure asc` killed (SIGKILL) once its run folder has `count` events of `kind`;
