@@ -583,6 +583,16 @@ def _execution_time_text(s: dict[str, Any]) -> str:
 
 
 # -- power ---------------------------------------------------------------------------------------
+#: What each QUBO point's power source is, in the report's words (rig.qubo.suts power_source).
+_POWER_SOURCES = {
+    "rapl": "the host CPU's RAPL package counters",
+    "nvml": "the GPU's NVML power readings",
+    "loihi-profiler": "the Loihi 2 chip's own power profiler",
+    "loihi-profiler (SIMULATED)": "a stand-in for the Loihi 2 profiler (SIMULATED: a fixed "
+                                  "power, not a chip's)",
+}
+
+
 def _power(system: System, info: SystemInfo) -> list[Any]:
     out: list[Any] = []
     if system.task == QUBO:
@@ -590,9 +600,10 @@ def _power(system: System, info: SystemInfo) -> list[Any]:
         statuses = sorted({r["power_status"] for r in rows if r.get("power_status")})
         measured = [r for r in rows if r.get("power_w_mean") is not None]
         if measured:
-            out.append(Para("Average power over the runtime of each point from the SUT's power "
-                            "instrument (RAPL package counters on the host CPU, NVML on a GPU, "
-                            "the Loihi profiler on Loihi 2), averaged over the seeds."))
+            sources = sorted({r["power_source"] for r in measured if r.get("power_source")})
+            said = "; ".join(_POWER_SOURCES.get(s, s) for s in sources) or "the SUT's power "
+            out.append(Para(f"Average power over the runtime of each point from {said}, "
+                            "averaged over the seeds."))
         if statuses:
             out.append(Box("note", "Power not measured for some points",
                            "; ".join(statuses) + ". Such points report power as unavailable, "

@@ -13,9 +13,10 @@ import pytest
 
 from rig.cli import main
 from rig.qubo.suts import LAVA_PYTHON
-from rig.report.content import _qubo_results
+from rig.report.content import _power, _qubo_results
 from rig.report.document import Para, Table
 from rig.report.runs import group_systems, read_run
+from rig.report.system import SystemInfo
 
 pytestmark = pytest.mark.skipif(not LAVA_PYTHON.exists(),
                                 reason=f"no Lava environment at {LAVA_PYTHON}: run `make lava-env`")
@@ -73,3 +74,7 @@ def test_stand_in_profiler_power_reaches_point_show_and_report(
     energy = next(b for b in blocks if isinstance(b, Table) and "energy of a solve" in b.caption)
     assert energy.rows[0][2].endswith("J") and "SIMULATED" in energy.caption
     assert any(isinstance(b, Para) and b.text == f"Power source: {SOURCE}." for b in blocks)
+    # The power measurement description names this sweep's source, not every possible one.
+    (described,) = [b.text for b in _power(system, SystemInfo()) if isinstance(b, Para)]
+    assert "stand-in for the Loihi 2 profiler (SIMULATED" in described
+    assert "RAPL" not in described
