@@ -18,7 +18,7 @@ from typing import Any
 
 from rig.config import Bench, load_bench
 from rig.errors import ConfigError
-from rig.sim.child import read_line
+from rig.sim.child import end_process, read_line
 from rig.sim.dut import SimDut
 from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.io_manager import SimIoManager
@@ -245,12 +245,7 @@ class VirtualBenchProcess:
                     self._proc.stdin.close()
                 self._proc.wait(timeout=3)
             except (subprocess.TimeoutExpired, OSError):
-                self._proc.terminate()
-                try:
-                    self._proc.wait(timeout=3)
-                except subprocess.TimeoutExpired:
-                    self._proc.kill()
-                    self._proc.wait()
+                end_process(self._proc, 3.0)
         for stream in (self._proc.stdout, self._proc.stdin, self._stderr, self._bench_file):
             if stream and not stream.closed:
                 stream.close()

@@ -28,3 +28,15 @@ def read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
         elif proc.poll() is not None:
             break
     return buf.decode(errors="replace").strip()
+
+
+def end_process(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """TERM `proc` by its pid, then KILL it if it has not ended within `timeout_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

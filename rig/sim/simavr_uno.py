@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from rig.errors import ConfigError
-from rig.sim.child import read_line
+from rig.sim.child import end_process, read_line
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "firmware"
@@ -112,13 +112,7 @@ class SimavrUno:
 
     def close(self) -> str:
         """TERM, then KILL, the harness by its pid; returns its stderr."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        end_process(self._proc, 5.0)
         text = self.stderr_text()
         for stream in (self._proc.stdout, self._stderr):
             if stream is not None and not stream.closed:
