@@ -48,6 +48,8 @@ _SLICE_FRACTION = 0.05
 _SLICE_MAX_S = 1.0
 #: Keep this share of a slice's predicted length free, against calibration error.
 _SAFETY = 0.8
+#: At most this many tabu iterations in one slice shorter than the solver's 1 ms resolution.
+_MAX_SLICE_ITERATIONS = 1_000_000
 #: Power sources of the Loihi 2 shim: its chip's profiler, or the stand-in for it (tests).
 LOIHI_PROFILER = "loihi-profiler"
 LOIHI_PROFILER_SIMULATED = "loihi-profiler (SIMULATED)"
@@ -114,6 +116,26 @@ def _check_timeout(timeout_s: float) -> None:
 
 
 # -- the CPU worker (runs in the spawned process) -----------------------------------------------
+def calibrate_steps(
+    short: Callable[[], float], long: Callable[[], float], extra_steps: int, rounds: int = 3
+) -> tuple[float, float]:
+    """(time of `short`, time per step) from two timed calls that differ by `extra_steps` steps.
+
+    The two are measured in turns and each keeps its fastest, so one burst of load on the host
+    hits both alike. When noise still leaves the long call no slower than the short one, the step
+    is bounded from above by the long call's whole time: a step estimated too long only makes
+    slices shorter, one estimated near zero (as before) sized a slice of a billion steps.
+    """
+    short_s = long_s = math.inf
+    for _ in range(rounds):
+        short_s = min(short_s, short())
+        long_s = min(long_s, long())
+    step_s = (long_s - short_s) / extra_steps
+    if step_s <= 0.1 * long_s / extra_steps:
+        step_s = long_s / extra_steps
+    return short_s, step_s
+
+
 class _Search:
     """One solver in the worker: built at load, calibrated, then run slice by slice."""
 
@@ -152,10 +174,10 @@ class _TabuSearch(_Search):
         # Calibrate: the fixed cost of a call (copying Q into the solver) and of one iteration,
         # so that a slice shorter than the solver's 1 ms time resolution can run by iterations.
         zero = np.zeros(n, dtype=np.intc)
-        self.setup_s = min(self._timed(zero, 0) for _ in range(3))
         iters = 2000
-        run = min(self._timed(zero, iters) for _ in range(2))
-        self.iteration_s = max(run - self.setup_s, 1e-9) / iters
+        self.setup_s, self.iteration_s = calibrate_steps(
+            lambda: self._timed(zero, 0), lambda: self._timed(zero, iters), iters
+        )
 
     def _timed(self, start: np.ndarray, iterations: int) -> float:
         t = time.perf_counter()
@@ -172,10 +194,12 @@ class _TabuSearch(_Search):
             r = self._tabu(self._q, init, self._tenure, ms, 1_000_000, seed)
         else:
             # Calibrated on a quiet start: leave half the room free.
-            iterations = int(0.5 * work_s / self.iteration_s)
+            iterations = min(int(0.5 * work_s / self.iteration_s), _MAX_SLICE_ITERATIONS)
             if iterations < 1:
                 return None
-            r = self._tabu(self._q, init, self._tenure, -1, 0, seed, None, 0, 0, iterations)
+            # A 0 ms limit too: the solver stops at the next millisecond tick whatever the
+            # calibration said, so a bad calibration cannot turn a slice into a hang.
+            r = self._tabu(self._q, init, self._tenure, 0, 0, seed, None, 0, 0, iterations)
         return np.asarray(r.bestSolution(), dtype=bool), 0
 
 
@@ -204,10 +228,10 @@ class _Annealing(_Search):
         self._hot, self._cold = math.log(2.0) / max(biggest, 1.0), math.log(100.0)
         self._n = n
         rng = np.random.default_rng(0)
-        t_small = min(self._timed(rng, 8) for _ in range(3))
-        t_big = min(self._timed(rng, 72) for _ in range(2))
-        self.sweep_s = max(t_big - t_small, 1e-9) / 64
-        self.setup_s = max(t_small - 8 * self.sweep_s, 0.0)
+        fixed_s, self.sweep_s = calibrate_steps(
+            lambda: self._timed(rng, 8), lambda: self._timed(rng, 72), 64
+        )
+        self.setup_s = max(fixed_s - 8 * self.sweep_s, 0.0)
         self.sweeps = 16  # the next anneal's length; doubles after every anneal
 
     def _run(self, rng: np.random.Generator, sweeps: int, seed: int) -> np.ndarray:

@@ -11,7 +11,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rig.qubo.suts import LAVA_PYTHON, LOIHI2_SHIM, CpuSut, SutError, SutHung, open_sut
+from rig.qubo.suts import (
+    LAVA_PYTHON,
+    LOIHI2_SHIM,
+    CpuSut,
+    SutError,
+    SutHung,
+    _Annealing,
+    _TabuSearch,
+    calibrate_steps,
+    open_sut,
+)
 from rig.qubo.workloads import cost, generate
 
 
@@ -52,6 +62,37 @@ def test_solve_result_is_consistent(name: str) -> None:
             assert all(b < a for a, b in itertools.pairwise(costs))  # improvements
             assert costs[-1] == result.best_cost
             assert result.elapsed_s > 0  # no bound: its last slice may end late
+
+
+def test_calibration_noise_never_gives_a_step_of_almost_nothing() -> None:
+    """CI hung a 0.05 s cpu-tabu solve: a load burst made the short calibration call slower than
+    the long one, the step came out as 1e-9 s / 2000 and the next slice ran a billion iterations."""
+    short = iter([5e-3, 4e-3, 3e-3])  # the host busy while the short call was timed
+    long = iter([2e-3, 1e-3, 2e-3])
+    fixed_s, step_s = calibrate_steps(lambda: next(short), lambda: next(long), 2000)
+    assert fixed_s == 3e-3
+    assert step_s == 1e-3 / 2000  # bounded by the long call's whole time
+    quiet_short, quiet_long = iter([1e-3] * 3), iter([3e-3] * 3)
+    assert calibrate_steps(lambda: next(quiet_short), lambda: next(quiet_long), 2000) == (
+        1e-3, pytest.approx(2e-3 / 2000))
+
+
+def test_a_tabu_slice_under_1_ms_ends_at_the_next_millisecond_whatever_the_calibration() -> None:
+    search = _TabuSearch(generate(60, 0.1, 1), None)
+    search.setup_s, search.iteration_s = 0.0, 1e-15  # the worst a calibration could say
+    started = time.perf_counter()
+    found = search.slice(np.zeros(60, dtype=bool), 5e-4, 0)
+    took = time.perf_counter() - started
+    assert found is not None and found[0].shape == (60,)
+    # 1e6 iterations of 60 variables would take seconds; the solver's 0 ms limit stops it at the
+    # next millisecond tick (a wide bound: this is a hang check, not a speed goal).
+    assert took < 0.5
+
+
+def test_annealing_calibration_gives_a_positive_sweep_time() -> None:
+    search = _Annealing(generate(60, 0.1, 1))
+    assert search.sweep_s > 0 and search.setup_s >= 0
+    assert search.slice(np.zeros(60, dtype=bool), 1e-9, 0) is None  # no room: no anneal
 
 
 def test_hanging_worker_is_killed_at_its_deadline() -> None:
