@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from rig.config import (
+from rig.bench.config import (
     DATASETS,
     EMON_DRIVERS,
     PPK2_MODES,
@@ -354,7 +354,7 @@ class BenchPanel(QtWidgets.QGroupBox):
 
     def save(self, path: Path, *, overwrite: bool = False) -> bool:
         """Validate and write the bench to `path`; it becomes the loaded file."""
-        from rig.bench_file import save_bench
+        from rig.bench.saving import save_bench
 
         try:
             bench = self.bench()

@@ -131,7 +131,7 @@ def run_gui(args: argparse.Namespace) -> int:
                           hint="run it on a desktop or over ssh -X; the CLI (rig measure, "
                                "rig sweep, rig show) needs no display")
     if args.device is not None:
-        from rig.config import resolve_device
+        from rig.bench.config import resolve_device
 
         resolve_device(args.device)  # an unknown name is one line before any window opens
     try:

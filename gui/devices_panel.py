@@ -1,9 +1,9 @@
 """Detect and handshake: the serial ports with what answers on each, and the bench's devices.
 
-The port list is `rig devices --probe` (`rig.ports.scan_ports`), refreshed when a port appears or
-goes (hot-plug is polled: listing ports is cheap, probing is done only for new ones). "Check
-bench" is `rig devices --check` (`rig.bench_check.check_bench`): it opens the bench's monitor and
-DUT, reads who they are, and powers the DUT off again. Both run off the GUI thread.
+The port list is `rig devices --probe` (`rig.bench.ports.scan_ports`), refreshed when a port
+appears or goes (hot-plug is polled: listing ports is cheap, probing is done only for new ones).
+"Check bench" is `rig devices --check` (`rig.bench_check.check_bench`): it opens the bench's monitor
+and DUT, reads who they are, and powers the DUT off again. Both run off the GUI thread.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from gui.background import Background, Done
-from rig.config import Bench
+from rig.bench.config import Bench
 
 #: How often the port list is polled for hot-plug [ms].
 HOTPLUG_MS = 2000
@@ -101,7 +101,7 @@ class DevicesPanel(QtWidgets.QGroupBox):
         known = self._known
 
         def work() -> list[dict[str, Any]] | None:
-            from rig.ports import scan_ports
+            from rig.bench.ports import scan_ports
 
             names = tuple(sorted(p.device for p in self._list()))
             if not force and names == known:

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from PySide6 import QtCore
 
-from rig.config import Bench
+from rig.bench.config import Bench
 from rig.errors import RigError, RunInterrupted
 from rig.events import Event, RunStarted
 from rig.live_power import PowerPreview

@@ -16,10 +16,10 @@ from typing import Any
 
 from drivers.errors import DeviceTimeout, PortError
 from protocols.errors import RigError
-from rig.config import VIRTUAL_PORT, Bench
+from rig.bench.config import VIRTUAL_PORT, Bench
+from rig.bench.ports import port_fault
 from rig.errors import ConfigError
 from rig.events import Event, EventBus, InstrumentInfo, Note
-from rig.ports import port_fault
 from rig.runner import BenchParts, connect_bench
 
 #: What a device can be found to be. "answering": it spoke and passed every check; "found":

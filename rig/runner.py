@@ -26,7 +26,7 @@ from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import RigError
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
-from rig.config import VIRTUAL_PORT, Bench
+from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import (

@@ -35,10 +35,10 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from protocols.errors import RigError
-from rig.config import read_toml
+from rig.bench.config import read_toml
+from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError, RunInterrupted
 from rig.events import Event, EventBus, RunFinished, RunStarted
-from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.stopping import StopRequest
 from rig.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
 
@@ -55,7 +55,7 @@ RUNNING = "running"
 STAND_IN_HANG_ENV = "RIG_SWEEP_STAND_IN_HANG_AT"
 #: How long the hanging stand-in waits before giving up (a deadline, never reached in tests).
 STAND_IN_HANG_S = 600.0
-#: Where each number of a [sweep] table may lie (`rig.file_numbers.number`).
+#: Where each number of a [sweep] table may lie (`rig.bench.numbers.number`).
 SEED_SPAN = at_least(0, 2**32 - 1)
 NUMBER_SPANS: dict[str, Span] = {
     "nodes": at_least(1, 1_000_000),
@@ -240,7 +240,7 @@ def _is(value: Any, expected: type) -> bool:
 
 def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
           ok: Callable[[Any], bool] | None = None, each: str = "") -> list[Any]:
-    """A non-empty list of distinct values: numbers through `rig.file_numbers.number` with
+    """A non-empty list of distinct values: numbers through `rig.bench.numbers.number` with
     their span in `NUMBER_SPANS`, text checked by `ok`."""
     if key not in table:
         raise ConfigError(f"{path}: [sweep] {key} is missing",

@@ -52,5 +52,5 @@ def test_layer_imports_only_what_is_below_it(layer: str) -> None:
 
 def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("from rig.config import Bench\nimport drivers.transport\n")
+    module.write_text("from rig.bench.config import Bench\nimport drivers.transport\n")
     assert imports(module) == {"rig", "drivers"}

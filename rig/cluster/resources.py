@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rig.config import read_toml
+from rig.bench.config import read_toml
 from rig.errors import ConfigError
 from rig.qubo.suts import SUT_NAMES
 

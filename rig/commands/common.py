@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rig.config import Bench, load_bench, resolve_device
+from rig.bench.config import Bench, load_bench, resolve_device
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,8 +22,8 @@ from drivers.emon import (
     open_monitor,
 )
 from protocols.errors import RigError
+from rig.bench.config import TIMESTAMP_INPUTS
 from rig.commands.common import print_json
-from rig.config import TIMESTAMP_INPUTS
 from rig.recording import EmonRecorder, trace_voltage
 from rig.trace_space import check_trace_space
 

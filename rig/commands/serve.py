@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from rig.bench.config import load_bench
 from rig.commands.mqtt import add_mqtt_arguments, mqtt_settings
-from rig.config import load_bench
 from rig.errors import ConfigError, RunInterrupted
 from rig.mqtt.session import new_telemetry
 from rig.mqtt.topics import cmd

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rig.config import Bench
+from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES, make_split
 from rig.errors import ConfigError
 

@@ -155,7 +155,7 @@ def resolve(
     power_rate_hz: float | None = None,
     env: dict[str, str] | None = None,
 ) -> MqttSettings | None:
-    """The settings of a bench's `[mqtt]` table (`rig.config.MqttConfig`, or None) with the
+    """The settings of a bench's `[mqtt]` table (`rig.bench.config.MqttConfig`, or None) with the
     command line's values over it; None when neither asks for MQTT."""
     if table is None and url is None:
         return None

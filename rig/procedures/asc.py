@@ -37,7 +37,7 @@ from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.analysis import mean_stderr, replicability
 from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
-from rig.config import Bench
+from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.errors import ConfigError, MeasurementFailed

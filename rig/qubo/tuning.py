@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rig.config import read_toml
+from rig.bench.config import read_toml
+from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError
-from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 
 #: rules.md: the seeds hyperparameters may be tuned on.
 TUNING_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
@@ -127,7 +127,7 @@ def write_tuning(content: dict[str, Any], path: Path) -> None:
     path.write_text(dumps(content))
 
 
-#: Where each number of a tuning file may lie (`rig.file_numbers.number`); the rest are the
+#: Where each number of a tuning file may lie (`rig.bench.numbers.number`); the rest are the
 #: SUT's own parameters and the search record's gaps, which need only be finite numbers.
 NUMBER_SPANS: dict[str, Span] = {
     "nodes": at_least(1, 1_000_000),

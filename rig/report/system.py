@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rig.config import read_toml
+from rig.bench.config import read_toml
+from rig.bench.numbers import refuse_non_finite
 from rig.errors import ConfigError
-from rig.file_numbers import refuse_non_finite
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rig.config import Bench, load_bench
+from rig.bench.config import Bench, load_bench
 from rig.errors import ConfigError
 from rig.sim.child import end_process, read_line
 from rig.sim.dut import SimDut
@@ -197,7 +197,7 @@ class VirtualBenchProcess:
     """Runs `serve` in a child process; the rig talks to its ptys like to real hardware."""
 
     def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
-        from rig.bench_file import bench_to_toml
+        from rig.bench.saving import bench_to_toml
 
         # The child serves the bench as the rig holds it (command-line overrides, a bench edited
         # in the runner window, an unsaved one), not as the file on disk says; `--for` names the

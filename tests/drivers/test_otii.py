@@ -430,7 +430,7 @@ def test_a_fixed_current_range_is_refused_before_connecting() -> None:
 
 
 def test_bench_files_with_the_otii(tmp_path) -> None:
-    from rig.config import load_bench
+    from rig.bench.config import load_bench
     from rig.errors import ConfigError
 
     shipped = Path(__file__).resolve().parents[2] / "benches" / "sim-otii.toml"

@@ -473,7 +473,7 @@ def test_an_unplugged_ppk2_is_a_fault_and_powering_off_does_not_raise(sim: SimPp
 def test_rig_devices_knows_a_ppk2_and_never_sends_it_a_dut_handshake() -> None:
     from types import SimpleNamespace
 
-    from rig.ports import scan_ports
+    from rig.bench.ports import scan_ports
 
     ppk2 = SimpleNamespace(device="/dev/ttyACM7", vid=0x1915, pid=0xC00A, description="PPK2",
                            serial_number="C1E2")

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.datasets.synthetic import make_split
 from rig.errors import ConfigError
 from rig.events import IdleMeasured, LatencyRun, SampleClassified, WindowMeasured

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rig.analysis import analyze
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.datasets.synthetic import make_split
 from rig.sim.model import LinearAscModel
 from rig.traces import read_trace

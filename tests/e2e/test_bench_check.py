@@ -13,11 +13,11 @@ import serial
 from serial.tools.list_ports_common import ListPortInfo
 
 from drivers.emon.lpm01a import Lpm01a
+from rig.bench.config import load_bench, parse_bench
+from rig.bench.ports import scan_ports
 from rig.bench_check import STATES, check_bench
 from rig.cli import main
-from rig.config import load_bench, parse_bench
 from rig.errors import ConfigError, RunInterrupted
-from rig.ports import scan_ports
 from rig.sim import bench as sim_bench
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty

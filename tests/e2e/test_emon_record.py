@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.recording import EmonRecorder
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty

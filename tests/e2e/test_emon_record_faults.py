@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.sim.bench import VirtualBench
 from rig.sim.world import NS
 from rig.traces import read_trace

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import serial
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.events import LatencyRun
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 import rig.commands.measure
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.events import Event, LatencyRun
 from rig.sim.bench import VirtualBench
 from rig.store import load_run

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.errors import ConfigError
 from rig.runner import measure_asc
 from rig.sim.bench import VirtualBench

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBench
 
 from .runs import REPO, RIG, events, run_rig, wait_for_event

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBench
 
 from .runs import REPO, RIG, events, only_run, wait_for_event

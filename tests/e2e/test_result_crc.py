@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.sim.bench import VirtualBench
 from rig.sim.host_dut import host_shim_binary
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.events import InstrumentInfo, SampleClassified
 from rig.procedures import asc

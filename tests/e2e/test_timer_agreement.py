@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBench
 from rig.store import load_run
 from rig.traces import read_trace

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from rig import runner
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.trace_space import projected_trace_bytes
 from rig.traces import read_trace
 

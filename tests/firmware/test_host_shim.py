@@ -756,7 +756,7 @@ def _scores_over(shim: Shim, inputs: list[bytes]) -> list[str]:
 
 def test_m4_scores_are_bit_identical_to_the_host_build_s_over_the_test_set(
         start_shim, start_m4) -> None:
-    from rig.config import load_bench
+    from rig.bench.config import load_bench
     from rig.datasets.testsets import load_test_set
 
     test = load_test_set(load_bench(REPO / "benches" / "qemu-m4.toml"))

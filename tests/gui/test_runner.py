@@ -18,7 +18,7 @@ from PySide6 import QtCore
 from serial.tools.list_ports_common import ListPortInfo
 
 from gui.runner import RunnerWindow, report_folder
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.run_summary import asc_figure_rows, run_summary
 from rig.sim.bench import VirtualBench

@@ -33,7 +33,7 @@ from serial.tools.list_ports_common import ListPortInfo
 
 app = QtWidgets.QApplication(["runner-xvfb"])
 from gui.runner import RunnerWindow
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBenchProcess
 
 out = Path(sys.argv[1])

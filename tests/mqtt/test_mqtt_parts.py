@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.events import EventBus, Note, RunFinished, RunStarted, TelemetryReport
 from rig.live_power import PowerPreview

@@ -162,7 +162,7 @@ def test_runner_window_job_reports_a_bench_with_mqtt(broker, tmp_path, monkeypat
     as `rig measure asc` does."""
     pytest.importorskip("PySide6")
     from gui.run_session import AscJob
-    from rig.config import load_bench
+    from rig.bench.config import load_bench
     from rig.stopping import StopRequest
 
     monkeypatch.setenv("RIG_MQTT_PASSWORD", USERS["rig-a"])

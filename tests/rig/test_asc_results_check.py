@@ -11,7 +11,7 @@ from rich.console import Console
 
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.console import summary_table
 from rig.events import Event, InstrumentInfo, Note, SampleClassified, SampleFailed
 from rig.procedures import asc

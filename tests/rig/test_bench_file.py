@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from drivers.errors import VoltageLimitError
-from rig.bench_file import bench_to_toml, save_bench
-from rig.config import Bench, load_bench, parse_bench
+from rig.bench.config import Bench, load_bench, parse_bench
+from rig.bench.saving import bench_to_toml, save_bench
 from rig.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

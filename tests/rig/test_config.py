@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from drivers.errors import VoltageLimitError
-from rig.config import known_devices, load_bench, resolve_device
+from rig.bench.config import known_devices, load_bench, resolve_device
 from rig.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.bench_file import bench_to_toml, save_bench
-from rig.cli import main
-from rig.config import (
+from rig.bench.config import (
     current_range_choices,
     current_range_help,
     load_bench,
     normalize_current_range,
 )
+from rig.bench.saving import bench_to_toml, save_bench
+from rig.cli import main
 from rig.errors import ConfigError
 from rig.sim.joulescope import FakeJoulescopeDriver, SampleBlock
 from rig.sim.keysight import Sim34465A, SimN6705

@@ -1,5 +1,5 @@
 """Every number in a bench, sweep, system or tuning file is checked when the file is loaded:
-its type, finite, in its span (rig/file_numbers.py). A refusal is one ConfigError line naming
+its type, finite, in its span (rig/bench/numbers.py). A refusal is one ConfigError line naming
 the file, the table and the key; `rig measure` exits 2 with no run folder and no instrument
 touched. The loaders are fuzzed: any TOML value anywhere gives a result or a ConfigError."""
 
@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from drivers.errors import VoltageLimitError
-from rig import config
-from rig.config import NUMBER_SPANS, load_bench, parse_bench
+from rig.bench import config
+from rig.bench.config import NUMBER_SPANS, load_bench, parse_bench
 from rig.errors import ConfigError
 from rig.qubo import tuning
 from rig.report.system import load_system
@@ -116,7 +116,7 @@ def test_every_number_of_a_bench_has_a_span() -> None:
               "mqtt": config.MqttConfig}
     numeric = {f"{t}.{f.name}" for t, cls in tables.items() for f in dataclasses.fields(cls)
                if type(f.default) in (int, float)} | {"bench.voltage_limit_v"}
-    assert numeric == set(NUMBER_SPANS), ("add a span to rig/config.py NUMBER_SPANS for: "
+    assert numeric == set(NUMBER_SPANS), ("add a span to rig/bench/config.py NUMBER_SPANS for: "
                                           f"{sorted(numeric - set(NUMBER_SPANS))}")
 
 

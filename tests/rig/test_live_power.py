@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from drivers.emon.base import Chunk
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.events import EventBus, LatencyRun, RunStarted
 from rig.live_power import BIN_S, EMIT_S, PowerDecimator, PowerPreview
 from rig.recording import EmonRecorder

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from drivers.dut.client import DutClient
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.procedures.asc import AscProcedure
 from tests.drivers.scripted import ScriptedTransport
@@ -51,7 +51,7 @@ def test_a_bad_inference_time_is_refused(tmp_path: Path, value: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_bench(hardware_bench(tmp_path, f"inference_time_s = {value}"))
     message = err.value.message
-    # the one reader of the rig's numbers (rig.file_numbers): file, table, key and the span
+    # the one reader of the rig's numbers (rig.bench.numbers): file, table, key and the span
     assert "[dut] inference_time_s: " in message and "expected a number" in message
     assert "unknown key" not in message
 

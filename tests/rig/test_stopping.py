@@ -15,7 +15,7 @@ import pytest
 
 from drivers.dut.client import DutClient
 from drivers.emon.base import Chunk
-from rig.config import load_bench
+from rig.bench.config import load_bench
 from rig.errors import RunInterrupted
 from rig.events import Event, LatencyRun, PhaseStarted, TraceSaved
 from rig.recording import EmonRecorder

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench_file import bench_to_toml
-from rig.config import load_bench, parse_bench
+from rig.bench.config import load_bench, parse_bench
+from rig.bench.saving import bench_to_toml
 from rig.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ import pytest
 
 from protocols.errors import RigError
 from rig import runner, trace_space
+from rig.bench.config import load_bench
 from rig.cli import main
-from rig.config import load_bench
 from rig.errors import ConfigError
 from rig.events import Event, Note
 from rig.trace_space import (

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import __version__
-from rig.config import Bench, normalize_current_range, parse_bench
+from rig.bench.config import Bench, normalize_current_range, parse_bench
 from rig.errors import ConfigError
 
 #: Mode of a newly created bench file (an overwritten one keeps its own).

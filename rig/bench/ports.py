@@ -99,9 +99,9 @@ def scan_ports(
     """Every port `lister` (default: pyserial's `comports`) reports, sorted by path.
 
     Each entry: port, vid, pid (hex strings or None), description, serial_number, looks_like,
-    state (one of `PORT_STATES`) and, with `probe`, handshake (see `rig.ports.probe`). Each port
-    gets its own `timeout_s`, so a silent port never holds the listing up. Without probing a
-    port is not opened (opening resets many Arduinos), so "busy" is only known when probing.
+    state (one of `PORT_STATES`) and, with `probe`, handshake (see `probe`). Each port gets its
+    own `timeout_s`, so a silent port never holds the listing up. Without probing a port is not
+    opened (opening resets many Arduinos), so "busy" is only known when probing.
     """
     lister = lister if lister is not None else list_ports.comports
     ports = []

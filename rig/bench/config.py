@@ -15,8 +15,8 @@ from typing import Any
 from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
+from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError
-from rig.file_numbers import Span, at_least, number, positive, refuse_non_finite
 
 #: A port value that means "the virtual bench's pty for this device".
 VIRTUAL_PORT = "virtual"
@@ -197,7 +197,7 @@ class Bench:
         return data
 
 
-#: Where every number of a bench file may lie, by "table.key" (`rig.file_numbers.number` checks
+#: Where every number of a bench file may lie, by "table.key" (`rig.bench.numbers.number` checks
 #: each when the file is loaded). Every int or float field of the tables above has an entry
 #: (tests/rig/test_file_numbers.py checks it): wide enough for any real bench, narrow enough
 #: that nothing downstream overflows or waits forever.
