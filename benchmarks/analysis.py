@@ -5,7 +5,7 @@ edge detection and the whole `analyze()`, then the same integration on float32 i
 instruments and JLS traces hold): `float32_window_integration_s`, `float32_numpy_dot_s`,
 `float32_ratio` (goal <= 2), the same with the caller's thread alone (`float32_ratio_one_thread`:
 what a host with no free core gets), and the float32 window's relative error against its closed
-form (float64 level: the float32 path multiplies and sums in float64, `rig.analysis.dot`).
+form (float64 level: the float32 path multiplies and sums in float64, `rig.traces.analysis.dot`).
 Timings are the best of a few repeats; on a busy host the ratios are noisy, run it again.
 """
 
@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from rig.analysis import analyze, dot, falling_edges, window_energies, windows_from_edges
+from rig.traces.analysis import analyze, dot, falling_edges, window_energies, windows_from_edges
 
 N = 100_000_000
 FS = 1_000_000.0

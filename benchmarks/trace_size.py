@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyjls
 
-from rig.traces import JLS_SIGNAL_OPTIONS, TraceWriter
+from rig.traces.files import JLS_SIGNAL_OPTIONS, TraceWriter
 
 RATE = 1_000_000
 LENGTHS = (1_000_000, 8_000_000)

@@ -42,7 +42,7 @@ def pattern(rate: int = RATE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def write_trace(path: Path, minutes: int) -> float:
     """Write `minutes` of 1 MS/s; returns the seconds it took."""
-    from rig.traces import TraceWriter
+    from rig.traces.files import TraceWriter
 
     current, voltage, gpio = pattern()
     started = time.perf_counter()
@@ -70,7 +70,7 @@ def measure(path: Path) -> dict[str, float]:
     from PySide6.QtWidgets import QApplication
 
     from gui.viewer import ViewerWindow
-    from rig.trace_view import open_view
+    from rig.traces.view import open_view
 
     app = QApplication.instance() or QApplication([])
     qt_s = time.perf_counter() - started

@@ -2,7 +2,7 @@
 plots of current, voltage, power and GPIO on one time axis, the run's idle span and energy
 windows on top, and two markers whose statistics are the numbers `rig analyze --span` prints.
 
-Everything drawn comes from `rig.trace_view`: per-pixel summaries (or raw samples when zoomed
+Everything drawn comes from `rig.traces.view`: per-pixel summaries (or raw samples when zoomed
 in), the marks and the span statistics. Nothing here measures; it only draws. A plot never gets
 more than about one bin per pixel column (over the view and a quarter of it either side), so an
 hour at 1 MS/s pans and zooms as fast as a minute.
@@ -19,9 +19,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from rig.analysis import SpanStats
 from rig.errors import RigError
-from rig.trace_view import CHANNELS, UNITS, Envelope, Mark, TraceView
+from rig.traces.analysis import SpanStats
+from rig.traces.view import CHANNELS, UNITS, Envelope, Mark, TraceView
 from rig.units import si
 
 #: Range changes closer together than this are drawn once (mouse drags fire per event).

@@ -37,8 +37,8 @@ from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError, StorageError
 from rig.live_power import PowerDecimator, PowerPreview
-from rig.trace_space import _size, space_left, write_failure
-from rig.traces import TraceWriter
+from rig.traces.files import TraceWriter
+from rig.traces.space import _size, space_left, write_failure
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
 _EDGE_CAPACITY = 1024

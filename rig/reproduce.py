@@ -1,7 +1,7 @@
 """Reproduce a finished ASC run's energy figures from its raw trace (`rig analyze RUN_FOLDER`).
 
 The windows and idle spans (sample ranges) and iteration counts come from the run's own events;
-their energy and power are integrated again from the trace file with `rig.analysis`, and the
+their energy and power are integrated again from the trace file with `rig.traces.analysis`, and the
 run's summary function (`asc.summarize`) derives the figures from them, so the manifest's idle,
 active and dynamic power and energy per inference must come back to `TOLERANCE` (relative).
 """
@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from rig.analysis import falling_edges, span_power, window_energies
 from rig.errors import ConfigError
 from rig.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.procedures import asc
 from rig.run_summary import run_simulated
 from rig.store import load_run
-from rig.traces import read_trace
+from rig.traces.analysis import falling_edges, span_power, window_energies
+from rig.traces.files import read_trace
 
 #: Relative difference allowed between a stored figure and its recomputation (float rounding).
 TOLERANCE = 1e-9

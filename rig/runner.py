@@ -44,7 +44,7 @@ from rig.procedures import asc
 from rig.recording import EmonRecorder, trace_voltage
 from rig.stopping import StopRequest
 from rig.store import REFUSED, RunStore
-from rig.trace_space import check_trace_space, projected_trace_bytes
+from rig.traces.space import check_trace_space, projected_trace_bytes
 
 EMON_TRACE = "emon.jls"
 #: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so

@@ -48,7 +48,7 @@ from rig.events import (
     WindowMeasured,
 )
 from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
-from rig.trace_space import write_failure
+from rig.traces.space import write_failure
 
 MANIFEST = "manifest.json"
 EVENTS = "events.jsonl"

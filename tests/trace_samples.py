@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rig.traces import TraceWriter
+from rig.traces.files import TraceWriter
 
 FS = 1000.0
 V = 1.8

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 from protocols.errors import RigError
-from rig.analysis import (
+from rig.reproduce import TOLERANCE, Reproduction, reproduce_run
+from rig.traces.analysis import (
     REPLICABILITY_TOLERANCE,
     EnergyAnalysis,
     analyze,
     span_samples,
     span_statistics,
 )
-from rig.reproduce import TOLERANCE, Reproduction, reproduce_run
-from rig.traces import Trace, read_trace
+from rig.traces.files import Trace, read_trace
 
 _IDLE_HINT = "use START:END in seconds, e.g. --idle 0:2"
 

@@ -25,7 +25,7 @@ from protocols.errors import RigError
 from rig.bench.config import TIMESTAMP_INPUTS
 from rig.commands.common import print_json
 from rig.recording import EmonRecorder, trace_voltage
-from rig.trace_space import check_trace_space
+from rig.traces.space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.
 DEFAULT_BENCH_LIMIT_V = 3.3

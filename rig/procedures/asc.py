@@ -35,8 +35,6 @@ from drivers.dut.client import DutClient, InferResult, ResultError
 from drivers.dut.qemu import emulated_label
 from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
-from rig.analysis import mean_stderr, replicability
-from rig.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set
@@ -55,6 +53,8 @@ from rig.events import (
     WindowMeasured,
 )
 from rig.recording import EmonRecorder
+from rig.traces.analysis import mean_stderr, replicability
+from rig.traces.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.units import si
 
 #: ASC.md: a simulated analog front end's spikes reach the SNN through a side channel; the

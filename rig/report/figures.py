@@ -254,7 +254,7 @@ def _read_excerpt(path: Path, meas: dict[str, list[dict]]) -> _Excerpt | None:
     import pyjls  # C extension: only when a trace is drawn
 
     from rig.errors import AnalysisError
-    from rig.traces import captured_c_output, open_jls_reader
+    from rig.traces.files import captured_c_output, open_jls_reader
 
     try:
         reader, _ = open_jls_reader(path)  # pyjls's C-level messages caught, not printed
@@ -274,7 +274,7 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
             if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0}
     power, cur, vol = sigs.get("power"), sigs.get("current"), sigs.get("voltage")
     if power is None and vol is None:  # a monitor that sets the supply: its value, not a signal
-        from rig.traces import _rig_user_data, set_voltage_of
+        from rig.traces.files import _rig_user_data, set_voltage_of
 
         set_v = set_voltage_of(_rig_user_data(reader))
         vol = set_v[0] if set_v else None

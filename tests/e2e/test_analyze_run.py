@@ -12,7 +12,7 @@ import pytest
 
 from rig.events import IdleMeasured, WindowMeasured
 from rig.store import load_run
-from rig.traces import TraceWriter, read_trace
+from rig.traces.files import TraceWriter, read_trace
 
 from .runs import TRUTH, bench_variant, only_run, run_rig
 

@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from rig.analysis import analyze
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.datasets.synthetic import make_split
 from rig.sim.model import LinearAscModel
-from rig.traces import read_trace
+from rig.traces.analysis import analyze
+from rig.traces.files import read_trace
 
 from .runs import REPO, TRUTH, bench_variant, only_run, run_rig
 

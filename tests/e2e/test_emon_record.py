@@ -14,7 +14,7 @@ from rig.recording import EmonRecorder
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
 from rig.sim.world import NS
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 from .runs import REPO, window_scheduled
 

@@ -15,7 +15,7 @@ from rig.bench.config import load_bench
 from rig.cli import main
 from rig.sim.bench import VirtualBench
 from rig.sim.world import NS
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 from .runs import REPO, window_scheduled
 

@@ -28,7 +28,7 @@ from rig.cli import main
 from rig.events import Event, LatencyRun
 from rig.sim.bench import VirtualBench
 from rig.store import load_run
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 from .runs import REPO, RIG, events, only_run, wait_for_event
 from .test_faults import hardware_bench, one_line_error

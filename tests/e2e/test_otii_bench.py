@@ -18,7 +18,7 @@ from rig.sim.bench import VirtualBench
 from rig.sim.otii import SimOtii
 from rig.sim.world import NS
 from rig.store import load_run
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 from .runs import REPO, TRUTH, only_run, short_bench, window_scheduled
 from .test_faults_midrun import AFTER_RUNS, error_line, measure, on_latency_run

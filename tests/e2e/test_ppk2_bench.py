@@ -22,7 +22,7 @@ from rig.runner import measure_asc
 from rig.sim.bench import VirtualBench
 from rig.sim.ppk2 import SIM_CALIBRATION
 from rig.store import load_run
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
 from .runs import short_bench as _short

@@ -14,7 +14,7 @@ import pytest
 from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBench
 from rig.store import load_run
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 from rig.units import si
 
 from .runs import REPO, TRUTH, run_rig

@@ -13,8 +13,8 @@ import pytest
 
 from rig import runner
 from rig.bench.config import load_bench
-from rig.trace_space import projected_trace_bytes
-from rig.traces import read_trace
+from rig.traces.files import read_trace
+from rig.traces.space import projected_trace_bytes
 
 from .runs import REPO, bench_variant, only_run, run_rig
 

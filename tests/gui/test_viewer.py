@@ -17,10 +17,10 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from gui.viewer import COLOURS, ViewerWindow, render_png, si_format
-from rig.analysis import span_statistics
 from rig.cli import main
-from rig.trace_view import open_view
-from rig.traces import write_csv_trace
+from rig.traces.analysis import span_statistics
+from rig.traces.files import write_csv_trace
+from rig.traces.view import open_view
 from tests.trace_samples import FS, V, step_trace, write_jls
 
 STAT_FIELDS = ("duration_s", "current_mean_a", "current_min_a", "current_max_a", "power_mean_w",
@@ -109,9 +109,9 @@ def test_an_empty_span_says_why_in_the_panel(open_window, steps) -> None:
 
 
 def test_a_span_read_from_summaries_says_so(open_window, steps, monkeypatch) -> None:
-    import rig.trace_view
+    import rig.traces.view
 
-    monkeypatch.setattr(rig.trace_view, "SPAN_RAW_MAX", 100)  # as for hours at 1 MS/s
+    monkeypatch.setattr(rig.traces.view, "SPAN_RAW_MAX", 100)  # as for hours at 1 MS/s
     window = open_window(steps[0])
     window.set_markers(0.0, 3.0)
     stats = window.marker_stats()

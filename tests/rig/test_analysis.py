@@ -1,4 +1,4 @@
-"""rig.analysis against closed-form answers: known power levels inside known windows."""
+"""rig.traces.analysis against closed-form answers: known power levels inside known windows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rig.analysis import (
+from rig.errors import AnalysisError
+from rig.traces.analysis import (
     analyze,
     falling_edges,
     mean_stderr,
@@ -19,7 +20,6 @@ from rig.analysis import (
     window_energies,
     windows_from_edges,
 )
-from rig.errors import AnalysisError
 
 FS = 1000.0
 V = 1.8

@@ -9,10 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from rig.analysis import SpanAccumulator, analyze, span_power, window_energies
-from rig.analysis import dot as dot_mod
-from rig.analysis.dot import BLOCK, dot64
 from rig.errors import AnalysisError
+from rig.traces.analysis import SpanAccumulator, analyze, span_power, window_energies
+from rig.traces.analysis import dot as dot_mod
+from rig.traces.analysis.dot import BLOCK, dot64
 
 FS = 1_000_000.0
 #: Long enough for several blocks, the helper threads and a partial last block and row.

@@ -14,7 +14,7 @@ import pytest
 
 from rig.cli import main
 from rig.errors import AnalysisError
-from rig.traces import captured_c_output, read_trace
+from rig.traces.files import captured_c_output, read_trace
 from tests.trace_samples import step_trace, write_jls
 
 HEADER = "current_a,voltage_v,gpio\n"
@@ -107,7 +107,7 @@ def test_a_damaged_jls_is_one_line_and_pyjls_prints_nothing(tmp_path: Path, capf
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rig: error: ") and words in lines[0], err
     # The viewer opens files the same way.
-    from rig.trace_view import open_view
+    from rig.traces.view import open_view
 
     with pytest.raises(AnalysisError):
         open_view(path)
@@ -141,7 +141,7 @@ def test_a_recording_cut_off_unclosed_is_recovered_quietly(tmp_path: Path, capfd
     path = tmp_path / "crash.jls"
     script = (
         "import os, numpy as np\n"
-        "from rig.traces import TraceWriter\n"
+        "from rig.traces.files import TraceWriter\n"
         f"w = TraceWriter({str(path)!r}, 1000)\n"
         "g = np.ones(4000, np.uint8); g[1000:1002] = 0; g[3000:3002] = 0\n"
         "w.append(0, np.full(4000, 1e-3), np.full(4000, 1.8), g)\n"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rig.cli import main
-from rig.traces import TraceWriter, write_csv_trace
+from rig.traces.files import TraceWriter, write_csv_trace
 
 FS, V, P_IDLE, P_ACTIVE = 1000, 1.8, 1.2e-3, 3.6e-3
 WINDOWS = [(1000, 3000), (4000, 6000)]

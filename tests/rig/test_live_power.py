@@ -17,7 +17,7 @@ from rig.events import EventBus, LatencyRun, RunStarted
 from rig.live_power import BIN_S, EMIT_S, PowerDecimator, PowerPreview
 from rig.recording import EmonRecorder
 from rig.store import RunStore, load_run
-from rig.traces import read_trace
+from rig.traces.files import read_trace
 
 REPO = Path(__file__).resolve().parents[2]
 

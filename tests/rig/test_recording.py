@@ -10,10 +10,10 @@ import pytest
 
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
-from rig.analysis import analyze, falling_edges, span_power
 from rig.errors import AnalysisError
 from rig.recording import EmonRecorder
-from rig.traces import read_trace
+from rig.traces.analysis import analyze, falling_edges, span_power
+from rig.traces.files import read_trace
 
 FS = 100_000.0
 V = 1.8

@@ -48,8 +48,8 @@ def test_float64_chunks_with_a_trace_integrate_what_the_file_stores(tmp_path) ->
     """A monitor giving float64 samples (the LPM01A's 4-digit readings): the trace stores them
     as float32, so the recorder integrates those float32 values; the window's power read back
     from the file is then the run's to 1e-12 (`rig analyze RUN_FOLDER` needs 1e-9)."""
-    from rig.analysis import window_energies
-    from rig.traces import read_trace
+    from rig.traces.analysis import window_energies
+    from rig.traces.files import read_trace
 
     rng = np.random.default_rng(5)
     n = 50_000

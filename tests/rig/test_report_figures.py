@@ -25,7 +25,7 @@ from rig.report.figures import (
 )
 from rig.report.workflow import HEIGHT_IN as WORKFLOW_HEIGHT_IN
 from rig.report.workflow import Stage, _groups, draw_workflow
-from rig.traces import TraceWriter
+from rig.traces.files import TraceWriter
 
 RATE = 1000  # Hz
 SECONDS = 30

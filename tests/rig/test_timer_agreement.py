@@ -12,13 +12,13 @@ import pytest
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
 from protocols.lpm01a.codec import AcquisitionCompleted, EdgeEvent, encode
-from rig.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
 from rig.errors import AnalysisError
 from rig.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
 from rig.procedures.asc import checks_passed, summarize
 from rig.sim.dut import SimDut
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.world import NS, PowerParams, World
+from rig.traces.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
 
 from .test_sim_dut import ByteScoresModel
 from .test_sim_lpm01a import Client, samples_of

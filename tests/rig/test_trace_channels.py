@@ -13,10 +13,10 @@ import pyjls
 import pytest
 
 from drivers.emon.base import Chunk
-from rig.analysis import window_energies
 from rig.recording import EmonRecorder
-from rig.trace_view import JlsSource
-from rig.traces import JLS_VOLTAGE, TraceWriter, read_trace
+from rig.traces.analysis import window_energies
+from rig.traces.files import JLS_VOLTAGE, TraceWriter, read_trace
+from rig.traces.view import JlsSource
 
 FS = 100_000.0
 SET = (1.8, "set: LPM01A volt 1800m")

@@ -17,7 +17,8 @@ from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError
 from rig.events import Event, Note
-from rig.trace_space import (
+from rig.traces.files import TraceWriter
+from rig.traces.space import (
     BYTES_PER_SAMPLE,
     FIXED_BYTES,
     RAW_BYTES_PER_SAMPLE,
@@ -25,7 +26,6 @@ from rig.trace_space import (
     check_trace_space,
     projected_trace_bytes,
 )
-from rig.traces import TraceWriter
 
 REPO = Path(__file__).resolve().parents[2]
 GiB, MiB = 1 << 30, 1 << 20

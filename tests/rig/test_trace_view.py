@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.analysis import SpanAccumulator, span_samples, span_statistics
 from rig.cli import main
 from rig.errors import AnalysisError, ConfigError
-from rig.trace_view import open_view, run_marks
-from rig.traces import write_csv_trace
+from rig.traces.analysis import SpanAccumulator, span_samples, span_statistics
+from rig.traces.files import write_csv_trace
+from rig.traces.view import open_view, run_marks
 from tests.trace_samples import FS, V, step_trace, write_jls
 
 
@@ -180,7 +180,7 @@ def test_truncated_jls_and_run_without_trace(tmp_path: Path) -> None:
 
 
 def test_long_spans_use_the_summaries_and_say_so(tmp_path: Path, monkeypatch) -> None:
-    import rig.trace_view as tv
+    import rig.traces.view as tv
 
     current, voltage, gpio = step_trace([(1e-3, 3.3), (3e-3, 6.7)], fs=10_000)
     path = write_jls(tmp_path / "t.jls", current, voltage, gpio, fs=10_000)

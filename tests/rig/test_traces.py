@@ -10,9 +10,9 @@ import numpy as np
 import pyjls
 import pytest
 
-from rig.analysis import analyze
 from rig.errors import AnalysisError
-from rig.traces import (
+from rig.traces.analysis import analyze
+from rig.traces.files import (
     JLS_CURRENT,
     JLS_GPIO,
     JLS_POWER,

@@ -4,8 +4,8 @@
 (`median`, `mean_stderr`, `replicability`) are shared with the benchmark procedures.
 """
 
-from rig.analysis.edges import falling_edges, windows_from_edges
-from rig.analysis.energy import (
+from rig.traces.analysis.edges import falling_edges, windows_from_edges
+from rig.traces.analysis.energy import (
     REPLICABILITY_TOLERANCE,
     EnergyAnalysis,
     WindowEnergy,
@@ -16,7 +16,7 @@ from rig.analysis.energy import (
     span_power,
     window_energies,
 )
-from rig.analysis.span import (
+from rig.traces.analysis.span import (
     SpanAccumulator,
     SpanStats,
     span_samples,

@@ -5,7 +5,7 @@ energy windows and timestamp edges), and the markers' statistics.
 Memory and time do not grow with the trace's length: a JLS file is read through its own
 multi-resolution summaries (`pyjls.Reader.fsr_statistics`) for any view wider than a couple of
 samples per pixel, and raw samples only for narrow views. Marker statistics come from raw samples
-through `rig.analysis.SpanAccumulator`, the code `rig analyze --span` uses.
+through `rig.traces.analysis.SpanAccumulator`, the code `rig analyze --span` uses.
 
 The GUI (`gui/viewer.py`) only draws what this module returns.
 """
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from rig.analysis import SpanAccumulator, SpanStats, falling_edges, span_samples
 from rig.errors import AnalysisError, ConfigError
-from rig.traces import (
+from rig.traces.analysis import SpanAccumulator, SpanStats, falling_edges, span_samples
+from rig.traces.files import (
     JLS_CURRENT,
     JLS_GPIO,
     JLS_POWER,

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rig.analysis.energy import _dot64
 from rig.errors import AnalysisError
+from rig.traces.analysis.energy import _dot64
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from rig.analysis.dot import dot64 as _dot64
-from rig.analysis.dot import span_dots
-from rig.analysis.edges import falling_edges, windows_from_edges
 from rig.errors import AnalysisError
+from rig.traces.analysis.dot import dot64 as _dot64
+from rig.traces.analysis.dot import span_dots
+from rig.traces.analysis.edges import falling_edges, windows_from_edges
 
 #: Default replicability tolerance: every trial within 5% of the reported value.
 REPLICABILITY_TOLERANCE = 0.05
@@ -38,7 +38,7 @@ def window_energies(
     current: np.ndarray, voltage: np.ndarray, windows: np.ndarray, sample_rate: float
 ) -> np.ndarray:
     """Energy [J] of each [start, end) sample window: one float64 dot product per window
-    (float32 samples too: products and sums in float64, see `rig.analysis.dot`)."""
+    (float32 samples too: products and sums in float64, see `rig.traces.analysis.dot`)."""
     current = np.asarray(current)
     voltage = np.asarray(voltage)
     _check_signals(current, voltage, sample_rate)
