@@ -45,7 +45,7 @@ from PySide6 import QtCore, QtGui, QtWidgets  # noqa: E402
 
 from gui.commands import settle_heap  # noqa: E402
 from gui.runner import RunnerWindow  # noqa: E402
-from rig.events import Event, PhaseStarted, RunFinished, TraceSaved  # noqa: E402
+from rig.run.events import Event, PhaseStarted, RunFinished, TraceSaved  # noqa: E402
 
 RATES = (2_000_000, 1_000_000)
 #: Probe period [s]; every INPUT_EVERY-th probe also posts a simulated user input.

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from drivers.emon.base import Chunk
-from rig.live_power import PowerPreview
-from rig.recording import EmonRecorder
+from rig.run.live_power import PowerPreview
+from rig.run.recording import EmonRecorder
 
 FS = 2_000_000
 #: A timestamp pulse every 10 ms, 10 samples low.

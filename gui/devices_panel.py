@@ -2,8 +2,8 @@
 
 The port list is `rig devices --probe` (`rig.bench.ports.scan_ports`), refreshed when a port
 appears or goes (hot-plug is polled: listing ports is cheap, probing is done only for new ones).
-"Check bench" is `rig devices --check` (`rig.bench_check.check_bench`): it opens the bench's monitor
-and DUT, reads who they are, and powers the DUT off again. Both run off the GUI thread.
+"Check bench" is `rig devices --check` (`rig.run.bench_check.check_bench`): it opens the bench's
+monitor and DUT, reads who they are, and powers the DUT off again. Both run off the GUI thread.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class DevicesPanel(QtWidgets.QGroupBox):
         if self.busy:
             self.message.emit("info", "a port scan or check is still going; try again", "")
             return
-        from rig.bench_check import check_bench
+        from rig.run.bench_check import check_bench
 
         self.device_table.setRowCount(1)
         _fill(self.device_table, 0, ("bench", "checking…", "opening the monitor and the DUT"))

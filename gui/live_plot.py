@@ -1,7 +1,7 @@
 """The live power trace of a running measurement: the last few seconds of the monitor's stream.
 
 Fed with `PowerPreview`s (min/max/mean per few-ms bin, made on the monitor's thread by
-`rig.live_power`); it keeps a bounded ring of bins and draws the min/max envelope and the mean.
+`rig.run.live_power`); it keeps a bounded ring of bins and draws the min/max envelope and the mean.
 Nothing here is a measurement: the numbers of a run come from its events and its trace file.
 """
 
@@ -11,7 +11,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtGui, QtWidgets
 
-from rig.live_power import PowerPreview
+from rig.run.live_power import PowerPreview
 from rig.units import si
 
 #: Seconds of stream shown.

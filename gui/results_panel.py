@@ -9,13 +9,13 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from rig.errors import RigError
-from rig.run_summary import (
+from rig.run.store import REFUSED, list_runs
+from rig.run.summary import (
     REFUSED_TEXT,
     asc_figure_rows,
     replicability_verdict,
     run_summary,
 )
-from rig.store import REFUSED, list_runs
 from rig.sweep import power_line
 from rig.units import si
 

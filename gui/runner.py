@@ -26,7 +26,8 @@ from gui.live_plot import LivePowerPlot
 from gui.results_panel import EarlierRuns, ResultsPanel
 from gui.run_session import AscJob, RunSession, SessionEnd, SweepJob
 from rig.errors import ConfigError
-from rig.events import (
+from rig.run.asc import SCOPES
+from rig.run.events import (
     Event,
     IdleMeasured,
     InstrumentInfo,
@@ -40,8 +41,7 @@ from rig.events import (
     TraceSaved,
     WindowMeasured,
 )
-from rig.procedures.asc import SCOPES
-from rig.runner import asc_phase_seconds
+from rig.run.measure import asc_phase_seconds
 from rig.sweep import KNOWN_SUTS, SweepPointDone, SweepResumed, load_sweep, parse_sweep
 from rig.units import si
 

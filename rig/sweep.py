@@ -38,9 +38,9 @@ from protocols.errors import RigError
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError, RunInterrupted
-from rig.events import Event, EventBus, RunFinished, RunStarted
-from rig.stopping import StopRequest
-from rig.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
+from rig.run.events import Event, EventBus, RunFinished, RunStarted
+from rig.run.stopping import StopRequest
+from rig.run.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
 
 #: `procedure` of a sweep's run folder (manifest.json and run_started).
 PROCEDURE = "qubo-sweep"
@@ -912,7 +912,7 @@ def _run(
 ) -> SweepOutcome:
     """Measure `todo` (here in order, or by `dispatch`), one checkpoint per point; finish the
     session however it ends."""
-    from rig.runner import sigterm_as_interrupt  # the ASC runner's SIGTERM-as-Ctrl-C
+    from rig.run.measure import sigterm_as_interrupt  # the ASC runner's SIGTERM-as-Ctrl-C
 
     done = dict(already or {})
     status, error, interrupted, ran = "failed", None, False, 0

@@ -48,7 +48,7 @@ each record is thresholded with hysteresis (`aux_line.LineThreshold`, 30 % / 70 
 default) into bit 0 of ``gpio``, so a pulse far shorter than the period still marks the record
 that holds it; it must be longer than the instrument's raw reading interval (5.12 us on the
 N678xA) to be seen for sure: hold the timestamp low for 10 us or more. The edges are then found
-like any other monitor's GPIO (rig/recording.py) and `sees_every_edge` is True. The error queue
+like any other monitor's GPIO (rig/run/recording.py) and `sees_every_edge` is True. The error queue
 is read after every fetch, so an error the instrument reports while logging (a FIFO overrun
 included) ends the run at once (`fault`).
 

@@ -32,8 +32,8 @@ from rig.cluster import require_distributed
 from rig.cluster.points import FAILED, SETUP, measure_point
 from rig.cluster.resources import point_resources
 from rig.errors import ConfigError
-from rig.events import Event, Note
-from rig.stopping import StopRequest
+from rig.run.events import Event, Note
+from rig.run.stopping import StopRequest
 from rig.sweep import SweepPoint, SweepPointDone, SweepSpec, point_event
 
 #: Extra tries of a point that failed on the rig (a DUT error) before it is recorded as failed.

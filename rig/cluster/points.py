@@ -130,7 +130,7 @@ def worker_identity() -> dict[str, Any]:
 @cache
 def versions() -> dict[str, str]:
     """Python and the packages a QUBO point depends on, on this worker."""
-    from rig.store import software_versions
+    from rig.run.store import software_versions
 
     found = dict(software_versions())
     for dist in ("distributed", "dwave-samplers", "dimod", "networkx", "scipy"):

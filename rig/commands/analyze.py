@@ -1,7 +1,8 @@
 """`rig analyze TRACE`: energy inside the GPIO timestamp windows of a stored trace.
 
 `rig analyze RUN_FOLDER`: a finished run's energy figures recomputed from its own trace, with
-the windows and iteration counts of its events, and compared with its manifest (`rig.reproduce`).
+the windows and iteration counts of its events, and compared with its manifest
+(`rig.run.reproduce`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from protocols.errors import RigError
-from rig.reproduce import TOLERANCE, Reproduction, reproduce_run
+from rig.run.reproduce import TOLERANCE, Reproduction, reproduce_run
 from rig.traces.analysis import (
     REPLICABILITY_TOLERANCE,
     EnergyAnalysis,

@@ -17,9 +17,9 @@ from typing import Any
 from serial.tools import list_ports
 
 from rig.bench.ports import PROBE_TIMEOUT_S, scan_ports
-from rig.bench_check import BenchCheck, check_bench
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
 from rig.errors import ConfigError
+from rig.run.bench_check import BenchCheck, check_bench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

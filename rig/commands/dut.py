@@ -20,7 +20,7 @@ from drivers.transport import SerialTransport
 from protocols.errors import RigError
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
 from rig.errors import ConfigError
-from rig.events import Event, EventBus, InstrumentInfo
+from rig.run.events import Event, EventBus, InstrumentInfo
 
 #: How long `info` listens for a boot banner before asking `caps` instead: as long as the
 #: MLPerf Tiny runner waits (a slower board's banner comes well after 0.5 s).
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _on_bench(args: argparse.Namespace, action: Any) -> dict[str, Any]:
     """Run `action` on the bench's DUT, connected (and powered) as `rig measure` does."""
-    from rig.runner import BenchParts, connect_bench  # the bench machinery only when asked
+    from rig.run.measure import BenchParts, connect_bench  # the bench machinery only when asked
 
     bench, _ = bench_from_args(args)
     bus = EventBus()

@@ -24,7 +24,7 @@ from drivers.emon import (
 from protocols.errors import RigError
 from rig.bench.config import TIMESTAMP_INPUTS
 from rig.commands.common import print_json
-from rig.recording import EmonRecorder, trace_voltage
+from rig.run.recording import EmonRecorder, trace_voltage
 from rig.traces.space import check_trace_space
 
 #: Default bench voltage limit [V]: what a 3.3 V DUT tolerates.

@@ -21,11 +21,11 @@ from rig.commands.common import (
     print_json,
 )
 from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
-from rig.console import ConsoleView, summary_table, timing_label
 from rig.errors import ConfigError
-from rig.events import Event
-from rig.procedures import asc
-from rig.runner import measure_asc
+from rig.run import asc
+from rig.run.console import ConsoleView, summary_table, timing_label
+from rig.run.events import Event
+from rig.run.measure import measure_asc
 
 EXIT_FOR_STATUS = {"complete": 0, "failed-checks": 1}
 #: What `rig measure qubo --json` and its console lines report of the point's result.

@@ -15,8 +15,8 @@ from rig.commands.mqtt import add_mqtt_arguments, mqtt_settings
 from rig.errors import ConfigError, RunInterrupted
 from rig.mqtt.session import new_telemetry
 from rig.mqtt.topics import cmd
-from rig.runner import sigterm_as_interrupt
-from rig.stopping import StopRequest
+from rig.run.measure import sigterm_as_interrupt
+from rig.run.stopping import StopRequest
 
 if TYPE_CHECKING:
     from rig.mqtt.commands import Command
@@ -95,7 +95,7 @@ def _measure(command: Command, path: Path, stop: StopRequest, telemetry: Any,
              runs_root: Path) -> str:
     """Run one accepted command; the run's status."""
     if command.procedure == "asc":
-        from rig.runner import measure_asc
+        from rig.run.measure import measure_asc
         bench = load_bench(path)
         outcome = measure_asc(bench, device=path.stem, runs_root=runs_root,
                               subscribers=[telemetry], scope=command.scope, stop=stop,

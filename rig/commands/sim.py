@@ -7,7 +7,7 @@ import contextlib
 import threading
 
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
-from rig.runner import sigterm_as_interrupt
+from rig.run.measure import sigterm_as_interrupt
 from rig.sim.bench import VirtualBench
 
 

@@ -24,7 +24,7 @@ from rich.text import Text
 from rig.commands.common import print_json
 from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
 from rig.errors import ConfigError
-from rig.events import Event, Note, RunFinished, RunStarted
+from rig.run.events import Event, Note, RunFinished, RunStarted
 from rig.sweep import (
     SweepOutcome,
     SweepPointDone,

@@ -22,8 +22,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from protocols.errors import RigError
-from rig.procedures.asc import SCOPES
-from rig.stopping import StopRequest
+from rig.run.asc import SCOPES
+from rig.run.stopping import StopRequest
 
 #: Larger messages are refused unread.
 MAX_COMMAND_BYTES = 4096

@@ -39,7 +39,9 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import ConfigError
-from rig.events import (
+from rig.mqtt import topics
+from rig.mqtt.settings import MqttSettings
+from rig.run.events import (
     Event,
     InstrumentInfo,
     PhaseProgress,
@@ -48,10 +50,8 @@ from rig.events import (
     RunStarted,
     TelemetryReport,
 )
-from rig.live_power import PowerPreview
-from rig.mqtt import topics
-from rig.mqtt.settings import MqttSettings
-from rig.store import event_line
+from rig.run.live_power import PowerPreview
+from rig.run.store import event_line
 
 #: Run events, replies and power summaries published in one pipelined batch.
 BATCH = 64

@@ -1,11 +1,11 @@
-"""QUBO events, in rig.events style: defining them registers their kinds for events.jsonl."""
+"""QUBO events, in rig.run.events style: defining them registers their kinds for events.jsonl."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rig.events import Event
+from rig.run.events import Event
 
 
 @dataclass(frozen=True)

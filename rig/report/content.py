@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from rig import __version__
-from rig.procedures.asc import execution_time_source_text
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
-from rig.run_summary import ASC_FIGURES
+from rig.run.asc import execution_time_source_text
+from rig.run.summary import ASC_FIGURES
 from rig.units import pct, si
 
 #: The NeuroBench time-to-solution gap thresholds (QUBO.md).

@@ -1,6 +1,6 @@
 """The run folders a report is made from: read (never written), checked, grouped into systems.
 
-Every number a report states comes from `rig.run_summary.run_summary`, the function behind
+Every number a report states comes from `rig.run.summary.run_summary`, the function behind
 `rig show --json`; this module adds only what describes a run (its manifest, its trace file, and
 whether it was simulated) and decides which runs belong to which system.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from protocols.dut.codec import CAP_SIMTIME
 from rig.errors import ConfigError
-from rig.events import Note
-from rig.run_summary import run_summary
-from rig.store import EVENTS, MANIFEST, load_run, read_manifest
+from rig.run.events import Note
+from rig.run.store import EVENTS, MANIFEST, load_run, read_manifest
+from rig.run.summary import run_summary
 from rig.sweep import PROCEDURE as SWEEP_PROCEDURE
 
 ASC, QUBO = "ASC", "QUBO"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rig.events import IdleMeasured, WindowMeasured
-from rig.store import load_run
+from rig.run.events import IdleMeasured, WindowMeasured
+from rig.run.store import load_run
 from rig.traces.files import TraceWriter, read_trace
 
 from .runs import TRUTH, bench_variant, only_run, run_rig

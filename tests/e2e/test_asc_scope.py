@@ -18,8 +18,8 @@ from rig.bench.config import load_bench
 from rig.cli import main
 from rig.datasets.synthetic import make_split
 from rig.errors import ConfigError
-from rig.events import IdleMeasured, LatencyRun, SampleClassified, WindowMeasured
-from rig.procedures import asc
+from rig.run import asc
+from rig.run.events import IdleMeasured, LatencyRun, SampleClassified, WindowMeasured
 from rig.sim.model import LinearAscModel
 
 from .runs import REPO, TRUTH, bench_variant, events, only_run
@@ -228,7 +228,7 @@ def test_procedure_refuses_an_unknown_scope() -> None:
 
 
 def test_measure_asc_refuses_an_unknown_scope_before_anything_opens(tmp_path: Path) -> None:
-    from rig.runner import measure_asc
+    from rig.run.measure import measure_asc
 
     bench = load_bench(REPO / "benches" / "sim.toml")
     with pytest.raises(ConfigError, match="unknown ASC scope 'latency'"):

@@ -10,7 +10,7 @@ import pytest
 
 from rig.bench.config import load_bench
 from rig.cli import main
-from rig.recording import EmonRecorder
+from rig.run.recording import EmonRecorder
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
 from rig.sim.world import NS

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from rig.console import summary_table
-from rig.store import load_run
+from rig.run.console import summary_table
+from rig.run.store import load_run
 from rig.traces.analysis import mean_stderr
 
 from .runs import TRUTH, events, run_rig

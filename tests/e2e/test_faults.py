@@ -13,7 +13,7 @@ import serial
 
 from rig.bench.config import load_bench
 from rig.cli import main
-from rig.events import LatencyRun
+from rig.run.events import LatencyRun
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
 
@@ -130,8 +130,8 @@ class _InterruptOn:
 
 def test_interrupt_powers_off_and_keeps_what_was_measured(tmp_path: Path) -> None:
     from rig.errors import RunInterrupted
-    from rig.runner import measure_asc
-    from rig.store import load_run
+    from rig.run.measure import measure_asc
+    from rig.run.store import load_run
 
     with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
         bench = load_bench(hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"]))

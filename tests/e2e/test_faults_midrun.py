@@ -25,9 +25,9 @@ import pytest
 import rig.commands.measure
 from rig.bench.config import load_bench
 from rig.cli import main
-from rig.events import Event, LatencyRun
+from rig.run.events import Event, LatencyRun
+from rig.run.store import load_run
 from rig.sim.bench import VirtualBench
-from rig.store import load_run
 from rig.traces.files import read_trace
 
 from .runs import REPO, RIG, events, only_run, wait_for_event

@@ -14,10 +14,10 @@ import pytest
 
 from rig.bench.config import load_bench
 from rig.cli import main
+from rig.run.store import load_run
 from rig.sim.bench import VirtualBench
 from rig.sim.otii import SimOtii
 from rig.sim.world import NS
-from rig.store import load_run
 from rig.traces.files import read_trace
 
 from .runs import REPO, TRUTH, only_run, short_bench, window_scheduled

@@ -18,10 +18,10 @@ import pytest
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError
-from rig.runner import measure_asc
+from rig.run.measure import measure_asc
+from rig.run.store import load_run
 from rig.sim.bench import VirtualBench
 from rig.sim.ppk2 import SIM_CALIBRATION
-from rig.store import load_run
 from rig.traces.files import read_trace
 
 from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
@@ -221,7 +221,7 @@ def measure_with(monkeypatch, capsys, bench: Path, runs: Path, action) -> tuple[
     """`rig measure asc` as the CLI runs it; `action` runs once the AFTER_RUNS-th timed run is
     published (the next one is then under way)."""
     import rig.commands.measure
-    from rig.events import LatencyRun
+    from rig.run.events import LatencyRun
 
     real, seen = rig.commands.measure.measure_asc, []
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.store import REFUSED, list_runs, load_run
+from rig.run.store import REFUSED, list_runs, load_run
 from tests.e2e.runs import REPO, only_run, run_rig
 from tests.rig.test_file_numbers import toml_document
 

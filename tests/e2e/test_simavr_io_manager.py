@@ -17,9 +17,9 @@ import pytest
 
 from rig.bench.config import load_bench
 from rig.datasets.testsets import TestSet, load_test_set
-from rig.events import InstrumentInfo, SampleClassified
-from rig.procedures import asc
-from rig.runner import measure_asc
+from rig.run import asc
+from rig.run.events import InstrumentInfo, SampleClassified
+from rig.run.measure import measure_asc
 from rig.sim.model import LinearAscModel
 from rig.sim.simavr_uno import DEFAULT_HARNESS
 from tests.e2e.runs import REPO, RIG

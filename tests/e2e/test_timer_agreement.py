@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from rig.bench.config import load_bench
+from rig.run.store import load_run
 from rig.sim.bench import VirtualBench
-from rig.store import load_run
 from rig.traces.files import read_trace
 from rig.units import si
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from rig import runner
 from rig.bench.config import load_bench
+from rig.run import measure as runner
 from rig.traces.files import read_trace
 from rig.traces.space import projected_trace_bytes
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from firmware.xylo.shim import POWER_RAILS, HdkBackend, XyloShim, encode_raster
-from rig.procedures.asc import rail_power
+from rig.run.asc import rail_power
 
 from .test_xylo_timing import SPEC, STEPS, laps
 

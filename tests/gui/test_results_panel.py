@@ -46,7 +46,7 @@ def test_earlier_runs_list_a_damaged_folder(qtbot, tmp_path: Path) -> None:
 
 def test_earlier_runs_list_a_refused_folder_as_refused(qtbot, tmp_path: Path) -> None:
     """A folder the instrument refused (issue 22.9): "refused" in the list, with what it means."""
-    from rig.run_summary import REFUSED_TEXT
+    from rig.run.summary import REFUSED_TEXT
     from tests.e2e.test_refusals import refused_run
 
     run, _ = refused_run(tmp_path)

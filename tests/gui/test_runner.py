@@ -20,10 +20,10 @@ from serial.tools.list_ports_common import ListPortInfo
 from gui.runner import RunnerWindow, report_folder
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
-from rig.run_summary import asc_figure_rows, run_summary
+from rig.run.store import load_run
+from rig.run.summary import asc_figure_rows, run_summary
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
-from rig.store import load_run
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
 
 pytestmark = pytest.mark.slow

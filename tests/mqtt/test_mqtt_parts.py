@@ -11,13 +11,13 @@ import pytest
 
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
-from rig.events import EventBus, Note, RunFinished, RunStarted, TelemetryReport
-from rig.live_power import PowerPreview
 from rig.mqtt import topics
 from rig.mqtt.board import Board
 from rig.mqtt.commands import MAX_COMMAND_BYTES, Refused, file_in, parse_command
 from rig.mqtt.settings import PASSWORD_ENV, check_rig_name, parse_url, resolve
 from rig.mqtt.telemetry import MqttTelemetry, PowerSummarizer
+from rig.run.events import EventBus, Note, RunFinished, RunStarted, TelemetryReport
+from rig.run.live_power import PowerPreview
 from tests.e2e.runs import REPO
 from tests.mqtt.broker import free_port
 
@@ -224,7 +224,7 @@ def test_board_folds_status_and_run_messages():
 def test_status_and_power_summaries_say_simulated_once_an_instrument_does():
     """A XyloSim run starts unlabelled (the DUT has not answered yet); once the DUT's info says
     simulated (its caps `simtime`), the retained status and every power summary say so."""
-    from rig.events import InstrumentInfo
+    from rig.run.events import InstrumentInfo
 
     settings = resolve(url=f"mqtt://rig-a@127.0.0.1:{free_port()}", env={})
     t = MqttTelemetry(settings, log=lambda _: None)  # not started: nothing is sent

@@ -163,7 +163,7 @@ def test_runner_window_job_reports_a_bench_with_mqtt(broker, tmp_path, monkeypat
     pytest.importorskip("PySide6")
     from gui.run_session import AscJob
     from rig.bench.config import load_bench
-    from rig.stopping import StopRequest
+    from rig.run.stopping import StopRequest
 
     monkeypatch.setenv("RIG_MQTT_PASSWORD", USERS["rig-a"])
     path = bench_variant(tmp_path, **SMALL)

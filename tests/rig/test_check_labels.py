@@ -8,10 +8,10 @@ import io
 
 from rich.console import Console
 
-from rig.console import ConsoleView, summary_table, timing_label
-from rig.events import RunStarted
-from rig.procedures.asc import SIMULATED_XYLO_TIMING
-from rig.run_summary import asc_figure_rows
+from rig.run.asc import SIMULATED_XYLO_TIMING
+from rig.run.console import ConsoleView, summary_table, timing_label
+from rig.run.events import RunStarted
+from rig.run.summary import asc_figure_rows
 
 SUMMARY = {
     "inferences_per_s": 1.0, "execution_time_mean_s": 1.0, "execution_time_stderr_s": 0.0,

@@ -13,10 +13,10 @@ import pytest
 
 from drivers.emon.base import Chunk
 from rig.bench.config import load_bench
-from rig.events import EventBus, LatencyRun, RunStarted
-from rig.live_power import BIN_S, EMIT_S, PowerDecimator, PowerPreview
-from rig.recording import EmonRecorder
-from rig.store import RunStore, load_run
+from rig.run.events import EventBus, LatencyRun, RunStarted
+from rig.run.live_power import BIN_S, EMIT_S, PowerDecimator, PowerPreview
+from rig.run.recording import EmonRecorder
+from rig.run.store import RunStore, load_run
 from rig.traces.files import read_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -313,7 +313,7 @@ def test_store_skips_transient_events(tmp_path: Path) -> None:
 # -- measure_asc(live=) on the virtual bench --------------------------------------------------
 @pytest.mark.slow
 def test_measure_asc_live_previews(tmp_path: Path) -> None:
-    from rig.runner import measure_asc
+    from rig.run.measure import measure_asc
 
     text = (REPO / "benches" / "sim.toml").read_text()
     for old, new in [("runs = 5", "runs = 2"), ("min_run_s = 10.0", "min_run_s = 1.0"),

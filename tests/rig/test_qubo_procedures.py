@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from drivers.errors import DeviceError
-from rig.events import Event
 from rig.procedures.qubo import (
     FtPoint,
     NoPower,
@@ -23,6 +22,7 @@ from rig.procedures.qubo import (
 from rig.qubo.events import QuboPointMeasured
 from rig.qubo.suts import SolveResult
 from rig.qubo.workloads import Workload, generate
+from rig.run.events import Event
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError
-from rig.recording import EmonRecorder
+from rig.run.recording import EmonRecorder
 from rig.traces.analysis import analyze, falling_edges, span_power
 from rig.traces.files import read_trace
 

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from drivers.emon.base import Chunk
-from rig.live_power import PowerPreview
-from rig.recording import EmonRecorder
+from rig.run.live_power import PowerPreview
+from rig.run.recording import EmonRecorder
 
 FS = 100_000.0
 

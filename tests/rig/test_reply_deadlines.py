@@ -12,7 +12,7 @@ import pytest
 from drivers.dut.client import DutClient
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
-from rig.procedures.asc import AscProcedure
+from rig.run.asc import AscProcedure
 from tests.drivers.scripted import ScriptedTransport
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from drivers.emon.base import Chunk
 from drivers.emon.joulescope import Joulescope
 from drivers.errors import VoltageLimitError
 from protocols.errors import ProtocolError
-from rig.recording import EmonRecorder
+from rig.run.recording import EmonRecorder
 from rig.sim.joulescope import (
     HELLO,
     MAX_PAYLOAD,

@@ -17,10 +17,10 @@ from drivers.dut.client import DutClient
 from drivers.emon.base import Chunk
 from rig.bench.config import load_bench
 from rig.errors import RunInterrupted
-from rig.events import Event, LatencyRun, PhaseStarted, TraceSaved
-from rig.recording import EmonRecorder
-from rig.stopping import StopRequest, StopRequested
-from rig.store import load_run
+from rig.run.events import Event, LatencyRun, PhaseStarted, TraceSaved
+from rig.run.recording import EmonRecorder
+from rig.run.stopping import StopRequest, StopRequested
+from rig.run.store import load_run
 from rig.sweep import SweepPointDone, load_sweep, read_sweep, resume_sweep, start_sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -272,7 +272,7 @@ def run_attached(
 ) -> tuple[BaseException | None, bool, Path]:
     """measure_asc on a virtual bench of our own: (what it raised, DUT powered at the end,
     the run folder)."""
-    from rig.runner import measure_asc
+    from rig.run.measure import measure_asc
     from rig.sim.bench import VirtualBench
 
     sim_path = fast_sim(tmp_path, **replace)
@@ -331,7 +331,7 @@ def test_stop_from_another_thread_after_the_second_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> None:
     """As the runner GUI does it: the run on a worker thread, Stop pressed on the main one."""
-    from rig.runner import measure_asc
+    from rig.run.measure import measure_asc
     from rig.sim.bench import VirtualBench
 
     stop = StopRequest()
@@ -420,7 +420,7 @@ class StopWhenBlocked:
 def test_stop_while_blocked_in_the_recorders_idle_wait(tmp_path: Path) -> None:
     """idle_s = 300 s of stream (3 s of host time at speed 100); the stop ends it at once."""
     stop = StopRequest()
-    watch = StopWhenBlocked(stop, "idle", "wait_for_samples", "rig/recording.py")
+    watch = StopWhenBlocked(stop, "idle", "wait_for_samples", "rig/run/recording.py")
     raised, powered, run = run_attached(tmp_path, stop, [watch],
                                         idle=("idle_s = 2.0", "idle_s = 300.0"))
     watch.thread.join()

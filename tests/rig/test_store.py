@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rig.events import (
+from rig.run.events import (
     Event,
     InstrumentInfo,
     LatencyRun,
@@ -16,7 +16,7 @@ from rig.events import (
     SampleClassified,
     WindowMeasured,
 )
-from rig.store import INCOMPLETE, RunStore, load_run
+from rig.run.store import INCOMPLETE, RunStore, load_run
 
 
 def started() -> RunStarted:

@@ -16,8 +16,8 @@ from protocols.errors import RigError
 from rig.cli import main
 from rig.commands.sweep import SweepProgressView
 from rig.errors import ConfigError, RunInterrupted
-from rig.events import RunFinished, RunStarted
-from rig.store import EVENTS, INCOMPLETE
+from rig.run.events import RunFinished, RunStarted
+from rig.run.store import EVENTS, INCOMPLETE
 from rig.sweep import (
     SweepPoint,
     SweepPointDone,

@@ -13,8 +13,8 @@ from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
 from protocols.lpm01a.codec import AcquisitionCompleted, EdgeEvent, encode
 from rig.errors import AnalysisError
-from rig.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
-from rig.procedures.asc import checks_passed, summarize
+from rig.run.asc import checks_passed, summarize
+from rig.run.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
 from rig.sim.dut import SimDut
 from rig.sim.lpm01a import SimLpm01a
 from rig.sim.world import NS, PowerParams, World

@@ -13,7 +13,7 @@ import pyjls
 import pytest
 
 from drivers.emon.base import Chunk
-from rig.recording import EmonRecorder
+from rig.run.recording import EmonRecorder
 from rig.traces.analysis import window_energies
 from rig.traces.files import JLS_VOLTAGE, TraceWriter, read_trace
 from rig.traces.view import JlsSource

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from protocols.errors import RigError
-from rig import runner, trace_space
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError
-from rig.events import Event, Note
+from rig.run import measure as runner
+from rig.run import trace_space
+from rig.run.events import Event, Note
 from rig.traces.files import TraceWriter
 from rig.traces.space import (
     BYTES_PER_SAMPLE,

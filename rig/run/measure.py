@@ -29,7 +29,8 @@ from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import ConfigError, RunInterrupted
-from rig.events import (
+from rig.run import asc
+from rig.run.events import (
     Event,
     EventBus,
     InstrumentInfo,
@@ -39,11 +40,10 @@ from rig.events import (
     TraceSaved,
     instruments_simulated,
 )
-from rig.live_power import PowerPreview
-from rig.procedures import asc
-from rig.recording import EmonRecorder, trace_voltage
-from rig.stopping import StopRequest
-from rig.store import REFUSED, RunStore
+from rig.run.live_power import PowerPreview
+from rig.run.recording import EmonRecorder, trace_voltage
+from rig.run.stopping import StopRequest
+from rig.run.store import REFUSED, RunStore
 from rig.traces.space import check_trace_space, projected_trace_bytes
 
 EMON_TRACE = "emon.jls"

@@ -36,7 +36,7 @@ import numpy as np
 from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError, StorageError
-from rig.live_power import PowerDecimator, PowerPreview
+from rig.run.live_power import PowerDecimator, PowerPreview
 from rig.traces.files import TraceWriter
 from rig.traces.space import _size, space_left, write_failure
 

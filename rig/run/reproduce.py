@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from rig.errors import ConfigError
-from rig.events import Event, IdleMeasured, TraceSaved, WindowMeasured
-from rig.procedures import asc
-from rig.run_summary import run_simulated
-from rig.store import load_run
+from rig.run import asc
+from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
+from rig.run.store import load_run
+from rig.run.summary import run_simulated
 from rig.traces.analysis import falling_edges, span_power, window_energies
 from rig.traces.files import read_trace
 

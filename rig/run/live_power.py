@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from rig.events import Event
+from rig.run.events import Event
 
 #: Stream time per preview point [s]: fine enough for a screen, coarse enough to be cheap.
 BIN_S = 0.005

@@ -39,7 +39,7 @@ from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.errors import ConfigError, MeasurementFailed
-from rig.events import (
+from rig.run.events import (
     Event,
     IdleMeasured,
     InstrumentInfo,
@@ -52,7 +52,7 @@ from rig.events import (
     TraceSaved,
     WindowMeasured,
 )
-from rig.recording import EmonRecorder
+from rig.run.recording import EmonRecorder
 from rig.traces.analysis import mean_stderr, replicability
 from rig.traces.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.units import si

@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rig.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
-from rig.procedures.asc import execution_time_source_text
+from rig.run.asc import execution_time_source_text
+from rig.run.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
 
 
 class ConsoleView:

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from protocols.dut.codec import CAP_SIMTIME
-from rig.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
-from rig.procedures import asc
-from rig.store import MANIFEST, RunRecord, load_run, read_manifest
+from rig.run import asc
+from rig.run.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
+from rig.run.store import MANIFEST, RunRecord, load_run, read_manifest
 from rig.sweep import is_sweep, read_sweep, summarize
 from rig.units import pct, si
 
-#: What a run folder marked refused (`rig.store.REFUSED`) means, for `rig show` and the runner.
+#: What a run folder marked refused (`rig.run.store.REFUSED`) means, for `rig show` and the runner.
 REFUSED_TEXT = ("refused: the instrument did not take the bench's settings; the DUT was never "
                 "powered and nothing was measured")
 

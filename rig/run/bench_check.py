@@ -1,7 +1,7 @@
 """Detect and handshake a bench's devices without measuring: what the runner GUI's "Detect and
 handshake" panel and `rig devices --check` show.
 
-`check_bench` wires the bench exactly as a measurement does (`rig.runner.connect_bench`: the
+`check_bench` wires the bench exactly as a measurement does (`rig.run.measure.connect_bench`: the
 virtual bench if the bench uses one, the IO manager, the DUT's port, the monitor with its
 self-test, DUT power and boot banner), then asks the DUT ``caps``, ``name`` and ``profile``,
 and always shuts down again with the DUT powered off. Device faults become states, never
@@ -19,8 +19,8 @@ from protocols.errors import RigError
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.bench.ports import port_fault
 from rig.errors import ConfigError
-from rig.events import Event, EventBus, InstrumentInfo, Note
-from rig.runner import BenchParts, connect_bench
+from rig.run.events import Event, EventBus, InstrumentInfo, Note
+from rig.run.measure import BenchParts, connect_bench
 
 #: What a device can be found to be. "answering": it spoke and passed every check; "found":
 #: its port opened but nothing answered; "wrong mode": a DUT built for the other timestamp

@@ -35,7 +35,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from rig.errors import ConfigError, StorageError
-from rig.events import (
+from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
+from rig.run.events import (
     Event,
     IdleMeasured,
     InstrumentInfo,
@@ -47,7 +48,6 @@ from rig.events import (
     TraceSaved,
     WindowMeasured,
 )
-from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
 from rig.traces.space import write_failure
 
 MANIFEST = "manifest.json"
