@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rig.cluster.dispatch import ClusterDispatch
 from rig.cluster.local import start_scheduler, start_worker, stop_process, wait_for_workers
-from rig.sweep import SweepSpec, parse_sweep, start_sweep
+from rig.qubo.sweep import SweepSpec, parse_sweep, start_sweep
 
 CPU_SWEEP = """
 [sweep]

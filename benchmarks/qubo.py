@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 
-from rig.procedures.qubo import NoPower, fixed_timeout_point
+from rig.qubo.procedure import NoPower, fixed_timeout_point
 from rig.qubo.suts import LAVA_PYTHON, LOIHI2_SHIM, CpuSut, open_sut
 from rig.qubo.workloads import generate
 

@@ -9,6 +9,7 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from rig.errors import RigError
+from rig.qubo.sweep import power_line
 from rig.run.store import REFUSED, list_runs
 from rig.run.summary import (
     REFUSED_TEXT,
@@ -16,7 +17,6 @@ from rig.run.summary import (
     replicability_verdict,
     run_summary,
 )
-from rig.sweep import power_line
 from rig.units import si
 
 VERDICT_STYLE = {True: "background:#d3f0d8;", False: "background:#f8d7da;",

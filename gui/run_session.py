@@ -1,7 +1,7 @@
 """One measurement on a worker thread, seen from the GUI thread through Qt signals.
 
-The procedure is the rig's (`rig.run.measure.measure_asc`, `rig.sweep.start_sweep`); this module
-only runs it off the GUI thread and hands its events over:
+The procedure is the rig's (`rig.run.measure.measure_asc`, `rig.qubo.sweep.start_sweep`); this
+module only runs it off the GUI thread and hands its events over:
 
 - every event the procedure publishes goes through the `event` signal (queued into the GUI
   thread, so slots never run on the procedure's thread);
@@ -26,11 +26,11 @@ from PySide6 import QtCore
 from rig.bench.config import Bench
 from rig.errors import RigError, RunInterrupted
 from rig.mqtt.session import bench_telemetry
+from rig.qubo.sweep import SweepSpec, start_sweep
 from rig.run.events import Event, RunStarted
 from rig.run.live_power import PowerPreview
 from rig.run.measure import measure_asc
 from rig.run.stopping import StopRequest
-from rig.sweep import SweepSpec, start_sweep
 
 #: Previews kept for the live plot between two drains (a few seconds of stream at most).
 PREVIEW_BACKLOG = 256

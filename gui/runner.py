@@ -26,6 +26,7 @@ from gui.live_plot import LivePowerPlot
 from gui.results_panel import EarlierRuns, ResultsPanel
 from gui.run_session import AscJob, RunSession, SessionEnd, SweepJob
 from rig.errors import ConfigError
+from rig.qubo.sweep import KNOWN_SUTS, SweepPointDone, SweepResumed, load_sweep, parse_sweep
 from rig.run.asc import SCOPES
 from rig.run.events import (
     Event,
@@ -42,7 +43,6 @@ from rig.run.events import (
     WindowMeasured,
 )
 from rig.run.measure import asc_phase_seconds
-from rig.sweep import KNOWN_SUTS, SweepPointDone, SweepResumed, load_sweep, parse_sweep
 from rig.units import si
 
 #: How often the live plot takes the monitor's previews [ms].

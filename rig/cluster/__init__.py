@@ -8,7 +8,7 @@ comes back, as a local sweep does. Dask (the `cluster` extra) is imported only h
 - `resources`: resource names, `--resources` and bench `[worker]` parsing, what a point needs,
   the per-host power lock.
 - `points`: what runs on a worker (one point, its SUT kept open between points).
-- `dispatch`: the submitting side (`ClusterDispatch`, a `rig.sweep.PointDispatch`).
+- `dispatch`: the submitting side (`ClusterDispatch`, a `rig.qubo.sweep.PointDispatch`).
 - `worker`: `rig worker`, a Dask worker in this process.
 - `local`: scheduler and worker processes on this machine (`rig cluster local`, tests, benchmarks).
 """

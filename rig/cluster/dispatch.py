@@ -1,6 +1,6 @@
 """The submitting side: a sweep's points as Dask tasks, their outcomes as sweep events.
 
-`ClusterDispatch` is a `rig.sweep.PointDispatch`. Every point is one task with the resources it
+`ClusterDispatch` is a `rig.qubo.sweep.PointDispatch`. Every point is one task with the resources it
 needs (`rig.cluster.resources.point_resources`) and a priority that keeps the sweep's order where
 workers are free to choose. The process that runs the sweep stays the run folder's only writer:
 each task's outcome comes back to it and is published as the same `SweepPointDone` a local sweep
@@ -32,9 +32,9 @@ from rig.cluster import require_distributed
 from rig.cluster.points import FAILED, SETUP, measure_point
 from rig.cluster.resources import point_resources
 from rig.errors import ConfigError
+from rig.qubo.sweep import SweepPoint, SweepPointDone, SweepSpec, point_event
 from rig.run.events import Event, Note
 from rig.run.stopping import StopRequest
-from rig.sweep import SweepPoint, SweepPointDone, SweepSpec, point_event
 
 #: Extra tries of a point that failed on the rig (a DUT error) before it is recorded as failed.
 DEFAULT_RETRIES = 1

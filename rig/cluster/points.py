@@ -25,7 +25,7 @@ from typing import Any
 
 from protocols.errors import RigError
 from rig.errors import ConfigError
-from rig.sweep import QuboPointFunction, SweepPoint, SweepSpec, plain, stand_in_point
+from rig.qubo.sweep import QuboPointFunction, SweepPoint, SweepSpec, plain, stand_in_point
 
 OK, FAILED, SETUP = "ok", "failed", "setup"
 

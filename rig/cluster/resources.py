@@ -28,7 +28,7 @@ HOST_POWER = "host-power"
 SUT_RESOURCES = SUT_NAMES
 #: Every resource name a worker may own (a typo such as cpu_tabu is refused, not ignored).
 KNOWN_RESOURCES = (*SUT_RESOURCES, "xylo", HOST_POWER)
-#: A CPU SUT's power source that reads the host's counters (rig.procedures.qubo.open_power_meter).
+#: A CPU SUT's power source that reads the host's counters (rig.qubo.procedure.open_power_meter).
 HOST_POWER_SOURCES = ("rapl", "nvml")
 #: Where the per-host lock file lives (tests point it into their own folder).
 HOST_POWER_LOCK_ENV = "RIG_HOST_POWER_LOCK"

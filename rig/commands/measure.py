@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 
 def qubo_spec(sut: str, nodes: int, density: float, seed: int, timeout: float) -> Any:
     """The one-point SweepSpec of `rig measure qubo`; every bad value is a one-line error."""
-    from rig.sweep import KNOWN_SUTS, SweepSpec
+    from rig.qubo.sweep import KNOWN_SUTS, SweepSpec
 
     if sut not in KNOWN_SUTS:
         raise ConfigError(f"--sut {sut!r}: expected one of {', '.join(KNOWN_SUTS)}")
@@ -118,7 +118,7 @@ def qubo_spec(sut: str, nodes: int, density: float, seed: int, timeout: float) -
 
 
 def run_qubo(args: argparse.Namespace) -> int:
-    from rig.sweep import SweepPointDone, start_sweep
+    from rig.qubo.sweep import SweepPointDone, start_sweep
 
     spec = qubo_spec(args.sut, args.nodes, args.density, args.seed, args.timeout)
     points: list[SweepPointDone] = []

@@ -142,7 +142,7 @@ def run_bks(args: argparse.Namespace) -> int:
 
 
 def run_max_size(args: argparse.Namespace) -> int:
-    from rig.procedures.qubo import max_workload_size
+    from rig.qubo.procedure import max_workload_size
     from rig.qubo.suts import open_sut
 
     if not 0 < args.density <= 1:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         if command.procedure == "asc":
             load_bench(path)
         else:
-            from rig.sweep import load_sweep
+            from rig.qubo.sweep import load_sweep
 
             load_sweep(path)
 
@@ -101,7 +101,7 @@ def _measure(command: Command, path: Path, stop: StopRequest, telemetry: Any,
                               subscribers=[telemetry], scope=command.scope, stop=stop,
                               live=[telemetry.power])
     else:
-        from rig.sweep import load_sweep, start_sweep
+        from rig.qubo.sweep import load_sweep, start_sweep
 
         outcome = start_sweep(load_sweep(path), runs_root=runs_root,
                               subscribers=[telemetry], stop=stop)

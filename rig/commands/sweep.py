@@ -24,8 +24,7 @@ from rich.text import Text
 from rig.commands.common import print_json
 from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
 from rig.errors import ConfigError
-from rig.run.events import Event, Note, RunFinished, RunStarted
-from rig.sweep import (
+from rig.qubo.sweep import (
     SweepOutcome,
     SweepPointDone,
     SweepResumed,
@@ -35,6 +34,7 @@ from rig.sweep import (
     start_sweep,
     with_tuning,
 )
+from rig.run.events import Event, Note, RunFinished, RunStarted
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

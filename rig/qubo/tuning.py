@@ -234,8 +234,8 @@ def sut_measure(sut_name: str, timeout_s: float, solver_seed: int = 0) -> tuple[
     import inspect
 
     from protocols.errors import RigError
-    from rig.procedures.qubo import fixed_timeout_point, open_power_meter
     from rig.qubo import suts
+    from rig.qubo.procedure import fixed_timeout_point, open_power_meter
     from rig.qubo.targets import bks
     from rig.qubo.workloads import generate
 

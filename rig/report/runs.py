@@ -14,10 +14,10 @@ from typing import Any
 
 from protocols.dut.codec import CAP_SIMTIME
 from rig.errors import ConfigError
+from rig.qubo.sweep import PROCEDURE as SWEEP_PROCEDURE
 from rig.run.events import Note
 from rig.run.store import EVENTS, MANIFEST, load_run, read_manifest
 from rig.run.summary import run_summary
-from rig.sweep import PROCEDURE as SWEEP_PROCEDURE
 
 ASC, QUBO = "ASC", "QUBO"
 #: Display names of the QUBO systems under test the rig drives.

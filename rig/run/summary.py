@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from protocols.dut.codec import CAP_SIMTIME
+from rig.qubo.sweep import is_sweep, read_sweep, summarize
 from rig.run import asc
 from rig.run.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
 from rig.run.store import MANIFEST, RunRecord, load_run, read_manifest
-from rig.sweep import is_sweep, read_sweep, summarize
 from rig.units import pct, si
 
 #: What a run folder marked refused (`rig.run.store.REFUSED`) means, for `rig show` and the runner.

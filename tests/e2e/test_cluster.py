@@ -23,7 +23,7 @@ import pytest
 
 from rig.cluster.local import Proc, start_scheduler, start_worker, stop_process, wait_for_workers
 from rig.qubo.suts import LAVA_PYTHON
-from rig.sweep import STAND_IN_HANG_ENV, load_sweep, stand_in_point
+from rig.qubo.sweep import STAND_IN_HANG_ENV, load_sweep, stand_in_point
 from tests.deadline import wait_until
 
 from .runs import REPO, RIG, events, only_run, run_rig, wait_for_event

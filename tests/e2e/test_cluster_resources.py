@@ -114,7 +114,7 @@ class _DeadFuture:
 def test_a_point_whose_workers_keep_dying_is_recorded_failed_not_retried() -> None:
     from distributed.scheduler import KilledWorker
 
-    from rig.sweep import SweepPoint
+    from rig.qubo.sweep import SweepPoint
 
     point = SweepPoint(3, "cpu-sa", 10, 0.1, 0.05, 0)
     dispatch = ClusterDispatch("tcp://127.0.0.1:8786")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rig.cli import main
-from rig.sweep import read_sweep
+from rig.qubo.sweep import read_sweep
 
 POINT = ["--nodes", "25", "--density", "0.05", "--seed", "0", "--timeout", "0.05"]
 
@@ -90,12 +90,12 @@ def test_asc_arguments_not_needed_for_qubo_and_vice_versa(tmp_path: Path, capsys
 
 
 def test_ctrl_c_is_clean(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
-    import rig.sweep
+    import rig.qubo.sweep
 
     def interrupted(self, point):  # Ctrl-C while the point is being measured
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rig.sweep.QuboPointFunction, "__call__", interrupted)
+    monkeypatch.setattr(rig.qubo.sweep.QuboPointFunction, "__call__", interrupted)
     assert main(["measure", "qubo", "--sut", "cpu-sa", *POINT, "--runs-dir", str(tmp_path),
                  "--json"]) == 130
     assert "rig sweep resume" in capsys.readouterr().err

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.sweep import STAND_IN_HANG_ENV, SweepPoint, load_sweep, stand_in_point
+from rig.qubo.sweep import STAND_IN_HANG_ENV, SweepPoint, load_sweep, stand_in_point
 
 from .runs import RIG, events, only_run, run_rig, wait_for_event
 
@@ -140,7 +140,7 @@ def test_bad_sweep_file_is_one_line_error(tmp_path: Path) -> None:
 QUBO_READY = all(importlib.util.find_spec(m) is not None
                  for m in ("dimod", "dwave.samplers", "networkx"))
 try:
-    from rig.procedures.qubo import fixed_timeout_point  # noqa: F401
+    from rig.qubo.procedure import fixed_timeout_point  # noqa: F401
     from rig.qubo.suts import open_sut  # noqa: F401
 except ImportError:  # Q3's SUTs not there yet, or the qubo extra missing
     QUBO_READY = False

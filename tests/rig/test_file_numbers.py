@@ -24,8 +24,8 @@ from rig.bench import config
 from rig.bench.config import NUMBER_SPANS, load_bench, parse_bench
 from rig.errors import ConfigError
 from rig.qubo import tuning
+from rig.qubo.sweep import load_sweep, parse_sweep
 from rig.report.system import load_system
-from rig.sweep import load_sweep, parse_sweep
 from tests.e2e.runs import RIG
 
 REPO = Path(__file__).resolve().parents[2]

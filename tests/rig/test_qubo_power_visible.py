@@ -11,10 +11,10 @@ import pytest
 
 import drivers.emon.host_power as host_power
 from rig.cli import main
+from rig.qubo.sweep import SweepPoint, SweepSpec, stand_in_point, start_sweep, summarize
 from rig.report.content import _qubo_results
 from rig.report.document import Para, Table
 from rig.report.runs import group_systems, read_run
-from rig.sweep import SweepPoint, SweepSpec, stand_in_point, start_sweep, summarize
 
 #: What a point without power says (as the host monitors word it).
 REASON = ("power unavailable: no /sys/class/powercap/intel-rapl (a VM) (enable RAPL "
@@ -83,7 +83,7 @@ def test_a_host_without_rapl_says_why_and_what_to_enable(tmp_path: Path, monkeyp
 
 
 def test_summarize_counts_points_without_a_recorded_reason() -> None:
-    from rig.sweep import SweepPointDone
+    from rig.qubo.sweep import SweepPointDone
 
     (point,) = SweepSpec(suts=("cpu-sa",), nodes=(10,), densities=(0.1,), timeouts=(1.0,),
                          seeds=(0,)).points()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from drivers.errors import DeviceError
-from rig.procedures.qubo import (
+from rig.qubo.events import QuboPointMeasured
+from rig.qubo.procedure import (
     FtPoint,
     NoPower,
     PowerReading,
@@ -19,7 +20,6 @@ from rig.procedures.qubo import (
     open_power_meter,
     time_to_solution,
 )
-from rig.qubo.events import QuboPointMeasured
 from rig.qubo.suts import SolveResult
 from rig.qubo.workloads import Workload, generate
 from rig.run.events import Event

@@ -96,7 +96,7 @@ def _sweep_file(tmp_path: Path, tuning_name: str | None) -> Path:
 
 def test_sweep_passes_tuned_parameters_and_records_them(tmp_path, monkeypatch):
     from rig.qubo import suts
-    from rig.sweep import load_sweep, start_sweep, with_tuning
+    from rig.qubo.sweep import load_sweep, start_sweep, with_tuning
 
     content = tuning.search("cpu-sa", [10, 100], [0.05], fake_measure, grid=GRID)
     tuning.write_tuning(content, tmp_path / "tuning.toml")
@@ -129,7 +129,7 @@ def test_sweep_passes_tuned_parameters_and_records_them(tmp_path, monkeypatch):
 
 
 def test_sweep_tuning_validated(tmp_path):
-    from rig.sweep import load_sweep
+    from rig.qubo.sweep import load_sweep
 
     (tmp_path / "tuning.toml").write_text("format = 1\nsut = \"cpu-sa\"\n")
     with pytest.raises(ConfigError, match="entry"):
@@ -151,7 +151,7 @@ def test_a_sut_without_hyperparameter_support_says_so():
 
 def test_sweep_sut_without_hyperparameters_is_a_clear_error(tmp_path):
     from protocols.errors import RigError
-    from rig.sweep import QuboPointFunction, load_sweep
+    from rig.qubo.sweep import QuboPointFunction, load_sweep
 
     content = tuning.search("cpu-sa", [10], [0.05], fake_measure, grid=GRID)
     tuning.write_tuning(content, tmp_path / "tuning.toml")

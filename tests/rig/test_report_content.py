@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from rig.errors import ConfigError
+from rig.qubo.sweep import SweepPointDone, SweepSpec, summarize
 from rig.report.content import gap_text, pct
 from rig.report.document import Box, Document, Heading, Para, Table, to_html, to_markdown
 from rig.report.system import SystemInfo, load_system, template
-from rig.sweep import SweepPointDone, SweepSpec, summarize
 from rig.units import si
 
 
@@ -97,7 +97,7 @@ def test_missing_system_file() -> None:
 # -- the sweep summary's rows the report states ---------------------------------------------------
 def _point(spec: SweepSpec, sut: str, nodes: int, timeout: float, seed: int, cost: int,
            tts: dict | None = None, status: str = "ok") -> SweepPointDone:
-    from rig.sweep import SweepPoint
+    from rig.qubo.sweep import SweepPoint
 
     key = SweepPoint(0, sut, nodes, spec.densities[0], timeout, seed).key
     return SweepPointDone(key=key, sut=sut, nodes=nodes, density=spec.densities[0],

@@ -17,11 +17,11 @@ from drivers.dut.client import DutClient
 from drivers.emon.base import Chunk
 from rig.bench.config import load_bench
 from rig.errors import RunInterrupted
+from rig.qubo.sweep import SweepPointDone, load_sweep, read_sweep, resume_sweep, start_sweep
 from rig.run.events import Event, LatencyRun, PhaseStarted, TraceSaved
 from rig.run.recording import EmonRecorder
 from rig.run.stopping import StopRequest, StopRequested
 from rig.run.store import load_run
-from rig.sweep import SweepPointDone, load_sweep, read_sweep, resume_sweep, start_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 #: A deadline for waits that must end early (never reached when the code works).

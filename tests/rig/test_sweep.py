@@ -16,9 +16,7 @@ from protocols.errors import RigError
 from rig.cli import main
 from rig.commands.sweep import SweepProgressView
 from rig.errors import ConfigError, RunInterrupted
-from rig.run.events import RunFinished, RunStarted
-from rig.run.store import EVENTS, INCOMPLETE
-from rig.sweep import (
+from rig.qubo.sweep import (
     SweepPoint,
     SweepPointDone,
     SweepSpec,
@@ -32,6 +30,8 @@ from rig.sweep import (
     start_sweep,
     summarize,
 )
+from rig.run.events import RunFinished, RunStarted
+from rig.run.store import EVENTS, INCOMPLETE
 
 REPO = Path(__file__).resolve().parents[2]
 

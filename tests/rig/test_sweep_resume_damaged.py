@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rig.cli import main
-from rig.sweep import SweepSpec, resume_sweep, start_sweep
+from rig.qubo.sweep import SweepSpec, resume_sweep, start_sweep
 from tests.rig.test_damaged_manifest import DAMAGE, damage
 
 SPEC = SweepSpec(suts=("cpu-sa",), nodes=(10, 25), densities=(0.1,), timeouts=(1.0,),

@@ -638,7 +638,7 @@ class QuboPointFunction:
 
     def __call__(self, point: SweepPoint) -> dict[str, Any]:
         try:
-            from rig.procedures.qubo import fixed_timeout_point
+            from rig.qubo.procedure import fixed_timeout_point
         except ImportError as exc:
             raise ConfigError(f"the QUBO procedures cannot be loaded: {exc}",
                               hint="install the qubo extra: pip install -e '.[qubo]'") from exc
@@ -660,7 +660,7 @@ class QuboPointFunction:
         if self._sut is not None and self._sut_name == key:
             return self._sut, self._power
         self.close()
-        from rig.procedures.qubo import open_power_meter
+        from rig.qubo.procedure import open_power_meter
         from rig.qubo.suts import open_sut
 
         options = dict(self.spec.sut_options.get(name, {}))
