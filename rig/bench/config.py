@@ -248,7 +248,7 @@ def benches_dir() -> Path:
     local = Path.cwd() / "benches"
     if local.is_dir():
         return local
-    return Path(__file__).resolve().parent.parent / "benches"
+    return Path(__file__).resolve().parents[2] / "benches"
 
 
 def known_devices() -> list[str]:

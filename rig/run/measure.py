@@ -453,7 +453,7 @@ def connect_bench(
 def _connect_xylo(bench: Bench, parts: BenchParts, bus: EventBus,
                   checkpoint: Callable[[], None] | None) -> None:
     """Start the Xylo shim (firmware/xylo) as the DUT: XyloSim, or a Xylo Audio 2 HDK."""
-    shim = Path(__file__).resolve().parents[1] / "firmware" / "xylo" / "shim.py"
+    shim = Path(__file__).resolve().parents[2] / "firmware" / "xylo" / "shim.py"
     argv = [sys.executable, str(shim), "--spec", bench.dut.spec]
     if bench.dut.hdk:
         argv += ["--hdk", "--power-frequency", f"{bench.dut.power_frequency_hz:g}"]

@@ -16,8 +16,8 @@ from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError
 from rig.run import measure as runner
-from rig.run import trace_space
 from rig.run.events import Event, Note
+from rig.traces import space as trace_space
 from rig.traces.files import TraceWriter
 from rig.traces.space import (
     BYTES_PER_SAMPLE,
