@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rig.bench.config import read_toml
+from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.qubo.suts import SUT_NAMES
 
@@ -76,7 +76,7 @@ def check_resources(resources: dict[str, Any], where: str) -> dict[str, int]:
 
 
 def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:
-    """A bench file's `[worker]` table: (resources, name or None).
+    """A bench file's `[worker]` table, as `load_bench` validates it: (resources, name or None).
 
     ```toml
     [worker]
@@ -84,27 +84,12 @@ def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:
     name = "cpu-baseline-1"   # optional; default: the host name
     ```
     """
-    raw = read_toml(path, "bench file does not exist",
-                    "pass an existing TOML file, e.g. benches/workers/cpu-baseline.toml")
-    table = raw.get("worker")
-    if table is None:
+    worker = load_bench(path).worker
+    if worker is None:
         raise ConfigError(f"{path}: no [worker] table",
                           hint="add [worker] resources = { cpu-tabu = 1, ... } naming what this "
                                "host owns, or pass --resources")
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: worker: expected a table, found {type(table).__name__}")
-    unknown = sorted(set(table) - {"resources", "name"})
-    if unknown:
-        raise ConfigError(f"{path}: [worker] unknown key {unknown[0]!r}",
-                          hint="known keys here: name, resources")
-    resources = table.get("resources")
-    if not isinstance(resources, dict):
-        raise ConfigError(f"{path}: [worker] resources: expected a table such as "
-                          f"{{ cpu-tabu = 1 }}, found {resources!r}")
-    name = table.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}")
-    return check_resources(resources, f"{path}: [worker] resources"), name
+    return dict(worker.resources), worker.name or None
 
 
 def point_resources(sut: str, sut_options: dict[str, Any]) -> dict[str, int]:
