@@ -11,13 +11,13 @@ whole host); `HostPowerLock` makes a second worker on the same host refuse it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from drivers.file_lock import FileLock
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.qubo.suts import SUT_NAMES
@@ -115,35 +115,24 @@ class HostPowerLock:
     def __init__(self, path: Path | None = None) -> None:
         default = Path(tempfile.gettempdir()) / "rig-host-power.lock"
         self.path = path or Path(os.environ.get(HOST_POWER_LOCK_ENV) or default)
-        self._handle: Any = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> None:
         """Take the lock or raise ConfigError naming the worker that holds it."""
         try:
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+            taken = self._lock.acquire(note=f"pid {os.getpid()}\n")
         except OSError as exc:
             raise ConfigError(f"cannot open the host-power lock file {self.path}: {exc}",
                               hint=f"set {HOST_POWER_LOCK_ENV} to a file this user may write "
                                    "(the same file for every rig worker on this host)") from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
+        if not taken:
+            holder = self._lock.read_note() or "another process"
             raise ConfigError(
                 f"host-power is already owned by another rig worker on this host ({holder})",
                 hint="give host-power to one worker per host: its power counters see the whole "
                      "host, so two workers would share one reading",
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        self._handle = handle
+            )
 
     def release(self) -> None:
         """Give the lock back (also done by the kernel when the process dies)."""
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        self._lock.release()
