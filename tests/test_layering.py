@@ -54,3 +54,12 @@ def test_the_checker_sees_a_violation(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from rig.bench.config import Bench\nimport drivers.transport\n")
     assert imports(module) == {"rig", "drivers"}
+
+
+@pytest.mark.parametrize("layer", ["protocols", "drivers", "rig", "gui"])
+def test_every_package_says_what_it_holds(layer: str) -> None:
+    """design.md: each sub-package's `__init__` docstring says what it holds."""
+    packages = sorted((REPO / layer).rglob("__init__.py"))
+    bare = [path.relative_to(REPO).as_posix() for path in packages
+            if not (ast.get_docstring(ast.parse(path.read_text())) or "").strip()]
+    assert bare == []

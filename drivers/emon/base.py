@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,78 @@ class MonitorStats:
             self.notes.append(text)
         else:
             self.notes_suppressed += 1
+
+
+class CallbackErrors:
+    """The first error the recorder's chunk callback raised on a driver's thread, kept for
+    `stop()` to raise. The driver logs it and keeps draining the stream meanwhile: a broken
+    recorder must not stall the instrument, and the run still ends with the error."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.first: BaseException | None = None
+
+    def call(self, on_chunk: ChunkCallback, chunk: Chunk) -> None:
+        """`on_chunk(chunk)`; an exception it raises is logged and kept, not raised."""
+        try:
+            on_chunk(chunk)
+        except Exception as exc:  # surfaced by stop(); the stream must keep draining
+            log.exception("%s: on_chunk callback failed", self.who)
+            self.keep(exc)
+
+    def keep(self, exc: BaseException) -> None:
+        """Keep `exc` unless an earlier error is kept already."""
+        if self.first is None:
+            self.first = exc
+
+    def clear(self) -> None:
+        """Forget a kept error (a new acquisition starts)."""
+        self.first = None
+
+    def raise_kept(self) -> None:
+        """Raise the kept error once (it is forgotten), if there is one."""
+        error, self.first = self.first, None
+        if error is not None:
+            raise error
+
+
+class AcquisitionThread:
+    """A driver's acquisition thread: runs a body that polls `stop_wanted`, and keeps what the
+    body raised in `error` (the driver's `fault`, raised by its `stop`)."""
+
+    def __init__(self, who: str, what: str = "acquisition") -> None:
+        self.who, self.what = who, what
+        self.stop_wanted = threading.Event()
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def reset(self) -> None:
+        """No error, no stop wanted: before a new acquisition is armed."""
+        self.error = None
+        self.stop_wanted.clear()
+
+    def start(self, body: Callable[[], None], name: str) -> None:
+        """Run `body` on a daemon thread called `name`."""
+        self._thread = threading.Thread(target=self._run, args=(body,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, body: Callable[[], None]) -> None:
+        try:
+            body()
+        except BaseException as exc:  # surfaced by stop() and `fault`
+            log.warning("%s: %s failed: %s", self.who, self.what, exc)
+            self.error = exc
+
+    def stop(self, timeout_s: float, late: Callable[[], BaseException]) -> BaseException | None:
+        """Ask the body to end and wait up to `timeout_s` for it; the error that ended it (the
+        first), `late()` when it did not end in time, else None."""
+        self.stop_wanted.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout_s)
+            if thread.is_alive():
+                self.error = self.error or late()
+        return self.error
 
 
 M = TypeVar("M", bound="EnergyMonitor")

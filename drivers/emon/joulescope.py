@@ -37,7 +37,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.emon import ranges
-from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
+from drivers.emon.base import (
+    CallbackErrors,
+    Chunk,
+    ChunkCallback,
+    EnergyMonitor,
+    check_voltage,
+)
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
 
 log = logging.getLogger(__name__)
@@ -242,7 +248,7 @@ class Joulescope(EnergyMonitor):
         self._rate_seen: tuple[int, int] | None = None
         #: first id -> sample count of recent analog blocks (insertion ordered, bounded)
         self._block_lengths: dict[int, int] = {}
-        self._callback_error: BaseException | None = None
+        self._callback_errors = CallbackErrors("Joulescope")
         #: Set when the measured voltage went over the limit (the DUT was disconnected).
         self.fault: VoltageLimitError | None = None
 
@@ -402,7 +408,7 @@ class Joulescope(EnergyMonitor):
             self._cursor = 0
             self._rate_seen = None
             self._block_lengths.clear()
-            self._callback_error = None
+            self._callback_errors.clear()
             self._on_chunk = on_chunk
         self._running = True
         try:
@@ -442,9 +448,7 @@ class Joulescope(EnergyMonitor):
                                     "at stop")
                 self._on_chunk = None
         self._raise_fault()
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            raise error
+        self._callback_errors.raise_kept()
 
     def _teardown_streams(self) -> None:
         """Disable every stream, then unsubscribe (each step tried, first failure raised)."""
@@ -549,8 +553,7 @@ class Joulescope(EnergyMonitor):
                 self._check_silent_streams()
         except Exception as exc:  # surfaced by stop(); the driver thread must live on
             log.exception("Joulescope: handling %s failed", topic)
-            if self._callback_error is None:
-                self._callback_error = exc
+            self._callback_errors.keep(exc)
 
     def _stream_index(self, topic: str) -> int | None:
         for i, (_, data, _, _) in enumerate(_STREAMS):
@@ -604,10 +607,10 @@ class Joulescope(EnergyMonitor):
             return
         silent = [s.name for s, n in zip(self._streams, buffered, strict=True) if n == 0]
         self.stats.dropped += max(buffered)
-        self._callback_error = self._callback_error or DeviceError(
+        self._callback_errors.keep(DeviceError(
             f"Joulescope: stream(s) {', '.join(silent) or '?'} stopped arriving while others "
             f"buffered {max(buffered)} samples",
-            hint="check the USB connection; the instrument may be overloaded (lower the rate)")
+            hint="check the USB connection; the instrument may be overloaded (lower the rate)"))
         for stream in self._streams:
             stream.blocks.clear()
 
@@ -624,12 +627,7 @@ class Joulescope(EnergyMonitor):
         on_chunk = self._on_chunk
         if on_chunk is None:
             return
-        try:
-            on_chunk(chunk)
-        except Exception as exc:
-            log.exception("Joulescope: on_chunk callback failed")
-            if self._callback_error is None:
-                self._callback_error = exc
+        self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
 
     def _count_over_range(self, chunk: Chunk) -> None:
         """Count samples a fixed range clipped (at its full scale); note the first."""

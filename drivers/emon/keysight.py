@@ -89,6 +89,7 @@ import numpy as np
 from drivers.emon import ranges
 from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import (
+    AcquisitionThread,
     Chunk,
     ChunkCallback,
     EnergyMonitor,
@@ -232,9 +233,7 @@ class _ScpiMonitor(EnergyMonitor):
         self._sample_rate_hz: float | None = None
         self._settings: dict[str, Any] = {}
         self._io_lock = threading.RLock()  # one exchange at a time (worker vs. caller)
-        self._worker: threading.Thread | None = None
-        self._stop_wanted = threading.Event()
-        self._worker_error: BaseException | None = None
+        self._acquisition = AcquisitionThread(self.driver)
         self._on_chunk: ChunkCallback | None = None
         self._next_id = 0
         self._running = False
@@ -380,30 +379,21 @@ class _ScpiMonitor(EnergyMonitor):
             raise DeviceError(f"{self.driver}: start() while acquiring", hint="stop() first")
         self._on_chunk = on_chunk
         self._next_id = 0
-        self._worker_error = None
-        self._stop_wanted.clear()
+        self._acquisition.reset()
         self._arm()
         self._running = True
-        self._worker = threading.Thread(target=self._run_worker, name=f"{self.driver}-acq",
-                                        daemon=True)
-        self._worker.start()
+        self._acquisition.start(self._acquire, name=f"{self.driver}-acq")
 
     def stop(self) -> None:
         """End the acquisition; every acquired sample has been delivered when this returns."""
         if not self._running:
             return
-        self._stop_wanted.set()
-        worker = self._worker
-        if worker is not None:
-            worker.join(self._stop_timeout_s())
-            if worker.is_alive():
-                self._worker_error = self._worker_error or DeviceTimeout(
-                    f"{self.driver}: the acquisition did not end in time",
-                    hint="check the trigger wiring and the capture length")
+        error = self._acquisition.stop(self._stop_timeout_s(), lambda: DeviceTimeout(
+            f"{self.driver}: the acquisition did not end in time",
+            hint="check the trigger wiring and the capture length"))
         self._running = False
-        self._worker = None
-        if self._worker_error is not None:
-            error, self._worker_error = self._worker_error, None
+        if error is not None:
+            self._acquisition.error = None
             raise error
 
     def close(self) -> None:
@@ -461,13 +451,6 @@ class _ScpiMonitor(EnergyMonitor):
         }
 
     # -- acquisition ----------------------------------------------------------------------------
-    def _run_worker(self) -> None:
-        try:
-            self._acquire()
-        except BaseException as exc:  # surfaced by stop()
-            log.warning("%s: acquisition failed: %s", self.driver, exc)
-            self._worker_error = exc
-
     def _deliver(self, current: np.ndarray, voltage: np.ndarray, trigger_index: int | None,
                  gpio: np.ndarray | None = None) -> None:
         """Deliver samples in chunks; `trigger_index` (id) is marked as a falling edge, or
@@ -569,7 +552,7 @@ class N6705(_ScpiMonitor):
     @property
     def fault(self) -> BaseException | None:
         """What stopped the acquisition thread, if anything (a waiting recorder ends with it)."""
-        return self._worker_error
+        return self._acquisition.error
 
     def connect(self) -> None:
         """Identify, then a known state whatever a crashed session left: its Elog and
@@ -735,9 +718,9 @@ class N6705(_ScpiMonitor):
                         "period or a less busy host)")
                 self._deliver_records(records)
                 if len(records) < want:
-                    if self._stop_wanted.is_set():
+                    if self._acquisition.stop_wanted.is_set():
                         break
-                    self._stop_wanted.wait(POLL_S)
+                    self._acquisition.stop_wanted.wait(POLL_S)
         except BaseException:
             with contextlib.suppress(Exception):  # best effort: the error above is the news
                 self._write(f"ABOR:ELOG {self.chan}")
@@ -784,7 +767,7 @@ class N6705(_ScpiMonitor):
                 break
             if not status & self.WTG_MEAS and triggered_at is None:
                 triggered_at = time.monotonic()
-            if self._stop_wanted.is_set() and triggered_at is None:
+            if self._acquisition.stop_wanted.is_set() and triggered_at is None:
                 self._checked(f"ABOR:ACQ {self.chan}")
                 self.stats.note("stopped before the trigger: no capture")
                 return
@@ -793,7 +776,7 @@ class N6705(_ScpiMonitor):
             if late:
                 raise DeviceTimeout(f"n6705: the capture of {self.points} points did not end",
                                     hint="check STAT:OPER and the digitizer settings")
-            self._stop_wanted.wait(POLL_S)
+            self._acquisition.stop_wanted.wait(POLL_S)
         current = self._query_reals(f"FETC:ARR:CURR? {self.chan}", self._dtype)
         if self.measure_voltage:
             voltage = self._query_reals(f"FETC:ARR:VOLT? {self.chan}", self._dtype)
@@ -919,9 +902,9 @@ class Keysight34465A(_ScpiMonitor):
         return count
 
     def _acquire(self) -> None:
-        while not self._stop_wanted.is_set() and self._next_id < self.max_samples:
+        while not self._acquisition.stop_wanted.is_set() and self._next_id < self.max_samples:
             if not self._read_available():
-                self._stop_wanted.wait(POLL_S)
+                self._acquisition.stop_wanted.wait(POLL_S)
         if self._next_id < self.max_samples:
             self._checked("ABOR")
         # Readings taken before ABOR are still in memory.

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.emon.base import (
+    CallbackErrors,
     Chunk,
     ChunkCallback,
     EnergyMonitor,
@@ -124,7 +125,7 @@ class Lpm01a(EnergyMonitor):
         self._reader_stop = threading.Event()
         self._reader_error: BaseException | None = None
         self._on_chunk: ChunkCallback | None = None
-        self._callback_error: BaseException | None = None
+        self._callback_errors = CallbackErrors("LPM01A")
         self._pending_edges: list[int] = []
         self._acq_shortfall = 0
         # Sample ids = decoded index + samples the board said it lost (overruns) so far.
@@ -304,7 +305,7 @@ class Lpm01a(EnergyMonitor):
             self._acq_shortfall = 0
             self._id_offset = self._next_id = self._decoded = 0
             self._overrun = False
-            self._callback_error = None
+            self._callback_errors.clear()
             self._on_chunk = on_chunk
         try:
             self._command("start")
@@ -338,9 +339,7 @@ class Lpm01a(EnergyMonitor):
                         f"{len(self._pending_edges)} D7 edge(s) after the last sample were dropped"
                     )
                     self._pending_edges.clear()
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            raise error
+        self._callback_errors.raise_kept()
 
     @property
     def fault(self) -> DeviceError | None:
@@ -492,12 +491,7 @@ class Lpm01a(EnergyMonitor):
             # Deliver data before replies: when `stop` sees `Acquisition completed`, every
             # sample decoded before it has reached the callback.
             for chunk in chunks if on_chunk is not None else ():
-                try:
-                    on_chunk(chunk)
-                except Exception as exc:  # surfaced by stop(); the stream must keep draining
-                    log.exception("LPM01A: on_chunk callback failed")
-                    if self._callback_error is None:
-                        self._callback_error = exc
+                self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
             for reply in replies:
                 self._replies.put(reply)
 

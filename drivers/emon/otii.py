@@ -68,6 +68,7 @@ import numpy as np
 from drivers.emon import check_current_range, ranges
 from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import (
+    AcquisitionThread,
     Chunk,
     ChunkCallback,
     EnergyMonitor,
@@ -340,9 +341,7 @@ class Otii(EnergyMonitor):
         self._voltage_v: float | None = None
         self._rate_hz: float | None = None
         self._settings: dict[str, Any] = {}
-        self._worker: threading.Thread | None = None
-        self._stop_wanted = threading.Event()
-        self._worker_error: BaseException | None = None
+        self._recording = AcquisitionThread("otii", "recording")
         self._on_chunk: ChunkCallback | None = None
         self._running = False
         self._closed = False
@@ -457,7 +456,7 @@ class Otii(EnergyMonitor):
     @property
     def fault(self) -> BaseException | None:
         """What stopped the recording thread, if anything (a waiting recorder ends with it)."""
-        return self._worker_error
+        return self._recording.error
 
     @property
     def channels(self) -> list[str]:
@@ -555,7 +554,7 @@ class Otii(EnergyMonitor):
             self._arc("arc_set_main", conn, enable=False)
             self._output_on = False
             self._settings["main"] = "off"
-            if conn is not self.conn or self._worker_error is not None:
+            if conn is not self.conn or self._recording.error is not None:
                 with contextlib.suppress(Exception):  # a recording left running by the fault
                     conn.request("project_stop_recording", {"project_id": self.project_id})
         except Exception as exc:  # never mask the original error
@@ -577,8 +576,7 @@ class Otii(EnergyMonitor):
         if self._running:
             raise DeviceError("otii: start() while recording", hint="stop() first")
         self._on_chunk = on_chunk
-        self._worker_error = None
-        self._stop_wanted.clear()
+        self._recording.reset()
         self.conn.request("project_start_recording", {"project_id": self.project_id})
         last = self.conn.request("project_get_last_recording", {"project_id": self.project_id})
         if last.get("recording_id", -1) in (-1, None):
@@ -588,24 +586,17 @@ class Otii(EnergyMonitor):
         self._settings["recording_id"] = self.recording_id
         self._settings["recording_name"] = last.get("name")
         self._running = True
-        self._worker = threading.Thread(target=self._run_worker, name="otii-rec", daemon=True)
-        self._worker.start()
+        self._recording.start(self._run_worker, name="otii-rec")
 
     def stop(self) -> None:
         """Stop the recording; every recorded sample has been delivered when this returns."""
         if not self._running:
             return
-        self._stop_wanted.set()
-        worker = self._worker
-        if worker is not None:
-            worker.join(REPLY_TIMEOUT_S * 3)
-            if worker.is_alive():
-                self._worker_error = self._worker_error or DeviceTimeout(
-                    "otii: the recording did not end in time", hint=_SERVER_HINT)
+        error = self._recording.stop(REPLY_TIMEOUT_S * 3, lambda: DeviceTimeout(
+            "otii: the recording did not end in time", hint=_SERVER_HINT))
         self._running = False
-        self._worker = None
-        if self._worker_error is not None:
-            raise self._worker_error
+        if error is not None:
+            raise error
 
     def close(self) -> None:
         """Stop, switch the output off, return what was reserved, disconnect. Idempotent."""
@@ -663,15 +654,15 @@ class Otii(EnergyMonitor):
         conn = self.conn  # the recording's connection (power_off may open another after a drop)
         try:
             self._record(conn)
-        except BaseException as exc:  # surfaced by stop() and `fault`
-            log.warning("otii: recording failed: %s", exc)
-            if isinstance(exc, DeviceError) and conn.closed:
-                exc = DeviceError(
-                    f"otii: the Otii TCP server at {conn.where} closed the connection "
-                    f"mid-recording, after {self.stats.samples} samples",
-                    hint="is the Otii app still running and reachable? The rig switched the "
-                    "output off over a new connection when it could; what was measured is kept")
-            self._worker_error = exc
+        except DeviceError as exc:
+            if not conn.closed:
+                raise
+            raise DeviceError(
+                f"otii: the Otii TCP server at {conn.where} closed the connection "
+                f"mid-recording, after {self.stats.samples} samples",
+                hint="is the Otii app still running and reachable? The rig switched the "
+                "output off over a new connection when it could; what was measured is kept",
+            ) from exc
 
     def _count(self, conn: OtiiConnection, channel: str) -> int:
         return int(conn.request("recording_get_channel_data_count", {
@@ -696,7 +687,7 @@ class Otii(EnergyMonitor):
         done = events_read = 0
         stopped = False
         while True:
-            if self._stop_wanted.is_set() and not stopped:
+            if self._recording.stop_wanted.is_set() and not stopped:
                 conn.request("project_stop_recording", {"project_id": self.project_id})
                 stopped = True
             available = min(self._count(conn, c) for c in analog)
@@ -731,7 +722,7 @@ class Otii(EnergyMonitor):
             if stopped and done >= available:
                 break
             if done >= upto:
-                self._stop_wanted.wait(POLL_S)
+                self._recording.stop_wanted.wait(POLL_S)
         if digital and not line.armed and done:
             self.stats.note("GPI1 was never high during the recording: is the DUT's timestamp "
                             "line wired to GPI1 and the expansion port at the DUT's voltage?")

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.emon.base import (
+    CallbackErrors,
     Chunk,
     ChunkCallback,
     EnergyMonitor,
@@ -105,7 +106,7 @@ class Ppk2(EnergyMonitor):
         self._closed = False
         self._running = False
         self._on_chunk: ChunkCallback | None = None
-        self._callback_error: BaseException | None = None
+        self._callback_errors = CallbackErrors("PPK2")
         self._reader: threading.Thread | None = None
         self._reader_stop = threading.Event()
         self._reader_error: BaseException | None = None
@@ -234,7 +235,7 @@ class Ppk2(EnergyMonitor):
         self._last_counter = None
         self._raw_next = 0
         self._carry = None
-        self._callback_error = None
+        self._callback_errors.clear()
         self._on_chunk = on_chunk
         self._reader_stop.clear()
         self._reader = threading.Thread(target=self._read_loop, name="ppk2-reader", daemon=True)
@@ -263,9 +264,7 @@ class Ppk2(EnergyMonitor):
                 self.stats.note(f"{len(self._carry[1])} sample(s) after the last whole "
                                 f"{self._decimation}-sample average were left out")
                 self._carry = None
-        if self._callback_error is not None:
-            error, self._callback_error = self._callback_error, None
-            raise error
+        self._callback_errors.raise_kept()
 
     @property
     def fault(self) -> DeviceError | None:
@@ -362,12 +361,7 @@ class Ppk2(EnergyMonitor):
             for chunk in self._chunks(whole):
                 if on_chunk is None:
                     break
-                try:
-                    on_chunk(chunk)
-                except Exception as exc:  # surfaced by stop(); the stream must keep draining
-                    log.exception("PPK2: on_chunk callback failed")
-                    if self._callback_error is None:
-                        self._callback_error = exc
+                self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
 
     def _chunks(self, raw: bytes) -> list[Chunk]:
         """Decode whole words into chunks: one per run of consecutive samples."""

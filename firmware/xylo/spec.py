@@ -7,6 +7,10 @@ output sizes, dt, the class names, the SHA-256 of everything else and, when a tr
 `training`: how the network was trained and which split chose its settings (information for
 people and reports; the shim ignores it). `load_spec` checks all of it and raises `SpecError`
 naming what is wrong.
+
+`build_spec` (a Rockpool network mapped and quantised for Xylo Audio 2) is the shim's own load
+path for a NIR graph (`nir_graph.nir_to_spec`, the shim's ``--spec``), so it lives here, with the
+firmware; the trainer (`rig model train xylo`, rig-side) calls the same function.
 """
 
 from __future__ import annotations

@@ -165,8 +165,19 @@ class MqttConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    """`[worker]`: what `rig worker --bench` owns on a sweep cluster (rig/cluster): one unit of
+    each resource (`rig.cluster.resources.KNOWN_RESOURCES`), and the worker's name ("": the
+    host name)."""
+
+    resources: dict[str, int]
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class Bench:
-    """A validated bench file."""
+    """A validated bench file. A worker file (benches/workers/: `[worker]` and no DUT-side
+    table) drives no DUT: `worker_only`, voltage limit 0 V and no monitor."""
 
     name: str
     path: Path
@@ -181,6 +192,17 @@ class Bench:
     #: True for the virtual bench and for benches attached to one: every number is simulated.
     simulated: bool = False
     qemu: QemuConfig | None = None
+    worker: WorkerConfig | None = None
+    #: A worker file: what a cluster worker owns, no DUT to measure.
+    worker_only: bool = False
+
+    def require_dut(self) -> None:
+        """ConfigError for a worker file given where a DUT is to be driven."""
+        if self.worker_only:
+            raise ConfigError(f"{self.path} is a worker file: it names what a cluster worker "
+                              "owns, not a DUT to measure",
+                              hint=f"serve it with `rig worker --scheduler ADDRESS --bench "
+                                   f"{self.path}`, or pass a bench file with [dut] and [emon]")
 
     @property
     def emulated(self) -> str:
@@ -231,6 +253,10 @@ NUMBER_SPANS: dict[str, Span] = {
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
 }
+#: `[worker] resources` counts: one unit each (one instrument measures one point at a time).
+WORKER_RESOURCE_SPAN = Span(1, 1)
+#: Tables of a bench that drives a DUT; a file with `[worker]` and none of them is a worker file.
+DUT_TABLES = ("dut", "emon", "dataset", "sim", "io_manager", "qemu", "procedure")
 
 _SECTIONS: dict[str, type] = {
     "dut": DutConfig,
@@ -301,6 +327,9 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _is_table(top, path, "bench")
     _no_unknown(top, {"name", "voltage_limit_v", "simulated"}, path, "bench")
     name = _typed(top, "name", str, path, "bench", default=path.stem)
+    worker = _worker(raw["worker"], path) if "worker" in raw else None
+    if worker is not None and not any(t in raw for t in DUT_TABLES):
+        return _worker_bench(raw, top, name, worker, path)
     if "voltage_limit_v" not in top:
         raise ConfigError(
             f"{path}: [bench] voltage_limit_v is missing",
@@ -411,7 +440,55 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         mqtt=_mqtt_paths(sections["mqtt"], path),
         simulated=simulated,
         qemu=qemu,
+        worker=worker,
     )
+
+
+def _worker(table: Any, path: Path) -> WorkerConfig:
+    """`[worker]`: known keys, a resources table of known names, one unit each."""
+    from rig.cluster.resources import check_resources  # the resource names are the cluster's
+
+    _is_table(table, path, "worker")
+    _no_unknown(table, {"name", "resources"}, path, "worker")
+    name = _typed(table, "name", str, path, "worker", default="")
+    if "name" in table and not name.strip():
+        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}",
+                          hint="drop it to use the host name")
+    if "resources" not in table:
+        raise ConfigError(f"{path}: [worker] resources is missing",
+                          hint="name what this host owns, e.g. resources = { cpu-tabu = 1 }")
+    resources = table["resources"]
+    if not isinstance(resources, dict):
+        raise ConfigError(f"{path}: [worker] resources: expected a table such as "
+                          f"{{ cpu-tabu = 1 }}, found {resources!r}")
+    where = f"{path}: [worker] resources"
+    check_resources(dict.fromkeys(resources, 1), where)  # the names, before their counts
+    for key, value in resources.items():
+        number(value, path=path, table="worker.resources", key=key, kind=int,
+               span=WORKER_RESOURCE_SPAN,
+               hint="one instrument measures one point at a time; a second instrument of the "
+                    "same kind is a second worker (on its own host)")
+    return WorkerConfig(resources=check_resources(resources, where), name=name)
+
+
+def _worker_bench(raw: dict[str, Any], top: dict[str, Any], name: str, worker: WorkerConfig,
+                  path: Path) -> Bench:
+    """A worker file: no DUT, no monitor, nothing may be powered (voltage limit 0 V unless the
+    file states one)."""
+    limit = 0.0
+    if "voltage_limit_v" in top:
+        limit = number(top["voltage_limit_v"], path=path, table="bench", key="voltage_limit_v",
+                       span=NUMBER_SPANS["bench.voltage_limit_v"])
+    mqtt = raw.get("mqtt")
+    if mqtt is not None:
+        _is_table(mqtt, path, "mqtt")
+        _check_mqtt_table(mqtt, path)
+        mqtt = _mqtt_paths(_dataclass_from(MqttConfig, mqtt, path, "mqtt"), path)
+    flagged = bool(_typed(top, "simulated", bool, path, "bench", default=False))
+    refuse_non_finite(raw, path)
+    return Bench(name=name, path=path, voltage_limit_v=limit, dut=DutConfig(port=""),
+                 emon=EmonConfig(driver="none", port=None), mqtt=mqtt, simulated=flagged,
+                 worker=worker, worker_only=True)
 
 
 #: Emulated boards with a DUT shim port (firmware/dut/<machine>).

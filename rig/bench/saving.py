@@ -50,11 +50,13 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
         "",
         "[bench]",
         _pair("name", bench.name),
-        _pair("voltage_limit_v", bench.voltage_limit_v),
-        _pair("simulated", bench.simulated),
     ]
-    tables: list[tuple[str, Any]] = [("dut", dut), ("emon", bench.emon),
-                                     ("dataset", bench.dataset), ("procedure.asc", bench.asc)]
+    if not bench.worker_only or bench.voltage_limit_v:  # a worker file may leave it out (0 V)
+        lines.append(_pair("voltage_limit_v", bench.voltage_limit_v))
+    lines.append(_pair("simulated", bench.simulated))
+    tables: list[tuple[str, Any]] = [] if bench.worker_only else [
+        ("dut", dut), ("emon", bench.emon), ("dataset", bench.dataset),
+        ("procedure.asc", bench.asc)]
     if bench.sim is not None:
         tables.append(("sim", bench.sim))
     if bench.io_manager is not None:
@@ -70,6 +72,11 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
             if value is None:  # TOML has no null; "" reads back as "not set" too
                 value = ""
             lines.append(_pair(f.name, value))
+    if bench.worker is not None:
+        resources = ", ".join(f"{name} = {count}" for name, count in bench.worker.resources.items())
+        lines += ["", "[worker]", f"resources = {{ {resources} }}"]
+        if bench.worker.name:
+            lines.append(_pair("name", bench.worker.name))
     text = "\n".join(lines) + "\n"
     _check_round_trip(bench, text, target)
     return text

@@ -11,14 +11,14 @@ whole host); `HostPowerLock` makes a second worker on the same host refuse it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from rig.bench.config import read_toml
+from drivers.file_lock import FileLock
+from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.qubo.suts import SUT_NAMES
 
@@ -76,7 +76,7 @@ def check_resources(resources: dict[str, Any], where: str) -> dict[str, int]:
 
 
 def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:
-    """A bench file's `[worker]` table: (resources, name or None).
+    """A bench file's `[worker]` table, as `load_bench` validates it: (resources, name or None).
 
     ```toml
     [worker]
@@ -84,27 +84,12 @@ def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:
     name = "cpu-baseline-1"   # optional; default: the host name
     ```
     """
-    raw = read_toml(path, "bench file does not exist",
-                    "pass an existing TOML file, e.g. benches/workers/cpu-baseline.toml")
-    table = raw.get("worker")
-    if table is None:
+    worker = load_bench(path).worker
+    if worker is None:
         raise ConfigError(f"{path}: no [worker] table",
                           hint="add [worker] resources = { cpu-tabu = 1, ... } naming what this "
                                "host owns, or pass --resources")
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: worker: expected a table, found {type(table).__name__}")
-    unknown = sorted(set(table) - {"resources", "name"})
-    if unknown:
-        raise ConfigError(f"{path}: [worker] unknown key {unknown[0]!r}",
-                          hint="known keys here: name, resources")
-    resources = table.get("resources")
-    if not isinstance(resources, dict):
-        raise ConfigError(f"{path}: [worker] resources: expected a table such as "
-                          f"{{ cpu-tabu = 1 }}, found {resources!r}")
-    name = table.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}")
-    return check_resources(resources, f"{path}: [worker] resources"), name
+    return dict(worker.resources), worker.name or None
 
 
 def point_resources(sut: str, sut_options: dict[str, Any]) -> dict[str, int]:
@@ -130,35 +115,24 @@ class HostPowerLock:
     def __init__(self, path: Path | None = None) -> None:
         default = Path(tempfile.gettempdir()) / "rig-host-power.lock"
         self.path = path or Path(os.environ.get(HOST_POWER_LOCK_ENV) or default)
-        self._handle: Any = None
+        self._lock = FileLock(self.path)
 
     def acquire(self) -> None:
         """Take the lock or raise ConfigError naming the worker that holds it."""
         try:
-            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+            taken = self._lock.acquire(note=f"pid {os.getpid()}\n")
         except OSError as exc:
             raise ConfigError(f"cannot open the host-power lock file {self.path}: {exc}",
                               hint=f"set {HOST_POWER_LOCK_ENV} to a file this user may write "
                                    "(the same file for every rig worker on this host)") from None
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
+        if not taken:
+            holder = self._lock.read_note() or "another process"
             raise ConfigError(
                 f"host-power is already owned by another rig worker on this host ({holder})",
                 hint="give host-power to one worker per host: its power counters see the whole "
                      "host, so two workers would share one reading",
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        self._handle = handle
+            )
 
     def release(self) -> None:
         """Give the lock back (also done by the kernel when the process dies)."""
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        self._lock.release()

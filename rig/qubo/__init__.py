@@ -1,4 +1,14 @@
-"""QUBO benchmark (NeuroBench MIS workloads): graphs, cost, best-known targets."""
+"""The QUBO benchmark (NeuroBench MIS workloads): workloads, SUTs, procedures and sweeps.
+
+- `workloads`: the Maximum Independent Set graphs and their QUBO cost (re-exported here).
+- `targets`: best-known target costs; `tuning`: a SUT's hyperparameters (`rig qubo tune`).
+- `suts`: the systems under test behind one interface; `events`: the QUBO run events.
+- `procedure`: fixed-timeout, time-to-solution and maximum workload size.
+- `sweep`: overnight sweeps, resumable, one run folder.
+
+Above `run`, which it imports (with `bench`); `report`, `mqtt`, `cluster`, `model`, `commands`
+and gui may import it.
+"""
 
 from rig.qubo.workloads import (
     DENSITIES,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import itertools
 import json
 import os
@@ -34,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from drivers.file_lock import FileLock, held_elsewhere
 from protocols.errors import RigError
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
@@ -995,34 +995,24 @@ def _exclusive(run_path: Path) -> Iterator[None]:
 
     flock is released by the kernel when the process dies, so kill -9 never leaves it stale.
     """
+    lock = FileLock(run_path / EVENTS)
     try:
-        handle = open(run_path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (lock holder)
+        taken = lock.acquire()
     except OSError as exc:
         raise ConfigError(f"{run_path} is not a sweep run folder: {exc}",
                           hint="pass a folder that `rig sweep qubo` created") from exc
+    if not taken:
+        raise ConfigError(f"{run_path} is being measured by another rig process",
+                          hint="wait for it to finish, or stop it first")
     try:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(f"{run_path} is being measured by another rig process",
-                              hint="wait for it to finish, or stop it first") from None
         yield
     finally:
-        handle.close()
+        lock.release()
 
 
 def _locked(run_path: Path) -> bool:
     """Whether another process holds the folder's lock (it is measuring right now)."""
-    try:
-        with open(run_path / EVENTS, "rb") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    except OSError:
-        return False
-    return False
+    return held_elsewhere(run_path / EVENTS)
 
 
 def _terminate_torn_line(path: Path) -> None:

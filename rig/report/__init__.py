@@ -1,1 +1,10 @@
-"""The submission report: rig report."""
+"""The submission report (`rig report`): run folders in (only read), report.md, report.html,
+report.pdf and results.json out.
+
+- `runs`: the run folders, checked and grouped into systems; `system`: `system.toml`.
+- `content`: every section the report asks for; `document`: its Markdown and HTML renderings.
+- `figures`, `workflow`: the figures and the workflow diagram; `models`: the model outline.
+- `writer`: `write_report`.
+
+Reads `run` and `qubo` (and below); only `commands` and gui import it.
+"""

@@ -78,6 +78,7 @@ def check_bench(bench: Bench, *, checkpoint: Callable[[], None] | None = None) -
     propagates, after the shutdown). A device fault never raises; a `ConfigError` about the
     bench itself (e.g. a monitor that cannot time energy windows) does.
     """
+    bench.require_dut()
     seen: list[Event] = []
     bus = EventBus()
     bus.subscribe(seen.append)

@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rig.run.asc import execution_time_source_text
 from rig.run.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
+from rig.run.summary import ASC_FIGURES
+from rig.units import si
 
 
 class ConsoleView:
@@ -54,36 +55,14 @@ class ConsoleView:
         self._progress.stop()
 
 
-def _time(seconds: float) -> str:
-    """4 significant digits in the unit that suits: s, ms or µs."""
-    if seconds >= 1:
-        return f"{seconds:#.4g} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:#.4g} ms"
-    return f"{seconds * 1e6:#.4g} µs"
-
-
-_ROWS = [
-    ("accuracy", "Accuracy (top-1)", lambda v: f"{v:.2%}"),
-    ("inferences_per_s", "Inferences per second (median of runs)", lambda v: f"{v:#.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference (mean)", _time),
-    ("execution_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
-    ("preprocess_time_mean_s", "Pre-processing time per sample (mean, test set)", _time),
-    ("preprocess_time_stderr_s", "  standard error", lambda v: f"{v * 1e6:.3g} µs"),
-    ("idle_power_w", "Idle power", lambda v: f"{v * 1e3:#.4g} mW"),
-    ("active_power_w", "Active power", lambda v: f"{v * 1e3:#.4g} mW"),
-    ("dynamic_power_w", "Dynamic power", lambda v: f"{v * 1e3:#.4g} mW"),
-    ("energy_per_inference_j", "Energy per inference (median)", lambda v: f"{v * 1e6:#.4g} µJ"),
-    ("dynamic_energy_per_inference_j", "Dynamic energy per inference",
-     lambda v: f"{v * 1e6:#.4g} µJ"),
-    ("power", "Power", str),
-    ("timing", "Timing", str),
+#: Rows after the headline figures (`ASC_FIGURES`, which the report and the runner GUI show too).
+_EXTRA_ROWS = [
     ("results_check", "Results", str),
     ("samples_failed", "Samples failed (result unverified)", str),
 ]
 
-#: Rows whose numbers are times from the DUT: marked when its timing is simulated.
-_TIME_ROWS = {"inferences_per_s", "execution_time_mean_s", "execution_time_stderr_s"}
+#: Figures whose numbers are times from the DUT: marked when its timing is simulated.
+_TIME_ROWS = {"inferences_per_s", "execution_time_mean_s"}
 
 
 def timing_label(summary: dict[str, Any]) -> str:
@@ -102,15 +81,18 @@ def summary_table(summary: dict[str, Any], *, title: str) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     simulated = timing_label(summary)
-    for key, label, fmt in _ROWS:
+    for key, label, fmt in ASC_FIGURES:
         if summary.get(key) is not None:
-            if key == "execution_time_mean_s":
-                label = f"{label[:-1]}, {execution_time_source_text(summary)})"
             if key in _TIME_ROWS and simulated:
                 label += f" [yellow]{simulated.strip(' ()').split()[0]}[/]"
-            table.add_row(label, fmt(summary[key]))
-    if "samples" in summary:
-        table.add_row("Test samples", f"{summary['correct']}/{summary['samples']}")
+            table.add_row(label, fmt(summary))
+    if summary.get("preprocess_time_mean_s") is not None:
+        table.add_row("Pre-processing time per sample (mean ± standard error, test set)",
+                      f"{si(summary['preprocess_time_mean_s'], 's')} ± "
+                      f"{si(summary.get('preprocess_time_stderr_s'), 's', 2)}")
+    for key, label, text in _EXTRA_ROWS:
+        if summary.get(key) is not None:
+            table.add_row(label, text(summary[key]))
     if "latency_runs" in summary:
         table.add_row("Timed runs", f"{summary['latency_runs']} ({summary['latency_timer']} timer)")
     for check in summary.get("checks", []):

@@ -470,6 +470,7 @@ def check_bench_setup(bench: Bench) -> None:
     not see every timestamp edge for ASC energy. Called before any run folder or port exists;
     what needs the instrument itself is refused in `connect_bench` (status "refused"). An
     emulated board's QEMU and firmware image are checked here too."""
+    bench.require_dut()
     if bench.qemu is not None:
         QemuBoard.check_setup(bench.qemu.firmware, machine=bench.qemu.machine)
     if not records_trace(bench):

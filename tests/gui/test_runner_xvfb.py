@@ -1,6 +1,10 @@
 """The runner on a real X server (Xvfb, Qt's xcb platform), over a virtual bench: screenshots of
 its three main states — devices found and checked, a run going with the live power trace, the
-results — with their pixels checked, saved under /tmp/runner-shots for the README."""
+results — with their pixels checked, saved under /tmp/runner-shots for the README (docs/images).
+
+The window runs in a lab folder of its own, with the paths a user sees who starts `rig gui` there
+(`benches/nano33-powershield.toml`, `runs/<run folder>`), so no temporary path shows in the
+screenshots."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path("/tmp/runner-shots")
 
 SCRIPT = r"""
-import json, sys, time
+import json, re, sys, time
 from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 from PySide6.QtTest import QTest
@@ -37,7 +41,8 @@ from rig.bench.config import load_bench
 from rig.sim.bench import VirtualBenchProcess
 
 out = Path(sys.argv[1])
-runs = Path(sys.argv[2])
+runs = Path("runs")  # relative to the lab folder this runs in, as `rig gui` shows them
+repo = Path(sys.argv[2])
 
 
 def wait(cond, seconds=90):
@@ -56,8 +61,8 @@ def within(widget):
 # The virtual bench in a process of its own, as `rig sim` serves it: sharing this process's
 # interpreter lock with the window, it could fall behind on a busy machine.
 # Simulated time at 20x (not the bench file's 50x): a busy CI machine keeps up with it.
-sim_bench = Path(sys.argv[2]).parent / "sim20.toml"
-sim_bench.write_text(Path("benches/sim.toml").read_text().replace("speed = 50", "speed = 20"))
+sim_bench = out / "sim20.toml"
+sim_bench.write_text((repo / "benches/sim.toml").read_text().replace("speed = 50", "speed = 20"))
 vb = VirtualBenchProcess(load_bench(sim_bench))
 try:
     # What a lab bench shows: a Nano 33 BLE and a PowerShield on USB.
@@ -68,7 +73,7 @@ try:
     win.resize(1500, 980)
     win.show()
     assert QTest.qWaitForWindowExposed(win)
-    bench = runs.parent / "bench.toml"
+    bench = Path("benches") / "nano33-powershield.toml"
     bench.write_text(
         '[bench]\nname = "Nano 33 BLE + PowerShield (virtual)"\nvoltage_limit_v = 3.3\n'
         f'simulated = true\n\n[dut]\nport = "{vb.ports["dut"]}"\ntimestamp_mode = "energy"\n\n'
@@ -99,9 +104,14 @@ try:
     wait(lambda: win.last_end is not None and not win.running)
     QTest.qWait(200)
     win.grab().save(str(out / "runner-results.png"))
+    # What the window shows (a label's markup without its tags: a link's target is not shown).
+    shown = [win.windowTitle(),
+             *(re.sub("<[^>]+>", "", w.text()) for w in win.findChildren(QtWidgets.QLabel)),
+             *(w.text() for w in win.findChildren(QtWidgets.QLineEdit)),
+             *(w.currentText() for w in win.findChildren(QtWidgets.QComboBox))]
     print(json.dumps({"platform": app.platformName(), "size": [win.width(), win.height()],
                       "states": states, "running": running, "status": win.last_end.status,
-                      "verdict": within(win.results.verdict)}))
+                      "verdict": within(win.results.verdict), "shown": shown}))
     win.close()
 finally:
     vb.close()
@@ -120,11 +130,13 @@ def test_runner_window_under_xvfb(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env["QT_QPA_PLATFORM"] = "xcb"
     env["PYTHONPATH"] = str(REPO)
-    (tmp_path / "runs").mkdir()
+    lab = tmp_path / "lab"
+    (lab / "runs").mkdir(parents=True)
+    (lab / "benches").mkdir()
     proc = subprocess.run(
         ["xvfb-run", "-a", "-s", "-screen 0 1600x1050x24", sys.executable, "-c", SCRIPT,
-         str(tmp_path), str(tmp_path / "runs")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+         str(tmp_path), str(REPO)],
+        cwd=lab, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     geo = json.loads(proc.stdout.strip().splitlines()[-1])
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -134,6 +146,10 @@ def test_runner_window_under_xvfb(tmp_path: Path) -> None:
     assert geo["platform"] == "xcb" and geo["size"] == [1500, 980]
     assert geo["states"]["dut"] == geo["states"]["emon"] == "answering"
     assert geo["status"] == "complete"
+    # The screenshots show the lab folder's paths, never the test's temporary one.
+    shown = "\n".join(geo["shown"])
+    assert str(tmp_path) not in shown and "pytest-" not in shown
+    assert "benches/nano33-powershield.toml" in shown and "runs/" in shown
 
     # Running: the power trace is drawn in red inside the live plot, reaching the active
     # level (3.6 mW) within a few pixels.

@@ -45,6 +45,18 @@ def test_saved_file_loads_back(path: Path, tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [saved.name]  # no temporary file left
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "benches" / "workers").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_a_worker_table_is_saved_with_its_bench(path: Path, tmp_path: Path) -> None:
+    """A worker file, and a bench that also serves as a worker: [worker] survives a save."""
+    worker = load_bench(path)
+    saved = save_bench(worker, tmp_path / path.name)
+    assert same_bench(load_bench(saved), worker) and "[dut]" not in saved.read_text()
+    sim = load_bench(REPO / "benches" / "sim.toml")
+    both = replace(sim, worker=replace(worker.worker, name="bench-3"))
+    assert same_bench(load_bench(save_bench(both, tmp_path / "both.toml")), both)
+
+
 def test_every_key_is_written() -> None:
     bench = load_bench(REPO / "benches" / "sim.toml")
     raw = tomllib.loads(bench_to_toml(bench))

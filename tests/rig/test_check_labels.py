@@ -42,7 +42,9 @@ def test_console_marks_not_applicable_checks_neither_pass_nor_fail() -> None:
 
 def test_console_rows_name_the_source_and_mark_simulated_time() -> None:
     text = text_of(summary_table(SUMMARY, title="t"))
-    assert "Execution time per inference (mean, test set, 4 samples) SIMULATED" in text
+    (execution,) = [x for x in text.splitlines() if "Execution time per inference" in x]
+    assert "(mean ± standard error) SIMULATED" in execution
+    assert "(test set, 4 samples)" in execution
     assert "Inferences per second (median of runs) SIMULATED" in text
     (timing,) = [x for x in text.splitlines() if "Timing" in x]
     assert SIMULATED_XYLO_TIMING in timing

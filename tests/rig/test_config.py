@@ -140,3 +140,50 @@ def test_resource_is_an_address(tmp_path: Path, sim_bench_text) -> None:
                                   'driver = "34465a"\nresource = "TCPIP0::10.0.0.5::5025::SOCKET"')
     bench = load_bench(write(tmp_path, text))
     assert bench.emon.address == "TCPIP0::10.0.0.5::5025::SOCKET"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "benches" / "workers").glob("*.toml")),
+                         ids=lambda p: p.name)
+def test_shipped_worker_files_load(path: Path) -> None:
+    """benches/workers/*.toml: a `[worker]` table and no DUT; nothing may be powered."""
+    bench = load_bench(path)
+    assert bench.worker is not None and bench.worker_only
+    assert bench.worker.resources and set(bench.worker.resources.values()) == {1}
+    assert bench.voltage_limit_v == 0.0 and bench.emon.driver == "none"
+    with pytest.raises(ConfigError, match="is a worker file"):
+        bench.require_dut()
+
+
+WORKER_FILE = '[bench]\nname = "w"\n'
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ("port = 5", r"bench\.toml: \[worker\] unknown key 'port'"),
+    ('name = ""', r"bench\.toml: \[worker\] name: expected a non-empty string"),
+    ("resources = { cpu_tabu = 1 }", r"\[worker\] resources: unknown resource 'cpu_tabu'"),
+    ("resources = { cpu-tabu = 2 }",
+     r"bench\.toml: \[worker\.resources\] cpu-tabu: expected an integer in \[1, 1\], found 2"),
+    ("resources = { cpu-tabu = 1.0 }",
+     r"\[worker\.resources\] cpu-tabu: expected an integer, found 1\.0"),
+    ("resources = { cpu-tabu = true }",
+     r"\[worker\.resources\] cpu-tabu: expected an integer, found True"),
+    ("resources = { cpu-tabu = nan }",
+     r"\[worker\.resources\] cpu-tabu: nan is not a finite number"),
+])
+def test_a_bad_worker_key_or_number_is_refused(tmp_path: Path, sim_bench_text: str, line: str,
+                                               says: str) -> None:
+    """In a worker file and in a full bench alike (a bench may also serve as a worker)."""
+    resources = "" if line.startswith("resources") else "resources = { cpu-tabu = 1 }\n"
+    for text in (WORKER_FILE, sim_bench_text):
+        path = write(tmp_path, f"{text}\n[worker]\n{resources}{line}\n")
+        with pytest.raises(ConfigError, match=says) as err:
+            load_bench(path)
+        assert "\n" not in str(err.value)
+
+
+def test_a_full_bench_keeps_its_worker_table(tmp_path: Path, sim_bench_text: str) -> None:
+    bench = load_bench(write(tmp_path, sim_bench_text + '\n[worker]\nresources = { xylo = 1 }\n'
+                                                        'name = "bench-3"\n'))
+    assert bench.worker is not None and not bench.worker_only
+    assert (bench.worker.resources, bench.worker.name) == ({"xylo": 1}, "bench-3")
+    bench.require_dut()  # a bench with a DUT drives it
