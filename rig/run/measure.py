@@ -266,7 +266,7 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     has progress of its own (on the virtual bench, divided by its speed)."""
     speed = bench.sim.speed if bench.sim else 1.0
     phases = _asc_phase_trace_seconds(bench, scope)
-    phases.pop("boot")
+    del phases["boot"], phases["finish"]  # no phase of the procedure's
     return {phase: seconds / speed for phase, seconds in phases.items()}
 
 
@@ -296,6 +296,8 @@ def _asc_phase_trace_seconds(bench: Bench, scope: str) -> dict[str, float]:
         phases["runs"] = o.runs * run_s
     if scope in ("all", "accuracy"):
         phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s + window_s)
+    # After the last window: the DUT's power-off, then the monitor's last delivery as it stops.
+    phases["finish"] = exchange_s + (_delivery_s(bench) if records_trace(bench) else 0.0)
     return phases
 
 
