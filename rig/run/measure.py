@@ -26,6 +26,7 @@ from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import RigError
+from protocols.io_manager import DUT_BAUD as IO_DUT_BAUD
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
@@ -235,6 +236,10 @@ def asc_trace_basis(bench: Bench) -> str:
     """What `asc_trace_seconds` rests on, for the preflight's message: the virtual bench's
     figures, or a DUT's that are known only after connecting (boot, inference time)."""
     method = asc_download_method(bench)
+    if _virtual_dut(bench) and bench.io_manager is not None and bench.sim.io_manager == "simavr":
+        return (f"estimated from the [sim] timing and hex downloads through the emulated UNO "
+                f"at {IO_DUT_BAUD} baud, its time taken as the host's x speed "
+                f"{bench.sim.speed:g}: a faster host records less")
     if _virtual_dut(bench):
         return (f"estimated from the [sim] timing, {method} downloads over ptys and "
                 f"{VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per command x speed "
@@ -242,9 +247,10 @@ def asc_trace_basis(bench: Bench) -> str:
     inference = (f"[dut] inference_time_s {bench.dut.inference_time_s:g} s"
                  if bench.dut.inference_time_s > 0 else
                  f"an assumed {DEFAULT_INFERENCE_S:g} s per inference")
+    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
     return (f"estimated: the DUT's timing is known only after connecting, so boot_timeout_s "
             f"{bench.dut.boot_timeout_s:g} s, {inference} and {method} downloads at "
-            f"{bench.dut.baud} baud are assumed")
+            f"{baud} baud are assumed")
 
 
 def measures_voltage(bench: Bench) -> bool:
@@ -316,7 +322,11 @@ def _download_s(bench: Bench) -> float:
     baud rate, or on the virtual bench's ptys (no baud rate) its command exchanges."""
     binary = asc_download_method(bench) == "binary"
     per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
-    if _virtual_dut(bench):
+    # Behind an IO manager the DUT's UART is the UNO's SoftwareSerial link, at its own baud.
+    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+    emulated_uno = bench.io_manager is not None and bench.sim is not None \
+        and bench.sim.io_manager == "simavr"
+    if _virtual_dut(bench) and not emulated_uno:
         # bload and its data; or db load, one db per per_command bytes, and db print.
         exchanges = 2 if binary else 2 + math.ceil(INPUT_BYTES_GUESS / per_command)
         return exchanges * _exchange_s(bench)
@@ -324,7 +334,10 @@ def _download_s(bench: Bench) -> float:
         chars = BINARY_CHARS_PER_BYTE
     else:
         chars = 2 + len("db %m-ready\r\n") / per_command + HEX_READ_BACK_CHARS_PER_BYTE
-    return INPUT_BYTES_GUESS * chars * 10 / bench.dut.baud
+    uart_s = INPUT_BYTES_GUESS * chars * 10 / baud
+    # The simavr UNO's link takes that long in its emulated time, which runs at about the
+    # host's pace (as fast as the host emulates it: an upper estimate on a fast host).
+    return uart_s * bench.sim.speed if emulated_uno else uart_s
 
 
 def _virtual_dut(bench: Bench) -> bool:

@@ -210,6 +210,15 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
     assert runner.asc_trace_seconds(io) - runner.asc_trace_seconds(
         replace(io, io_manager=None)) == pytest.approx(
         (1 + io.dataset.samples_per_class * 4) * (hex_load - 2 * 1.5e-3 * io.sim.speed))
+    # Through the simavr UNO the DUT's link is the sketch's SoftwareSerial at 9600 baud, in
+    # the emulated UNO's time (taken as the host's, x speed): ~108 s of it per input.
+    avr = load_bench(REPO / "benches" / "simavr-io-manager.toml")
+    uno_load = 16_000 * (2 + 13 / 26 + 4) * 10 / 9600
+    assert runner.asc_trace_seconds(avr) - runner.asc_trace_seconds(
+        replace(avr, sim=replace(avr.sim, io_manager="python"))) == pytest.approx(
+        (1 + avr.dataset.samples_per_class * 4)
+        * (uno_load - (2 + math.ceil(16_000 / 26)) * 1.5e-3) * avr.sim.speed)
+    assert "emulated UNO at 9600 baud" in runner.asc_trace_basis(avr)
     # A DUT on a port: `bload` is known only after `caps`, so the slower hex (31 bytes a
     # command) at its baud rate, its boot timeout and an assumed 1 s per inference; the
     # preflight's message says so.
@@ -224,6 +233,10 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
     basis = runner.asc_trace_basis(board)
     assert "known only after connecting" in basis and "boot_timeout_s" in basis
     assert "assumed 1 s per inference" in basis and "115200 baud" in basis
+    # Behind a real IO manager the DUT's link is the UNO's 9600 baud, not the DUT's baud.
+    behind = replace(board, io_manager=io.io_manager)
+    assert "hex downloads at 9600 baud" in runner.asc_trace_basis(behind)
+    assert runner.asc_trace_seconds(behind) > runner.asc_trace_seconds(board) + 40 * 50
     assert "[sim] timing" in runner.asc_trace_basis(sim) and "speed 50" in \
         runner.asc_trace_basis(sim)
 
