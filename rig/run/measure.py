@@ -5,6 +5,7 @@ the guarantee that the DUT is powered off and the run folder finished however th
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import RigError
+from protocols.io_manager import DUT_BAUD as IO_DUT_BAUD
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
@@ -51,8 +53,8 @@ EMON_TRACE = "emon.jls"
 #: that a board left on by a crashed run discharges and really reboots.
 POWER_OFF_S = 0.2
 
-# The trace-length estimate for the disk-space check (`asc_trace_seconds`). Over, not under:
-# it only decides whether to warn or refuse before the run starts.
+# The trace-length estimate for the disk-space check (`asc_trace_seconds`), from the bench's
+# own figures: it only decides whether to warn or refuse before the run starts.
 #: Seconds per inference when the bench gives no number (no `[dut] inference_time_s`, no
 #: `[sim]`); microcontroller ASC models take well under that.
 DEFAULT_INFERENCE_S = 1.0
@@ -69,6 +71,23 @@ HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 ALL_TEST_SAMPLES_GUESS = 2000
 #: One-second slices per DCASE clip (10 s clips).
 SLICES_PER_CLIP = 10
+#: The virtual bench's DUT boots this long after power-on (`rig.sim.world.PowerParams.boot_s`);
+#: a DUT on a port is priced at its `boot_timeout_s` (its boot time is known only once seen).
+VIRTUAL_BOOT_S = 0.010
+#: Host seconds one command exchange over the virtual bench's ptys takes (the rig's write, the
+#: simulated device's loop, the reply read: 1-2 ms on an idle host). Its UART has no baud rate,
+#: so downloads and commands cost host time, which simulated time runs `[sim] speed` times
+#: faster than: each exchange adds speed x this to the trace (more on a loaded host).
+VIRTUAL_EXCHANGE_S = 1.5e-3
+#: Command exchanges outside the method's steps: the boot banner, `caps`, `name`, `profile`.
+IDENTIFY_EXCHANGES = 4
+#: Host seconds between two deliveries of samples by the monitor (the rig sees a window's
+#: closing edge only once the block holding it arrives, and the trace runs on meanwhile): the
+#: simulated LPM01A's and PPK2's stream period and the Joulescope stand-in's block period
+#: (rig/sim), the Otii's and the Keysight's polling (`POLL_S` of drivers/emon/otii.py and
+#: keysight.py; copied, as drivers are imported only when opened).
+DELIVERY_PERIOD_S = {"lpm01a": 0.005, "ppk2": 0.005, "joulescope": 0.02,
+                     "otii": 0.05, "n6705": 0.02, "34465a": 0.02}
 
 
 @dataclass
@@ -206,15 +225,32 @@ def records_trace(bench: Bench) -> bool:
 
 
 def asc_trace_seconds(bench: Bench) -> float:
-    """Upper estimate [s] of an ASC run's trace: boot, calibration, idle, the timed runs, and
-    the accuracy pass (a download and an inference per test sample)."""
-    o = bench.asc
-    inference_s = _inference_s(bench)
-    load_s = _download_s(bench)
-    run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
-    runs_s = o.runs * (run_s + o.warmup * inference_s)
-    setup_s = bench.dut.boot_timeout_s + load_s + o.calibration_iterations * inference_s
-    return setup_s + o.idle_s + runs_s + _asc_test_samples(bench) * (load_s + inference_s)
+    """Estimate [s] of an ASC run's trace (scope "all"): the DUT's boot, the calibration run,
+    idle (energy mode), the timed runs, the accuracy pass (a download and an inference per test
+    sample), each input's download by the method the DUT offers, and on the virtual bench the
+    host's command exchanges at its speed (`asc_trace_basis` says what it rests on)."""
+    return sum(_asc_phase_trace_seconds(bench, "all").values())
+
+
+def asc_trace_basis(bench: Bench) -> str:
+    """What `asc_trace_seconds` rests on, for the preflight's message: the virtual bench's
+    figures, or a DUT's that are known only after connecting (boot, inference time)."""
+    method = asc_download_method(bench)
+    if _virtual_dut(bench) and bench.io_manager is not None and bench.sim.io_manager == "simavr":
+        return (f"estimated from the [sim] timing and hex downloads through the emulated UNO "
+                f"at {IO_DUT_BAUD} baud, its time taken as the host's x speed "
+                f"{bench.sim.speed:g}: a faster host records less")
+    if _virtual_dut(bench):
+        return (f"estimated from the [sim] timing, {method} downloads over ptys and "
+                f"{VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per command x speed "
+                f"{bench.sim.speed:g}; a loaded host records longer")
+    inference = (f"[dut] inference_time_s {bench.dut.inference_time_s:g} s"
+                 if bench.dut.inference_time_s > 0 else
+                 f"an assumed {DEFAULT_INFERENCE_S:g} s per inference")
+    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+    return (f"estimated: the DUT's timing is known only after connecting, so boot_timeout_s "
+            f"{bench.dut.boot_timeout_s:g} s, {inference} and {method} downloads at "
+            f"{baud} baud are assumed")
 
 
 def measures_voltage(bench: Bench) -> bool:
@@ -234,19 +270,40 @@ def asc_trace_bytes(bench: Bench) -> int:
 def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     """Rough host seconds each ASC phase takes, for a remaining-time display before a phase
     has progress of its own (on the virtual bench, divided by its speed)."""
+    speed = bench.sim.speed if bench.sim else 1.0
+    phases = _asc_phase_trace_seconds(bench, scope)
+    del phases["boot"], phases["finish"]  # no phase of the procedure's
+    return {phase: seconds / speed for phase, seconds in phases.items()}
+
+
+def _asc_phase_trace_seconds(bench: Bench, scope: str) -> dict[str, float]:
+    """Seconds of trace each ASC phase records: the DUT's own times (from the bench), the
+    downloads by their method, and the virtual bench's host exchanges at its speed."""
     o = bench.asc
     inference_s = _inference_s(bench)
-    speed = bench.sim.speed if bench.sim else 1.0
     load_s = _download_s(bench)
-    run_s = max(o.min_run_s * asc.RUN_MARGIN, o.min_iterations * inference_s)
-    phases = {}
+    exchange_s = window_s = _exchange_s(bench)
+    if records_trace(bench) and bench.dut.timestamp_mode == "energy":
+        # Each timed window ends when the monitor has delivered its closing edge.
+        window_s += _delivery_s(bench)
+    # As the procedure does: enough iterations for min_run_s with its margin, after a warmup.
+    iterations = max(o.min_iterations, math.ceil(o.min_run_s * asc.RUN_MARGIN / inference_s))
+    run_s = (iterations + o.warmup) * inference_s + window_s
+    boot_s = VIRTUAL_BOOT_S if _virtual_dut(bench) else bench.dut.boot_timeout_s
+    phases = {"boot": boot_s + IDENTIFY_EXCHANGES * exchange_s}
     if scope != "accuracy":
-        phases["calibrate"] = (load_s + o.calibration_iterations * inference_s) / speed
-        if scope != "performance":
-            phases["idle"] = o.idle_s / speed
-        phases["runs"] = o.runs * (run_s + o.warmup * inference_s) / speed
+        phases["calibrate"] = load_s + o.calibration_iterations * inference_s + window_s
+        if scope != "performance" and bench.dut.timestamp_mode == "energy":
+            # Two `timestamp` pulses around idle_s, the second once the monitor has delivered
+            # the samples, each awaited from the monitor.
+            phases["idle"] = o.idle_s + 3 * window_s
+        elif scope != "performance" and bench.dut.kind == "xylo" and bench.dut.hdk:
+            phases["idle"] = o.idle_s + exchange_s  # `idle` on the HDK's rails: no trace
+        phases["runs"] = o.runs * run_s
     if scope in ("all", "accuracy"):
-        phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s) / speed
+        phases["accuracy"] = _asc_test_samples(bench) * (load_s + inference_s + window_s)
+    # After the last window: the DUT's power-off, then the monitor's last delivery as it stops.
+    phases["finish"] = exchange_s + (_delivery_s(bench) if records_trace(bench) else 0.0)
     return phases
 
 
@@ -261,13 +318,44 @@ def asc_download_method(bench: Bench) -> str:
 
 
 def _download_s(bench: Bench) -> float:
-    """Seconds one input's download takes on the DUT's UART, by `asc_download_method`."""
-    if asc_download_method(bench) == "binary":
+    """Seconds one input's download takes, by `asc_download_method`: on the DUT's UART at its
+    baud rate, or on the virtual bench's ptys (no baud rate) its command exchanges."""
+    binary = asc_download_method(bench) == "binary"
+    per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
+    # Behind an IO manager the DUT's UART is the UNO's SoftwareSerial link, at its own baud.
+    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+    emulated_uno = bench.io_manager is not None and bench.sim is not None \
+        and bench.sim.io_manager == "simavr"
+    if _virtual_dut(bench) and not emulated_uno:
+        # bload and its data; or db load, one db per per_command bytes, and db print.
+        exchanges = 2 if binary else 2 + math.ceil(INPUT_BYTES_GUESS / per_command)
+        return exchanges * _exchange_s(bench)
+    if binary:
         chars = BINARY_CHARS_PER_BYTE
     else:
-        per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
         chars = 2 + len("db %m-ready\r\n") / per_command + HEX_READ_BACK_CHARS_PER_BYTE
-    return INPUT_BYTES_GUESS * chars * 10 / bench.dut.baud
+    uart_s = INPUT_BYTES_GUESS * chars * 10 / baud
+    # The simavr UNO's link takes that long in its emulated time, which runs at about the
+    # host's pace (as fast as the host emulates it: an upper estimate on a fast host).
+    return uart_s * bench.sim.speed if emulated_uno else uart_s
+
+
+def _virtual_dut(bench: Bench) -> bool:
+    """Whether the DUT is the virtual bench's (simulated time, ptys without a baud rate)."""
+    return bench.sim is not None and bench.dut.port == VIRTUAL_PORT
+
+
+def _delivery_s(bench: Bench) -> float:
+    """Trace seconds the rig waits for the monitor's next delivery of samples (x speed on the
+    virtual bench, whose host waits run that much faster in simulated time)."""
+    period = DELIVERY_PERIOD_S.get(bench.emon.driver.removesuffix("-sim"), 0.005)
+    return period * (bench.sim.speed if _virtual_dut(bench) else 1.0)
+
+
+def _exchange_s(bench: Bench) -> float:
+    """Trace seconds one command exchange adds: host time x speed on the virtual bench; on a
+    real UART a few dozen characters, within the other figures' margins."""
+    return VIRTUAL_EXCHANGE_S * bench.sim.speed if _virtual_dut(bench) else 0.0
 
 
 def _inference_s(bench: Bench) -> float:
@@ -297,7 +385,8 @@ def _check_trace_space(bench: Bench, runs_root: Path) -> str | None:
     seconds, rate = asc_trace_seconds(bench), bench.emon.sample_rate_hz
     return check_trace_space(
         runs_root, seconds, rate, voltage_measured=measures_voltage(bench),
-        what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, estimated)",
+        what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, "
+        f"{asc_trace_basis(bench)})",
         hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
         f"{bench.path}, or give a --runs-dir on another disk",
     )

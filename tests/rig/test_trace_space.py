@@ -183,29 +183,70 @@ def test_asc_estimate_covers_runs_idle_and_the_accuracy_pass() -> None:
 
 
 def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
-    """Issue 22.10: sim.toml's DUT offers `bload` (binary with CRC-32: 10 bits per byte on the
-    UART); every download was priced as hex at 20 bits per byte, 172.6 s projected for a run
-    that records ~71 s (71-114 s of trace measured here, depending on the host's load)."""
+    """Issue 22.10 / 25.2: the estimate is built from the bench's own figures. On the virtual
+    bench (sim.toml, `bload` offered) the DUT boots in 10 ms, its ptys have no baud rate (a
+    download is two command exchanges of host time, like any command, x speed), and each timed
+    window ends at the monitor's next delivery (5 ms of host time for the LPM01A, x speed).
+    Before: 115.6 s for sim.toml (a 5 s boot timeout, downloads at 115200 baud)."""
     sim = load_bench(REPO / "benches" / "sim.toml")
-    o, inference = sim.asc, sim.sim.inference_ms / 1e3
+    o, inference, speed = sim.asc, sim.sim.inference_ms / 1e3, sim.sim.speed
     assert runner.asc_download_method(sim) == "binary"
-    load = 16_000 * 10 / sim.dut.baud  # 1.39 s per 1 s of 8 kHz int16 audio
-    expected = (sim.dut.boot_timeout_s + load + o.calibration_iterations * inference + o.idle_s
-                + o.runs * (o.min_run_s * 1.02 + o.warmup * inference)
-                + 40 * (load + inference))
+    exchange = 1.5e-3 * speed
+    window = exchange + 5e-3 * speed
+    iterations = math.ceil(o.min_run_s * 1.02 / inference)  # 817 (> min_iterations)
+    expected = (0.010 + 4 * exchange  # boot banner, caps, name, profile
+                + 2 * exchange + o.calibration_iterations * inference + window
+                + o.idle_s + 3 * window
+                + o.runs * ((iterations + o.warmup) * inference + window)
+                + 40 * (2 * exchange + inference + window)
+                + exchange + 5e-3 * speed)  # power-off, the monitor's last delivery
     assert runner.asc_trace_seconds(sim) == pytest.approx(expected)
-    assert runner.asc_trace_seconds(sim) == pytest.approx(115.6, abs=0.05)
-    # Behind an IO manager the pass-through carries no raw bytes: hex `db` commands of 26 bytes
-    # (two digits a byte, "db ", "%" and "m-ready\r\n" per command), read back by `db print`.
+    assert runner.asc_trace_seconds(sim) == pytest.approx(76.40, abs=0.01)
+    # Behind an IO manager the pass-through carries no raw bytes: `db load`, one `db` command
+    # per 26 bytes and `db print`, each an exchange over the ptys.
     io = load_bench(REPO / "benches" / "sim-io-manager.toml")
     assert runner.asc_download_method(io) == "hex"
-    hex_load = 16_000 * (2 + 13 / 26 + 4) * 10 / io.dut.baud
+    hex_load = (2 + math.ceil(16_000 / 26)) * 1.5e-3 * io.sim.speed
     assert runner.asc_trace_seconds(io) - runner.asc_trace_seconds(
         replace(io, io_manager=None)) == pytest.approx(
-        (1 + io.dataset.samples_per_class * 4) * (hex_load - load))
-    # A DUT on a port: `bload` is known only after `caps`, so the slower hex (31 bytes a command).
+        (1 + io.dataset.samples_per_class * 4) * (hex_load - 2 * 1.5e-3 * io.sim.speed))
+    # Through the simavr UNO the DUT's link is the sketch's SoftwareSerial at 9600 baud, in
+    # the emulated UNO's time (taken as the host's, x speed): ~108 s of it per input.
+    avr = load_bench(REPO / "benches" / "simavr-io-manager.toml")
+    uno_load = 16_000 * (2 + 13 / 26 + 4) * 10 / 9600
+    assert runner.asc_trace_seconds(avr) - runner.asc_trace_seconds(
+        replace(avr, sim=replace(avr.sim, io_manager="python"))) == pytest.approx(
+        (1 + avr.dataset.samples_per_class * 4)
+        * (uno_load - (2 + math.ceil(16_000 / 26)) * 1.5e-3) * avr.sim.speed)
+    assert "emulated UNO at 9600 baud" in runner.asc_trace_basis(avr)
+    # A DUT on a port: `bload` is known only after `caps`, so the slower hex (31 bytes a
+    # command) at its baud rate, its boot timeout and an assumed 1 s per inference; the
+    # preflight's message says so.
     board = load_bench(REPO / "benches" / "arduino.toml")
     assert runner.asc_download_method(board) == "hex"
+    b = board.asc
+    hex_uart = 16_000 * (2 + 13 / 31 + 4) * 10 / board.dut.baud
+    assert runner.asc_trace_seconds(board) == pytest.approx(
+        board.dut.boot_timeout_s + hex_uart + b.calibration_iterations * 1.0 + 0.005
+        + b.idle_s + 3 * 0.005 + b.runs * ((math.ceil(b.min_run_s * 1.02) + b.warmup) * 1.0 + 0.005)
+        + 40 * (hex_uart + 1.0 + 0.005) + 0.005)
+    basis = runner.asc_trace_basis(board)
+    assert "known only after connecting" in basis and "boot_timeout_s" in basis
+    assert "assumed 1 s per inference" in basis and "115200 baud" in basis
+    # Behind a real IO manager the DUT's link is the UNO's 9600 baud, not the DUT's baud.
+    behind = replace(board, io_manager=io.io_manager)
+    assert "hex downloads at 9600 baud" in runner.asc_trace_basis(behind)
+    assert runner.asc_trace_seconds(behind) > runner.asc_trace_seconds(board) + 40 * 50
+    assert "[sim] timing" in runner.asc_trace_basis(sim) and "speed 50" in \
+        runner.asc_trace_basis(sim)
+
+
+def test_the_delivery_periods_are_the_drivers_own() -> None:
+    from drivers.emon import keysight, otii
+
+    assert runner.DELIVERY_PERIOD_S["otii"] == otii.POLL_S
+    assert runner.DELIVERY_PERIOD_S["n6705"] == runner.DELIVERY_PERIOD_S["34465a"] == \
+        keysight.POLL_S
 
 
 def test_measure_asc_refuses_before_the_run_folder_exists(
@@ -222,6 +263,7 @@ def test_measure_asc_refuses_before_the_run_folder_exists(
     assert list(runs.iterdir()) == []
     msg = info.value.message
     assert msg.startswith("not enough disk space: an ASC run's trace (about")
+    assert "estimated from the [sim] timing" in msg  # what the projection rests on
     assert "1.0 MiB free" in msg
     assert "--runs-dir" in info.value.hint and "sample_rate_hz" in info.value.hint
 
