@@ -30,7 +30,7 @@ import numpy as np
 
 from drivers.errors import DeviceError, DeviceTimeout
 from protocols.dut.codec import CAP_POWER, CAP_SIMPOWER
-from protocols.errors import RigError
+from rig.errors import RigError
 from rig.qubo.workloads import Workload, cost, qubo_terms
 
 #: Names `open_sut` knows.

@@ -34,10 +34,10 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
-from rig.errors import ConfigError, RunInterrupted
+from rig.errors import BENCH_ERRORS, ConfigError, RigError, RunInterrupted
 from rig.run.events import Event, EventBus, RunFinished, RunStarted
 from rig.run.stopping import StopRequest
 from rig.run.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
@@ -762,7 +762,7 @@ class SweepOutcome:
     status: str
     summary: dict[str, Any]
     ran: int
-    error: RigError | None = None
+    error: ActionableError | None = None
     #: Measured by the stand-in point function: every number is made up.
     simulated: bool = False
 
@@ -936,7 +936,7 @@ def _run(
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         status, error = "failed", exc
     except Exception as exc:  # a bug: still close the session so the folder says what happened
         status, error = "failed", RigError(f"{type(exc).__name__}: {exc}")
@@ -972,7 +972,7 @@ def _measure_here(todo: list[SweepPoint], point_function: PointFunction,
             result = plain(point_function(point))
         except ConfigError:
             raise  # bad setup fails every point: stop the sweep
-        except RigError as exc:  # one point failed: record it, the night goes on
+        except BENCH_ERRORS as exc:  # one point failed: record it, the night goes on
             state, why = "failed", str(exc)
         yield point_event(point, status=state, result=result, error=why,
                           wall_s=time.monotonic() - started)
