@@ -19,7 +19,8 @@ from rich.table import Table
 
 from rig.errors import ConfigError
 from rig.mqtt.board import Board
-from rig.mqtt.session import client, started
+from rig.mqtt.connection import client
+from rig.mqtt.session import started
 from rig.mqtt.settings import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
 
 #: `rig mqtt watch` takes its broker from here when --mqtt is not given.
