@@ -15,6 +15,7 @@ from typing import Any
 from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
+from rig.bench.broker import check_power_rate, check_rig_name, parse_url
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError
 
@@ -151,7 +152,7 @@ class QemuConfig:
 
 @dataclass(frozen=True)
 class MqttConfig:
-    """`[mqtt]`: the lab's broker (see `rig.mqtt.settings`). Never a password: that comes from
+    """`[mqtt]`: the lab's broker (see `rig.bench.broker`). Never a password: that comes from
     RIG_MQTT_PASSWORD or --mqtt-password-file."""
 
     url: str = ""
@@ -528,8 +529,6 @@ def _mqtt_paths(mqtt: MqttConfig | None, path: Path) -> MqttConfig | None:
 
 def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:
     """Refuse a password in the file before anything else; check the URL and the rates."""
-    from rig.mqtt.settings import check_power_rate, check_rig_name, parse_url
-
     for secret in ("password", "passwd", "pass"):
         if secret in table:
             raise ConfigError(f"{path}: [mqtt] {secret}: a bench file never holds the broker "

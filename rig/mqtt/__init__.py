@@ -1,6 +1,8 @@
 """MQTT telemetry and remote control: one more subscriber of the event bus.
 
-- `settings`: where the broker is and who the rig is (URL, rig name, password source, TLS).
+Where the broker is and who the rig is (a bench's `[mqtt]` table, `--mqtt`) is read with the
+bench file, in `rig.bench.broker`.
+
 - `topics`: the topic layout under `neurobench/<rig>/`.
 - `connection`: `client`, how every MQTT client of ours connects (login, TLS, Nagle off).
 - `session`: a started telemetry for one measurement (`started`, `bench_telemetry`).

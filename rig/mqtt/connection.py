@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from rig.mqtt.settings import MqttSettings
+from rig.bench.broker import MqttSettings
 
 #: TCP_NODELAY for every client of ours (and the tests' listener).
 NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)

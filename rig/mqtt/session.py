@@ -6,8 +6,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from rig.bench.broker import MqttSettings, resolve
 from rig.errors import ConfigError
-from rig.mqtt.settings import MqttSettings, resolve
 
 
 def new_telemetry(settings: MqttSettings, **options: Any) -> Any:

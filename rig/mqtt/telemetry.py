@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from rig import __version__
+from rig.bench.broker import MqttSettings
 from rig.errors import ConfigError
 from rig.mqtt import topics
 from rig.mqtt.connection import client
-from rig.mqtt.settings import MqttSettings
 from rig.run.events import (
     Event,
     InstrumentInfo,
