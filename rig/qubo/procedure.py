@@ -26,11 +26,16 @@ from typing import Any, Protocol
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.host_power import NvmlMonitor, PowerUnavailable, RaplMonitor
 from rig.errors import BENCH_ERRORS
-from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
 from rig.qubo.suts import LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED, QuboSut, SolveResult
 from rig.qubo.workloads import WORKLOAD_SIZES, Workload, generate
 from rig.qubo.workloads import gap as bks_gap
-from rig.run.events import Event, PhaseProgress, PhaseStarted
+from rig.run.events import (
+    Event,
+    PhaseProgress,
+    PhaseStarted,
+    QuboMaxSizeMeasured,
+    QuboPointMeasured,
+)
 from rig.run.recording import EmonRecorder
 
 #: The BKS-gap thresholds of the TTS scenario.
