@@ -10,12 +10,12 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from rig.errors import BENCH_ERRORS
 from rig.qubo.sweep import power_line
+from rig.report.runs import run_summary
 from rig.run.store import REFUSED, list_runs
 from rig.run.summary import (
     REFUSED_TEXT,
     asc_figure_rows,
     replicability_verdict,
-    run_summary,
 )
 from rig.units import si
 

@@ -483,6 +483,36 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
     }
 
 
+def sweep_summary(path: str | Path) -> dict[str, Any]:
+    """A sweep folder: status, points done, and gap, power and time to solution per point."""
+    record = read_sweep(path)
+    summary = summarize(record.spec, record.done)
+    manifest = record.manifest
+    data: dict[str, Any] = {
+        "run": str(record.path),
+        "status": record.status,
+        "procedure": manifest.get("procedure"),
+        "simulated": bool(manifest.get("simulated")),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "resumes": len(manifest.get("resumes", [])),
+        "points_done": summary["points_done"],
+        "points_total": summary["points_total"],
+        "points_failed": summary["points_failed"],
+        "bad_lines": record.bad_lines,
+        "sweep": record.spec.snapshot(),
+        "summary": summary["rows"],
+        "largest_solved": summary["largest_solved"],
+        "power": summary["power"],
+    }
+    if manifest.get("error"):
+        data["error"] = manifest["error"]
+    _, damaged = read_manifest(record.path / MANIFEST)
+    if damaged is not None:
+        data["manifest_error"] = damaged
+    return data
+
+
 def _no_power_reason(point: SweepPointDone) -> str:
     """Why a measured point has no power (its power_status), never empty."""
     return str(point.result.get("power_status") or "power unavailable: no reason recorded")

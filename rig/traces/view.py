@@ -349,8 +349,8 @@ def open_view(path: str | Path, sample_rate: float | None = None) -> TraceView:
 
 
 def _open_run(path: Path) -> TraceView:
+    from rig.report.runs import run_summary
     from rig.run.store import load_run
-    from rig.run.summary import run_summary
 
     record = load_run(path)  # raises "not a run folder" for anything else
     traces = [t for t in record.manifest.get("traces", []) if (path / t["path"]).is_file()]
