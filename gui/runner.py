@@ -523,7 +523,7 @@ class RunnerWindow(QtWidgets.QMainWindow):
             return None
         from gui.viewer import ViewerWindow
         from rig.errors import BENCH_ERRORS
-        from rig.traces.view import open_view
+        from rig.run.view import open_view
 
         try:
             view = open_view(path)
