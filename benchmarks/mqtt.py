@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))  # tests.mqtt.broker: the same broker setup the te
 
 from ingest import run as ingest  # noqa: E402  (benchmarks/ingest.py, beside this file)
 
-from rig.mqtt.settings import resolve  # noqa: E402
+from rig.bench.broker import resolve  # noqa: E402
 from rig.mqtt.telemetry import MqttTelemetry  # noqa: E402
 from rig.run.events import EventBus, Note, RunFinished, RunStarted  # noqa: E402
 from tests.mqtt.broker import USERS, Broker  # noqa: E402

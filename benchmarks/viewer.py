@@ -70,7 +70,7 @@ def measure(path: Path) -> dict[str, float]:
     from PySide6.QtWidgets import QApplication
 
     from gui.viewer import ViewerWindow
-    from rig.traces.view import open_view
+    from rig.run.view import open_view
 
     app = QApplication.instance() or QApplication([])
     qt_s = time.perf_counter() - started

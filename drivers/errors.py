@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 
 
-class DeviceError(RigError):
+class DriverError(ActionableError):
+    """The driver layer's base: a device, port or limit the driver cannot accept."""
+
+
+class DeviceError(DriverError):
     """A device did something the driver cannot accept."""
 
 
@@ -25,7 +29,7 @@ class InstrumentError(DeviceError):
         self.command = command
 
 
-class VoltageLimitError(RigError):
+class VoltageLimitError(DriverError):
     """A supply voltage above the bench's limit was asked for; nothing was sent."""
 
 

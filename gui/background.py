@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6 import QtCore
 
-from rig.errors import RigError
+from rig.errors import BENCH_ERRORS
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Background(QtCore.QObject):
     def _main(self) -> None:
         try:
             done = Done(value=self._work())
-        except RigError as exc:
+        except BENCH_ERRORS as exc:
             done = Done(error=exc.message, hint=exc.hint)
         except Exception as exc:  # a bug: one line in the window, the details in the log
             done = Done(error=f"internal error: {type(exc).__name__}: {exc}",

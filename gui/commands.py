@@ -17,7 +17,8 @@ from types import ModuleType
 
 from rig.commands.analyze import parse_idle
 from rig.errors import ConfigError
-from rig.traces.view import TraceView, open_view
+from rig.run.view import open_view
+from rig.traces.view import TraceView
 
 _SIZE_HINT = "give WIDTHxHEIGHT in pixels, e.g. --size 1400x900"
 

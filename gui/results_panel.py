@@ -8,14 +8,14 @@ from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from rig.errors import RigError
+from rig.errors import BENCH_ERRORS
 from rig.qubo.sweep import power_line
+from rig.report.runs import run_summary
 from rig.run.store import REFUSED, list_runs
 from rig.run.summary import (
     REFUSED_TEXT,
     asc_figure_rows,
     replicability_verdict,
-    run_summary,
 )
 from rig.units import si
 
@@ -68,7 +68,7 @@ class ResultsPanel(QtWidgets.QWidget):
         """Read `path` like `rig show --json` and show it; False (and a message) if unreadable."""
         try:
             data = run_summary(path)
-        except RigError as exc:
+        except BENCH_ERRORS as exc:
             self.message.emit("error", exc.message, exc.hint)
             return False
         self.path, self.data = Path(path), data

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from PySide6 import QtCore
 
 from rig.bench.config import Bench
-from rig.errors import RigError, RunInterrupted
+from rig.errors import BENCH_ERRORS, RunInterrupted
 from rig.mqtt.session import bench_telemetry
 from rig.qubo.sweep import SweepSpec, start_sweep
 from rig.run.events import Event, RunStarted
@@ -154,7 +154,7 @@ class RunSession(QtCore.QObject):
                 end.message, end.hint = outcome.error.message, outcome.error.hint
         except RunInterrupted as exc:  # Stop (or SIGTERM): the folder is complete
             end = SessionEnd(status="interrupted", run_path=self.run_path, message=exc.message)
-        except RigError as exc:  # refused before the run folder was made (bench, disk)
+        except BENCH_ERRORS as exc:  # refused before the run folder was made (bench, disk)
             end = SessionEnd(status="refused", run_path=self.run_path, message=exc.message,
                              hint=exc.hint)
         except Exception as exc:  # a bug in the rig: say so in one line, keep the details

@@ -522,12 +522,12 @@ class RunnerWindow(QtWidgets.QMainWindow):
         if path is None:
             return None
         from gui.viewer import ViewerWindow
-        from rig.errors import RigError
-        from rig.traces.view import open_view
+        from rig.errors import BENCH_ERRORS
+        from rig.run.view import open_view
 
         try:
             view = open_view(path)
-        except RigError as exc:
+        except BENCH_ERRORS as exc:
             self.say("error", exc.message, exc.hint)
             return None
         viewer = ViewerWindow(view)

@@ -19,7 +19,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from rig.errors import RigError
+from rig.errors import BENCH_ERRORS, RigError
 from rig.traces.analysis import SpanStats
 from rig.traces.view import CHANNELS, UNITS, Envelope, Mark, TraceView
 from rig.units import si
@@ -455,7 +455,7 @@ class ViewerWindow(QtWidgets.QMainWindow):
         for ch, chp in self._channels.items():
             try:
                 env = self.source.envelope(ch, x0 - pad, x1 + pad, bins)
-            except RigError as exc:  # a channel the file cannot give: say so, keep the rest
+            except BENCH_ERRORS as exc:  # a channel the file cannot give: say so, keep the rest
                 self.statusBar().showMessage(str(exc), 10_000)
                 continue
             chp.draw(env)
@@ -545,7 +545,7 @@ class ViewerWindow(QtWidgets.QMainWindow):
         a, b = sorted(self.markers())
         try:
             stats = self.source.span_stats(a, b)
-        except RigError as exc:
+        except BENCH_ERRORS as exc:
             self._stats, self._stats_error = None, str(exc)
         else:
             self._stats, self._stats_error = stats, None
@@ -718,7 +718,7 @@ class ViewerWindow(QtWidgets.QMainWindow):
     def _report(self, work: Callable[[], str]) -> None:
         try:
             self.statusBar().showMessage(work(), 10_000)
-        except (RigError, OSError) as exc:
+        except (*BENCH_ERRORS, OSError) as exc:
             QtWidgets.QMessageBox.warning(self, "rig view", str(exc))
 
     def keyPressEvent(self, event: QtGui.QKeyEvent) -> None:  # noqa: N802

@@ -14,7 +14,7 @@ import os
 import sys
 from importlib import metadata
 
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from rig import __version__
 
 #: Entry-point group of subcommands that other layers add (each names an `add_parser(sub)`).
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         # Point stdout at /dev/null so the interpreter's last flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except RigError as exc:
+    except ActionableError as exc:  # the one place: rig, drivers, protocols, firmware's Xylo tools
         if args.debug:
             raise
         # One line: what went wrong, and in brackets what to do about it.

@@ -1,8 +1,18 @@
-"""Typed errors of the domain layer."""
+"""Typed errors of the domain layer, and the bases of every error the bench raises on purpose."""
 
 from __future__ import annotations
 
-from protocols.errors import RigError
+from drivers.errors import DriverError
+from protocols.errors import ActionableError, ProtocolError
+
+
+class RigError(ActionableError):
+    """The rig's base: a failure the user can act on, raised above the drivers."""
+
+
+#: Every error the bench (rig, drivers, protocols) raises on purpose: catch this where a site means
+#: "anything the bench can raise"; each layer keeps its own base, so none subclasses a rig class.
+BENCH_ERRORS: tuple[type[ActionableError], ...] = (RigError, DriverError, ProtocolError)
 
 
 class ConfigError(RigError):

@@ -38,7 +38,7 @@ from drivers.emon.base import (
 )
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError
 from drivers.transport import SerialTransport
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from protocols.lpm01a.codec import (
     ASCII_DEC_MAX_HZ_UNLIMITED,
     VOLT_MAX_MV,
@@ -351,7 +351,7 @@ class Lpm01a(EnergyMonitor):
         if error is None or not self._running:
             return None
         if self._fault is None:
-            what = error.message if isinstance(error, RigError) else str(error)
+            what = error.message if isinstance(error, ActionableError) else str(error)
             self._fault = DeviceError(
                 f"{what}; its stream stopped after {self.stats.samples:,} samples",
                 hint="reconnect the PowerShield and run again; it supplies the DUT, so the rig "
@@ -474,7 +474,7 @@ class Lpm01a(EnergyMonitor):
                     self._flush_wanted = False
                     self._flush_done.set()
                 data = self.transport.read()
-            except (RigError, OSError) as exc:
+            except (ActionableError, OSError) as exc:
                 if not self._reader_stop.is_set():
                     # Not a warning: every later command and `fault` report it.
                     log.info("LPM01A: reader stopped: %s", exc)

@@ -40,7 +40,7 @@ from drivers.emon.base import (
 )
 from drivers.errors import DeviceError, DeviceTimeout
 from drivers.transport import SerialTransport
-from protocols.errors import ProtocolError, RigError
+from protocols.errors import ActionableError, ProtocolError
 from protocols.ppk2 import (
     METADATA_END,
     SAMPLE_RATE_HZ,
@@ -273,7 +273,7 @@ class Ppk2(EnergyMonitor):
         if error is None or not self._running:
             return None
         if self._fault is None:
-            what = error.message if isinstance(error, RigError) else f"PPK2: {error}"
+            what = error.message if isinstance(error, ActionableError) else f"PPK2: {error}"
             self._fault = DeviceError(
                 f"{what}; its stream stopped after {self.stats.samples:,} samples",
                 hint="reconnect the PPK2 and run again; the rig could not switch the DUT off: "
@@ -346,7 +346,7 @@ class Ppk2(EnergyMonitor):
         while not self._reader_stop.is_set():
             try:
                 data = self.transport.read(READ_BYTES)
-            except (RigError, OSError) as exc:
+            except (ActionableError, OSError) as exc:
                 if not self._reader_stop.is_set():
                     log.info("PPK2: reader stopped: %s", exc)  # `fault` reports it
                     self._reader_error = exc

@@ -17,7 +17,7 @@ import sys
 import types
 from typing import Any
 
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 
 #: Modules of other Xylo families that import samna unconditionally (rockpool 3.1.0).
 _SAMNA_ONLY_MODULES = (
@@ -28,7 +28,7 @@ _SAMNA_ONLY_MODULES = (
 XYLO_AUDIO2 = "rockpool.devices.xylo.syns61201"
 
 
-class XyloUnavailable(RigError):
+class XyloUnavailable(ActionableError):
     """Rockpool's Xylo support, samna or an HDK is missing."""
 
 

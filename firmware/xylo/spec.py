@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 
 FORMAT = "neurobench-rig/xylo-spec"
 FORMAT_VERSION = 1
@@ -62,7 +62,7 @@ _SCALARS = ("weight_shift_in", "weight_shift_rec", "weight_shift_out")
 MODEL_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
 
 
-class SpecError(RigError):
+class SpecError(ActionableError):
     """A network specification file that is corrupt, mismatched or outside Xylo's limits."""
 
 

@@ -15,7 +15,9 @@ from typing import Any
 from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
+from rig.bench.broker import check_power_rate, check_rig_name, parse_url
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
+from rig.bench.worker import check_resources
 from rig.errors import ConfigError
 
 #: A port value that means "the virtual bench's pty for this device".
@@ -151,7 +153,7 @@ class QemuConfig:
 
 @dataclass(frozen=True)
 class MqttConfig:
-    """`[mqtt]`: the lab's broker (see `rig.mqtt.settings`). Never a password: that comes from
+    """`[mqtt]`: the lab's broker (see `rig.bench.broker`). Never a password: that comes from
     RIG_MQTT_PASSWORD or --mqtt-password-file."""
 
     url: str = ""
@@ -167,7 +169,7 @@ class MqttConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     """`[worker]`: what `rig worker --bench` owns on a sweep cluster (rig/cluster): one unit of
-    each resource (`rig.cluster.resources.KNOWN_RESOURCES`), and the worker's name ("": the
+    each resource (`rig.bench.worker.KNOWN_RESOURCES`), and the worker's name ("": the
     host name)."""
 
     resources: dict[str, int]
@@ -446,8 +448,6 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
 
 def _worker(table: Any, path: Path) -> WorkerConfig:
     """`[worker]`: known keys, a resources table of known names, one unit each."""
-    from rig.cluster.resources import check_resources  # the resource names are the cluster's
-
     _is_table(table, path, "worker")
     _no_unknown(table, {"name", "resources"}, path, "worker")
     name = _typed(table, "name", str, path, "worker", default="")
@@ -605,8 +605,6 @@ def _mqtt_paths(mqtt: MqttConfig | None, path: Path) -> MqttConfig | None:
 
 def _check_mqtt_table(table: dict[str, Any], path: Path) -> None:
     """Refuse a password in the file before anything else; check the URL and the rates."""
-    from rig.mqtt.settings import check_power_rate, check_rig_name, parse_url
-
     for secret in ("password", "passwd", "pass"):
         if secret in table:
             raise ConfigError(f"{path}: [mqtt] {secret}: a bench file never holds the broker "

@@ -27,11 +27,10 @@ from collections.abc import Iterator
 from concurrent.futures import CancelledError
 from typing import Any
 
-from protocols.errors import RigError
 from rig.cluster import require_distributed
 from rig.cluster.points import FAILED, SETUP, measure_point
 from rig.cluster.resources import point_resources
-from rig.errors import ConfigError
+from rig.errors import ConfigError, RigError
 from rig.qubo.sweep import SweepPoint, SweepPointDone, SweepSpec, point_event
 from rig.run.events import Event, Note
 from rig.run.stopping import StopRequest

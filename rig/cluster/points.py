@@ -23,8 +23,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
-from protocols.errors import RigError
-from rig.errors import ConfigError
+from rig.errors import BENCH_ERRORS, ConfigError
 from rig.qubo.sweep import QuboPointFunction, SweepPoint, SweepSpec, plain, stand_in_point
 
 OK, FAILED, SETUP = "ok", "failed", "setup"
@@ -68,7 +67,7 @@ def measure_point(spec: SweepSpec, point: SweepPoint, stand_in: bool = False,
         result = plain(result)
     except ConfigError as exc:
         status, error = SETUP, str(exc)
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         status, error = FAILED, str(exc)
     finished = time.time()
     # The worker's log: what it measured (the submitter records the outcome).

@@ -12,67 +12,25 @@ whole host); `HostPowerLock` makes a second worker on the same host refuse it.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from drivers.file_lock import FileLock
 from rig.bench.config import load_bench
+from rig.bench.worker import (  # noqa: F401 (re-exported: the cluster's vocabulary)
+    HOST_POWER,
+    KNOWN_RESOURCES,
+    SUT_RESOURCES,
+    check_resources,
+    parse_resources,
+)
 from rig.errors import ConfigError
-from rig.qubo.suts import SUT_NAMES
 
-#: The host's power counters (RAPL, NVML): one reading for the whole host.
-HOST_POWER = "host-power"
-#: SUTs a sweep can measure (each one a resource of the same name).
-SUT_RESOURCES = SUT_NAMES
-#: Every resource name a worker may own (a typo such as cpu_tabu is refused, not ignored).
-KNOWN_RESOURCES = (*SUT_RESOURCES, "xylo", HOST_POWER)
 #: A CPU SUT's power source that reads the host's counters (rig.qubo.procedure.open_power_meter).
 HOST_POWER_SOURCES = ("rapl", "nvml")
 #: Where the per-host lock file lives (tests point it into their own folder).
 HOST_POWER_LOCK_ENV = "RIG_HOST_POWER_LOCK"
-
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-
-
-def parse_resources(text: str, where: str = "--resources") -> dict[str, int]:
-    """`cpu-tabu=1,cpu-sa=1,host-power=1` -> {"cpu-tabu": 1, ...} (checked)."""
-    out: dict[str, int] = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        name, eq, count = part.partition("=")
-        name = name.strip()
-        if not eq:
-            count = "1"  # `loihi2` alone means one
-        try:
-            value = int(count.strip())
-        except ValueError:
-            raise ConfigError(f"{where}: {part!r}: expected NAME=1, found count {count!r}",
-                              hint="e.g. --resources cpu-tabu=1,cpu-sa=1,host-power=1") from None
-        out[name] = value
-    return check_resources(out, where)
-
-
-def check_resources(resources: dict[str, Any], where: str) -> dict[str, int]:
-    """Known names, one unit each (one instrument measures one point at a time)."""
-    if not resources:
-        raise ConfigError(f"{where}: no resources given",
-                          hint="name what this host owns, e.g. cpu-tabu=1,cpu-sa=1,host-power=1")
-    out: dict[str, int] = {}
-    for name, value in resources.items():
-        if not isinstance(name, str) or not _NAME.match(name) or name not in KNOWN_RESOURCES:
-            raise ConfigError(f"{where}: unknown resource {name!r}",
-                              hint=f"known resources: {', '.join(KNOWN_RESOURCES)}")
-        if isinstance(value, bool) or value != 1:
-            raise ConfigError(
-                f"{where}: {name} = {value!r}: expected 1",
-                hint="one instrument measures one point at a time; a second instrument of the "
-                     "same kind is a second worker (on its own host)",
-            )
-        out[name] = 1
-    return out
 
 
 def bench_resources(path: Path) -> tuple[dict[str, int], str | None]:

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from protocols.errors import RigError
+from rig.errors import RigError
 from rig.run.reproduce import TOLERANCE, Reproduction, reproduce_run
 from rig.traces.analysis import (
     REPLICABILITY_TOLERANCE,

@@ -17,9 +17,8 @@ from typing import Any
 from drivers.dut.client import COMMAND_TIMEOUT_S, DutClient
 from drivers.errors import DeviceTimeout
 from drivers.transport import SerialTransport
-from protocols.errors import RigError
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
-from rig.errors import ConfigError
+from rig.errors import ConfigError, RigError
 from rig.run.events import Event, EventBus, InstrumentInfo
 
 #: How long `info` listens for a boot banner before asking `caps` instead: as long as the

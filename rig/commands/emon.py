@@ -21,9 +21,9 @@ from drivers.emon import (
     monitor_class,
     open_monitor,
 )
-from protocols.errors import RigError
 from rig.bench.config import TIMESTAMP_INPUTS
 from rig.commands.common import print_json
+from rig.errors import BENCH_ERRORS, RigError
 from rig.run.recording import EmonRecorder, trace_voltage
 from rig.traces.space import check_trace_space
 
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         monitor.start(recorder.on_chunk)
         monitor.power_on()
         recorder.wait_for_samples(count, timeout_s=WAIT_SLACK_S + 2.0 * args.duration)
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         if recorder is not None and recorder.samples:  # what was measured is kept: say where
             exc.message += f"; the {recorder.samples} samples recorded are kept in {args.out}"
             exc.args = (exc.message,)

@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from rig.bench.broker import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
 from rig.errors import ConfigError
 from rig.mqtt.board import Board
-from rig.mqtt.session import client, started
-from rig.mqtt.settings import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
+from rig.mqtt.connection import client
+from rig.mqtt.session import started
 
 #: `rig mqtt watch` takes its broker from here when --mqtt is not given.
 URL_ENV = "RIG_MQTT_URL"

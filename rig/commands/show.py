@@ -13,10 +13,10 @@ from rich.markup import escape
 from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
 from rig.errors import ConfigError
-from rig.qubo.sweep import RUNNING, is_sweep, power_line
+from rig.qubo.sweep import RUNNING, is_sweep, power_line, sweep_summary
 from rig.run.console import summary_table
 from rig.run.store import INCOMPLETE, REFUSED, load_run
-from rig.run.summary import REFUSED_TEXT, asc_summary, sweep_summary
+from rig.run.summary import REFUSED_TEXT, asc_summary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

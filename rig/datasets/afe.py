@@ -31,8 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from protocols.errors import ProtocolError, RigError
+from protocols.errors import ProtocolError
 from rig.datasets.dcase import resample
+from rig.errors import RigError
 
 #: Channels of the Xylo Audio 2 front end.
 CHANNELS = 16

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from protocols.errors import RigError
 from rig.datasets import synthetic
+from rig.errors import RigError
 
 #: The four NeuroBench ASC scenes, in label order (the same order as the synthetic generator's).
 SCENES: tuple[str, ...] = synthetic.CLASSES

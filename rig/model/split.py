@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from protocols.errors import RigError
+from rig.errors import RigError
 
 DEFAULT_FRACTION = 0.25
 DEFAULT_SEED = 0

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from protocols.errors import RigError
 from rig.datasets import afe, dcase
+from rig.errors import RigError
 from rig.model.split import DEFAULT_FRACTION, DEFAULT_SEED, ValidationSplit, validation_split
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from protocols.errors import RigError
+from rig.errors import BENCH_ERRORS
 from rig.run.asc import SCOPES
 from rig.run.stopping import StopRequest
 
@@ -190,7 +190,7 @@ class CommandDesk:
                 path = file_in(self.sweeps, command.sweep or "", "sweep")
             try:
                 self._prepare(command, path)
-            except RigError as exc:
+            except BENCH_ERRORS as exc:
                 raise Refused(f"{path.name}: {exc}") from None
             self.stop_request = StopRequest()
             self.current = command
@@ -205,7 +205,7 @@ class CommandDesk:
             self._run(command, path, stop)
         except KeyboardInterrupt:  # the clean stop: the runner already powered the DUT off
             pass
-        except RigError as exc:
+        except BENCH_ERRORS as exc:
             self._on_error(str(exc))
         except Exception as exc:  # a bug: say so, keep serving
             self._on_error(f"{type(exc).__name__}: {exc}")

@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterator
 from typing import Any
 
+from rig.bench.broker import MqttSettings, resolve
 from rig.errors import ConfigError
-from rig.mqtt.settings import MqttSettings, resolve
-
-
-def client(settings: MqttSettings, identifier: str, **options: Any) -> Any:
-    """An aiomqtt client for `settings`: login, TLS with the CA file, Nagle off (paho leaves
-    it on, and each small PUBACK would then wait for the peer's delayed ACK)."""
-    import aiomqtt
-
-    s = settings
-    tls = aiomqtt.TLSParameters(ca_certs=str(s.ca_file) if s.ca_file else None) \
-        if s.tls else None
-    return aiomqtt.Client(s.broker.host, s.broker.port, username=s.broker.username,
-                          password=s.password, identifier=identifier, tls_params=tls,
-                          socket_options=NODELAY, **options)
 
 
 def new_telemetry(settings: MqttSettings, **options: Any) -> Any:
@@ -34,10 +20,6 @@ def new_telemetry(settings: MqttSettings, **options: Any) -> Any:
         raise ConfigError(f"MQTT needs aiomqtt, which is not installed ({exc})",
                           hint="pip install 'neurobench-rig[mqtt]'") from None
     return MqttTelemetry(settings, **options)
-
-
-#: TCP_NODELAY for every client of ours (and the tests' listener).
-NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 
 
 @contextlib.contextmanager

@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from rig import __version__
+from rig.bench.broker import MqttSettings
 from rig.errors import ConfigError
 from rig.mqtt import topics
-from rig.mqtt.settings import MqttSettings
+from rig.mqtt.connection import client
 from rig.run.events import (
     Event,
     InstrumentInfo,
@@ -420,8 +421,6 @@ class MqttTelemetry:
 
     def _client(self) -> Any:
         import aiomqtt
-
-        from rig.mqtt.session import client
 
         s = self.settings
         offline = json.dumps(self._status_payload({"state": "offline"})).encode()

@@ -25,12 +25,17 @@ from typing import Any, Protocol
 
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.host_power import NvmlMonitor, PowerUnavailable, RaplMonitor
-from protocols.errors import RigError
-from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
+from rig.errors import BENCH_ERRORS
 from rig.qubo.suts import LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED, QuboSut, SolveResult
 from rig.qubo.workloads import WORKLOAD_SIZES, Workload, generate
 from rig.qubo.workloads import gap as bks_gap
-from rig.run.events import Event, PhaseProgress, PhaseStarted
+from rig.run.events import (
+    Event,
+    PhaseProgress,
+    PhaseStarted,
+    QuboMaxSizeMeasured,
+    QuboPointMeasured,
+)
 from rig.run.recording import EmonRecorder
 
 #: The BKS-gap thresholds of the TTS scenario.
@@ -303,8 +308,8 @@ def max_workload_size(
             workload = make_workload(n, density, seed)
             sut.load(workload)
             result = sut.solve(timeout_s, solver_seed)
-        except (RigError, MemoryError) as exc:
-            why = exc.message if isinstance(exc, RigError) else f"MemoryError: {exc}"
+        except (*BENCH_ERRORS, MemoryError) as exc:
+            why = exc.message if isinstance(exc, BENCH_ERRORS) else f"MemoryError: {exc}"
             tried.append({"nodes": n, "ok": False, "cost": None, "reason": why})
             stopped_by = f"failed at {n} nodes"
             break

@@ -30,11 +30,11 @@ import numpy as np
 
 from drivers.errors import DeviceError, DeviceTimeout
 from protocols.dut.codec import CAP_POWER, CAP_SIMPOWER
-from protocols.errors import RigError
+from rig.bench.worker import SUT_NAMES  # the names bench, sweep and worker files use
+from rig.errors import RigError
 from rig.qubo.workloads import Workload, cost, qubo_terms
 
 #: Names `open_sut` knows.
-SUT_NAMES = ("cpu-tabu", "cpu-sa", "loihi2")
 #: Default time the parent waits past the timeout before it kills a worker that did not stop.
 DEFAULT_GRACE_S = 1.0
 #: Default deadline for a worker to start and build its model (large graphs take a while).

@@ -34,10 +34,10 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from drivers.file_lock import FileLock, held_elsewhere
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
-from rig.errors import ConfigError, RunInterrupted
+from rig.errors import BENCH_ERRORS, ConfigError, RigError, RunInterrupted
 from rig.run.events import Event, EventBus, RunFinished, RunStarted
 from rig.run.stopping import StopRequest
 from rig.run.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
@@ -483,6 +483,36 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
     }
 
 
+def sweep_summary(path: str | Path) -> dict[str, Any]:
+    """A sweep folder: status, points done, and gap, power and time to solution per point."""
+    record = read_sweep(path)
+    summary = summarize(record.spec, record.done)
+    manifest = record.manifest
+    data: dict[str, Any] = {
+        "run": str(record.path),
+        "status": record.status,
+        "procedure": manifest.get("procedure"),
+        "simulated": bool(manifest.get("simulated")),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "resumes": len(manifest.get("resumes", [])),
+        "points_done": summary["points_done"],
+        "points_total": summary["points_total"],
+        "points_failed": summary["points_failed"],
+        "bad_lines": record.bad_lines,
+        "sweep": record.spec.snapshot(),
+        "summary": summary["rows"],
+        "largest_solved": summary["largest_solved"],
+        "power": summary["power"],
+    }
+    if manifest.get("error"):
+        data["error"] = manifest["error"]
+    _, damaged = read_manifest(record.path / MANIFEST)
+    if damaged is not None:
+        data["manifest_error"] = damaged
+    return data
+
+
 def _no_power_reason(point: SweepPointDone) -> str:
     """Why a measured point has no power (its power_status), never empty."""
     return str(point.result.get("power_status") or "power unavailable: no reason recorded")
@@ -762,7 +792,7 @@ class SweepOutcome:
     status: str
     summary: dict[str, Any]
     ran: int
-    error: RigError | None = None
+    error: ActionableError | None = None
     #: Measured by the stand-in point function: every number is made up.
     simulated: bool = False
 
@@ -936,7 +966,7 @@ def _run(
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         status, error = "failed", exc
     except Exception as exc:  # a bug: still close the session so the folder says what happened
         status, error = "failed", RigError(f"{type(exc).__name__}: {exc}")
@@ -972,7 +1002,7 @@ def _measure_here(todo: list[SweepPoint], point_function: PointFunction,
             result = plain(point_function(point))
         except ConfigError:
             raise  # bad setup fails every point: stop the sweep
-        except RigError as exc:  # one point failed: record it, the night goes on
+        except BENCH_ERRORS as exc:  # one point failed: record it, the night goes on
             state, why = "failed", str(exc)
         yield point_event(point, status=state, result=result, error=why,
                           wall_s=time.monotonic() - started)

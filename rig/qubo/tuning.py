@@ -233,7 +233,7 @@ def sut_measure(sut_name: str, timeout_s: float, solver_seed: int = 0) -> tuple[
     """measure() on the real SUT (opened per parameter set with `hyperparameters=`), and close()."""
     import inspect
 
-    from protocols.errors import RigError
+    from rig.errors import RigError
     from rig.qubo import suts
     from rig.qubo.procedure import fixed_timeout_point, open_power_meter
     from rig.qubo.targets import bks

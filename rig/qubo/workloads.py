@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from protocols.errors import RigError
-from rig.errors import AnalysisError
+from rig.errors import AnalysisError, RigError
 
 #: The NeuroBench node counts (the pattern continues past the official table's 5000).
 WORKLOAD_SIZES = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000)

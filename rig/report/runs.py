@@ -1,6 +1,6 @@
 """The run folders a report is made from: read (never written), checked, grouped into systems.
 
-Every number a report states comes from `rig.run.summary.run_summary`, the function behind
+Every number a report states comes from `run_summary` (here), the function behind
 `rig show --json`; this module adds only what describes a run (its manifest, its trace file, and
 whether it was simulated) and decides which runs belong to which system.
 """
@@ -15,9 +15,10 @@ from typing import Any
 from protocols.dut.codec import CAP_SIMTIME
 from rig.errors import ConfigError
 from rig.qubo.sweep import PROCEDURE as SWEEP_PROCEDURE
+from rig.qubo.sweep import is_sweep, sweep_summary
 from rig.run.events import Note
 from rig.run.store import EVENTS, MANIFEST, load_run, read_manifest
-from rig.run.summary import run_summary
+from rig.run.summary import asc_summary
 
 ASC, QUBO = "ASC", "QUBO"
 #: Display names of the QUBO systems under test the rig drives.
@@ -91,6 +92,17 @@ class System:
             return f"SIMULATED ({self.simulation})"
         return f"EMULATED ({self.emulation.removeprefix('emulated: ')})" if self.emulation \
             else None
+
+
+def run_summary(path: str | Path) -> dict[str, Any]:
+    """The summary of an ASC run folder or a QUBO sweep folder, as `rig show --json` prints it.
+
+    A folder whose manifest.json is damaged is summarised from its events alone, and the
+    summary's `manifest_error` says what is wrong with the manifest."""
+    record = load_run(path)
+    if is_sweep(record.manifest):
+        return sweep_summary(path)
+    return asc_summary(record)
 
 
 def read_run(path: Path) -> ReportRun:

@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from drivers.errors import DeviceTimeout, PortError
-from protocols.errors import RigError
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.bench.ports import port_fault
-from rig.errors import ConfigError
+from rig.errors import BENCH_ERRORS, ConfigError
 from rig.run.events import Event, EventBus, InstrumentInfo, Note
 from rig.run.measure import BenchParts, connect_bench
 
@@ -97,7 +96,7 @@ def check_bench(bench: Bench, *, checkpoint: Callable[[], None] | None = None) -
         failure: Exception | None = None
         try:
             connect_bench(bench, parts, bus, checkpoint=guarded)
-        except (RigError, OSError) as exc:
+        except (*BENCH_ERRORS, OSError) as exc:
             if stopped or (isinstance(exc, ConfigError) and not _vbench_failed(bench, parts)):
                 raise
             failure = exc
@@ -207,13 +206,13 @@ def _assess(bench: Bench, parts: BenchParts, seen: list[Event],
 def _from_dut(exc: Exception) -> bool:
     """An error raised by the DUT's client or transport (they name it "DUT"), or by the IO
     manager passing the DUT through."""
-    message = exc.message if isinstance(exc, RigError) else str(exc)
+    message = exc.message if isinstance(exc, BENCH_ERRORS) else str(exc)
     return message.startswith(("DUT", "IO manager"))
 
 
 def _fault(exc: Exception) -> tuple[str, str]:
     """The state and one-line detail for a device that raised `exc`."""
-    message = exc.message if isinstance(exc, RigError) else str(exc)
+    message = exc.message if isinstance(exc, BENCH_ERRORS) else str(exc)
     if isinstance(exc, PortError):
         return port_fault(exc), message
     if isinstance(exc, DeviceTimeout):
@@ -265,7 +264,7 @@ def _handshake(bench: Bench, parts: BenchParts, state: DeviceState,
         caps = dut.negotiate()
         state.info["capabilities"] = sorted(caps)
         who = dut.identify()
-    except (RigError, OSError) as exc:
+    except (*BENCH_ERRORS, OSError) as exc:
         if stopped:
             raise
         if state.state == "answering":

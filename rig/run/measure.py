@@ -25,12 +25,12 @@ from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from protocols.io_manager import DUT_BAUD as IO_DUT_BAUD
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
-from rig.errors import ConfigError, RunInterrupted
+from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
 from rig.run import asc
 from rig.run.events import (
     Event,
@@ -97,7 +97,7 @@ class Outcome:
     run_path: Path
     status: str
     summary: dict[str, Any]
-    error: RigError | None = None
+    error: ActionableError | None = None
 
 
 @contextlib.contextmanager
@@ -178,7 +178,7 @@ def measure_asc(
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         status, error = REFUSED if parts.refused else "failed", _emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown()
@@ -209,7 +209,7 @@ def measure_asc(
     return Outcome(store.path, status, summary, error)
 
 
-def _emulator_cause(parts: BenchParts, exc: RigError) -> RigError:
+def _emulator_cause(parts: BenchParts, exc: ActionableError) -> ActionableError:
     """`exc`, or, when the emulated board's QEMU died under it, an error naming that cause."""
     why = parts.qemu.exit_reason() if parts.qemu is not None else None
     if why is None:
@@ -373,7 +373,7 @@ def _asc_test_samples(bench: Bench) -> int:
     if bench.dataset.name == "dcase2020":
         from rig.datasets import dcase
 
-        with contextlib.suppress(RigError, OSError):
+        with contextlib.suppress(*BENCH_ERRORS, OSError):
             return len(dcase.split_clips(Path(bench.dataset.path), "test")) * SLICES_PER_CLIP
     return ALL_TEST_SAMPLES_GUESS
 
@@ -506,7 +506,7 @@ def connect_bench(
         parts.emon.configure(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz)
     except (DeviceTimeout, PortError):
         raise
-    except RigError:
+    except BENCH_ERRORS:
         parts.refused = True
         raise
     set_voltage = parts.emon.set_voltage()
@@ -571,7 +571,7 @@ def check_bench_setup(bench: Bench) -> None:
             raise _every_edge_refusal(bench, cls)
         cls.check_setup(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
                         voltage_limit_v=bench.voltage_limit_v, **options)
-    except RigError as exc:
+    except BENCH_ERRORS as exc:
         where = f"{bench.path}: [emon] "
         message = exc.message if exc.message.startswith(where) else where + exc.message
         raise ConfigError(message, hint=exc.hint) from None

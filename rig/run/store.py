@@ -35,12 +35,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from rig.errors import ConfigError, StorageError
-from rig.qubo.events import QuboMaxSizeMeasured, QuboPointMeasured
 from rig.run.events import (
     Event,
     IdleMeasured,
     InstrumentInfo,
     LatencyRun,
+    QuboMaxSizeMeasured,
+    QuboPointMeasured,
     RunFinished,
     RunStarted,
     SampleClassified,

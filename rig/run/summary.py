@@ -1,22 +1,21 @@
-"""What `rig show --json` prints for a run folder: one function, so that `rig show`, `rig report`
-and anything else that states a run's numbers read them the same way (never recomputed apart).
+"""What `rig show --json` prints for an ASC run folder (`asc_summary`), and how its figures read:
+one place, so that `rig show`, `rig report`, the runner GUI and anything else that states a run's
+numbers read them the same way (never recomputed apart).
 
 An ASC run's figures come from its stored summary (or, for a run killed before it finished, from
-its events); a sweep's from its checkpointed points. Per-window and per-run measurements are
-listed as the events recorded them.
+its events). Per-window and per-run measurements are listed as the events recorded them. A QUBO
+sweep's summary is `rig.qubo.sweep.sweep_summary`; `rig.report.runs.run_summary` summarises either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from protocols.dut.codec import CAP_SIMTIME
-from rig.qubo.sweep import is_sweep, read_sweep, summarize
 from rig.run import asc
 from rig.run.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
-from rig.run.store import MANIFEST, RunRecord, load_run, read_manifest
+from rig.run.store import RunRecord
 from rig.units import pct, si
 
 #: What a run folder marked refused (`rig.run.store.REFUSED`) means, for `rig show` and the runner.
@@ -61,17 +60,6 @@ def replicability_verdict(summary: dict[str, Any]) -> tuple[bool | None, str]:
     if bad:
         return False, "not replicable: " + "; ".join(f"{c['name']}: {c['detail']}" for c in bad)
     return True, "replicable: " + "; ".join(c["detail"] for c in checks)
-
-
-def run_summary(path: str | Path) -> dict[str, Any]:
-    """The summary of an ASC run folder or a QUBO sweep folder, as `rig show --json` prints it.
-
-    A folder whose manifest.json is damaged is summarised from its events alone, and the
-    summary's `manifest_error` says what is wrong with the manifest."""
-    record = load_run(path)
-    if is_sweep(record.manifest):
-        return sweep_summary(path)
-    return asc_summary(record)
 
 
 def asc_summary(record: RunRecord) -> dict[str, Any]:
@@ -136,33 +124,3 @@ def measurements(record: RunRecord) -> dict[str, list[dict[str, Any]]]:
         name: [{k: getattr(e, k) for k in keys} for e in record.events if isinstance(e, kind)]
         for name, (kind, keys) in keep.items()
     }
-
-
-def sweep_summary(path: str | Path) -> dict[str, Any]:
-    """A sweep folder: status, points done, and gap, power and time to solution per point."""
-    record = read_sweep(path)
-    summary = summarize(record.spec, record.done)
-    manifest = record.manifest
-    data: dict[str, Any] = {
-        "run": str(record.path),
-        "status": record.status,
-        "procedure": manifest.get("procedure"),
-        "simulated": bool(manifest.get("simulated")),
-        "started_at": manifest.get("started_at"),
-        "finished_at": manifest.get("finished_at"),
-        "resumes": len(manifest.get("resumes", [])),
-        "points_done": summary["points_done"],
-        "points_total": summary["points_total"],
-        "points_failed": summary["points_failed"],
-        "bad_lines": record.bad_lines,
-        "sweep": record.spec.snapshot(),
-        "summary": summary["rows"],
-        "largest_solved": summary["largest_solved"],
-        "power": summary["power"],
-    }
-    if manifest.get("error"):
-        data["error"] = manifest["error"]
-    _, damaged = read_manifest(record.path / MANIFEST)
-    if damaged is not None:
-        data["manifest_error"] = damaged
-    return data

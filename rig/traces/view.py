@@ -7,7 +7,8 @@ multi-resolution summaries (`pyjls.Reader.fsr_statistics`) for any view wider th
 samples per pixel, and raw samples only for narrow views. Marker statistics come from raw samples
 through `rig.traces.analysis.SpanAccumulator`, the code `rig analyze --span` uses.
 
-The GUI (`gui/viewer.py`) only draws what this module returns.
+A run folder (its trace with the windows on top) is opened one room up, by `rig.run.view`.
+The GUI (`gui/viewer.py`) only draws what these return.
 """
 
 from __future__ import annotations
@@ -327,11 +328,9 @@ class TraceView:
         self.source.close()
 
 
-def open_view(path: str | Path, sample_rate: float | None = None) -> TraceView:
-    """Open a .jls or .csv trace, or a run folder (its trace plus its windows and idle span)."""
+def open_trace(path: str | Path, sample_rate: float | None = None) -> TraceView:
+    """Open a .jls or .csv trace (a run folder: `rig.run.view.open_view`)."""
     path = Path(path)
-    if path.is_dir():
-        return _open_run(path)
     if not path.exists():
         raise ConfigError(f"{path} does not exist",
                           hint="give a .jls or .csv trace, or a run folder under runs/")
@@ -346,51 +345,6 @@ def open_view(path: str | Path, sample_rate: float | None = None) -> TraceView:
     view = TraceView(source, path.name, notes=list(source.missing))
     view.edges_s = _search_edges(source, view.notes)
     return view
-
-
-def _open_run(path: Path) -> TraceView:
-    from rig.run.store import load_run
-    from rig.run.summary import run_summary
-
-    record = load_run(path)  # raises "not a run folder" for anything else
-    traces = [t for t in record.manifest.get("traces", []) if (path / t["path"]).is_file()]
-    trace = path / traces[0]["path"] if traces else path / "traces" / "emon.jls"
-    if not trace.is_file():
-        raise ConfigError(f"{path} is a run folder without a trace",
-                          hint="only runs with an energy monitor record one (traces/emon.jls); "
-                               "`rig show` summarises this run")
-    source = JlsSource(trace)
-    try:
-        show = run_summary(path)
-        view = TraceView(source, f"{path.name} (traces/{trace.name})",
-                         notes=list(source.missing), run=path)
-        view.marks = run_marks(show, source.sample_rate, source.first_sample_id)
-        edges = sorted({m.start_s for m in view.marks} | {m.end_s for m in view.marks})
-        view.edges_s = np.asarray(edges, dtype=np.float64)
-    except BaseException:
-        source.close()
-        raise
-    return view
-
-
-def run_marks(show: dict[str, Any], sample_rate: float, first_sample_id: int = 0) -> list[Mark]:
-    """The idle span and energy windows of a run (`rig show --json` data) as marks."""
-    meas = show.get("measurements") or {}
-
-    def t(sample: int) -> float:
-        return (sample - first_sample_id) / sample_rate
-
-    marks = [
-        Mark("idle", k, t(i["start_sample"]), t(i["end_sample"]), i["duration_s"],
-             i["power_w"], i["power_w"] * i["duration_s"])
-        for k, i in enumerate(meas.get("idle_spans", [])) if i["end_sample"] > i["start_sample"]
-    ]
-    marks += [
-        Mark("window", w["index"], t(w["start_sample"]), t(w["end_sample"]), w["duration_s"],
-             w["mean_power_w"], w["energy_j"], w["energy_per_inference_j"])
-        for w in meas.get("energy_windows", []) if w["end_sample"] > w["start_sample"]
-    ]
-    return marks
 
 
 def _search_edges(source: TraceSource, notes: list[str]) -> np.ndarray:

@@ -40,7 +40,7 @@ from firmware.xylo.nir_graph import (
 )
 from firmware.xylo.shim import class_scores, encode_raster
 from firmware.xylo.spec import SpecError, XyloSpec, load_spec
-from protocols.errors import RigError
+from protocols.errors import ActionableError
 from rig.datasets import afe, synthetic
 from rig.model.xylo import run_xylo
 
@@ -279,7 +279,7 @@ def refused(graph: Any, kind: type[NirGraphError], *words: str) -> NirGraphError
     with pytest.raises(kind) as info:
         nir_to_spec(graph)
     err = info.value
-    assert isinstance(err, SpecError) and isinstance(err, RigError)
+    assert isinstance(err, SpecError) and isinstance(err, ActionableError)
     assert err.hint, "every refusal says what to do"
     for word in words:
         assert word in err.message, (word, err.message)

@@ -20,8 +20,9 @@ from serial.tools.list_ports_common import ListPortInfo
 from gui.runner import RunnerWindow, report_folder
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
+from rig.report.runs import run_summary
 from rig.run.store import load_run
-from rig.run.summary import asc_figure_rows, run_summary
+from rig.run.summary import asc_figure_rows
 from rig.sim.bench import VirtualBench
 from rig.sim.pty import Pty
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children

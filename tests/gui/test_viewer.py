@@ -18,9 +18,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from gui.viewer import COLOURS, ViewerWindow, render_png, si_format
 from rig.cli import main
+from rig.run.view import open_view
 from rig.traces.analysis import span_statistics
 from rig.traces.files import write_csv_trace
-from rig.traces.view import open_view
 from tests.trace_samples import FS, V, step_trace, write_jls
 
 STAT_FIELDS = ("duration_s", "current_mean_a", "current_min_a", "current_max_a", "power_mean_w",

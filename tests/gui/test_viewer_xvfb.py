@@ -33,7 +33,7 @@ from PySide6.QtTest import QTest
 
 app = QtWidgets.QApplication(["viewer-xvfb"])
 from gui.viewer import ViewerWindow
-from rig.traces.view import open_view
+from rig.run.view import open_view
 
 view = open_view(Path(sys.argv[1]))
 win = ViewerWindow(view)

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiomqtt
 
-from rig.mqtt.session import NODELAY
+from rig.mqtt.connection import NODELAY
 from tests.mqtt.broker import USERS, Broker
 
 

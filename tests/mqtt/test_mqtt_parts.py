@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rig.bench.broker import PASSWORD_ENV, check_rig_name, parse_url, resolve
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.mqtt import topics
 from rig.mqtt.board import Board
 from rig.mqtt.commands import MAX_COMMAND_BYTES, Refused, file_in, parse_command
-from rig.mqtt.settings import PASSWORD_ENV, check_rig_name, parse_url, resolve
 from rig.mqtt.telemetry import MqttTelemetry, PowerSummarizer
 from rig.run.events import EventBus, Note, RunFinished, RunStarted, TelemetryReport
 from rig.run.live_power import PowerPreview

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocols.errors import ProtocolError, RigError
+from protocols.errors import ProtocolError
 from rig.datasets import afe
 from rig.datasets.afe import AfeConfig
+from rig.errors import RigError
 
 RATE = 8000
 #: 0.2 s clips keep AFESim (~1 s per second of audio) fast.

@@ -107,7 +107,7 @@ def test_a_damaged_jls_is_one_line_and_pyjls_prints_nothing(tmp_path: Path, capf
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rig: error: ") and words in lines[0], err
     # The viewer opens files the same way.
-    from rig.traces.view import open_view
+    from rig.run.view import open_view
 
     with pytest.raises(AnalysisError):
         open_view(path)

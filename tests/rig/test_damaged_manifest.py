@@ -11,9 +11,9 @@ import pytest
 
 from rig.cli import main
 from rig.qubo.sweep import SweepSpec, start_sweep
+from rig.report.runs import run_summary
 from rig.run.events import LatencyRun, RunFinished, RunStarted, WindowMeasured
 from rig.run.store import DAMAGED, INCOMPLETE, RunStore, list_runs, load_run
-from rig.run.summary import run_summary
 
 #: What a manifest.json can be turned into: (bytes, the reason `rig show` names).
 DAMAGE = {

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from drivers.errors import DeviceError
-from rig.qubo.events import QuboPointMeasured
 from rig.qubo.procedure import (
     FtPoint,
     NoPower,
@@ -22,7 +21,7 @@ from rig.qubo.procedure import (
 )
 from rig.qubo.suts import SolveResult
 from rig.qubo.workloads import Workload, generate
-from rig.run.events import Event
+from rig.run.events import Event, QuboPointMeasured
 
 
 @dataclass

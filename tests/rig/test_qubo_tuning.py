@@ -141,7 +141,7 @@ def test_sweep_tuning_validated(tmp_path):
 
 
 def test_a_sut_without_hyperparameter_support_says_so():
-    from protocols.errors import RigError
+    from rig.errors import RigError
 
     # The CPU samplers take no tunable settings (the Loihi 2 shim does: see
     # tests/rig/test_loihi2_hyperparameters.py).
@@ -150,7 +150,7 @@ def test_a_sut_without_hyperparameter_support_says_so():
 
 
 def test_sweep_sut_without_hyperparameters_is_a_clear_error(tmp_path):
-    from protocols.errors import RigError
+    from rig.errors import RigError
     from rig.qubo.sweep import QuboPointFunction, load_sweep
 
     content = tuning.search("cpu-sa", [10], [0.05], fake_measure, grid=GRID)

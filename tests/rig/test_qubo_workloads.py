@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from protocols.dut.codec import decode_qubo, encode_qubo, qubo_cost
-from protocols.errors import RigError
+from rig.errors import RigError
 from rig.qubo import workloads
 from rig.qubo.workloads import (
     DENSITIES,

@@ -12,10 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from protocols.errors import RigError
 from rig.cli import main
 from rig.commands.sweep import SweepProgressView
-from rig.errors import ConfigError, RunInterrupted
+from rig.errors import ConfigError, RigError, RunInterrupted
 from rig.qubo.sweep import (
     SweepPoint,
     SweepPointDone,

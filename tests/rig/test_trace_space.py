@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocols.errors import RigError
 from rig.bench.config import load_bench
 from rig.cli import main
-from rig.errors import ConfigError
+from rig.errors import ConfigError, RigError
 from rig.run import measure as runner
 from rig.run.events import Event, Note
 from rig.traces import space as trace_space

@@ -13,9 +13,9 @@ import pytest
 
 from rig.cli import main
 from rig.errors import AnalysisError, ConfigError
+from rig.run.view import open_view, run_marks
 from rig.traces.analysis import SpanAccumulator, span_samples, span_statistics
 from rig.traces.files import write_csv_trace
-from rig.traces.view import open_view, run_marks
 from tests.trace_samples import FS, V, step_trace, write_jls
 
 
