@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import Bench, load_bench
 from rig.errors import ConfigError
 from rig.sim.child import end_process, read_line
@@ -25,7 +26,6 @@ from rig.sim.io_manager import SimIoManager
 from rig.sim.joulescope import WorldSource, serve_source
 from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.lpm01a import SimLpm01a
-from rig.sim.model import LinearAscModel
 from rig.sim.otii import SimOtii
 from rig.sim.ppk2 import SimPpk2
 from rig.sim.simavr_uno import SimavrUno, simavr_uno_binaries
