@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import threading
+import tomllib
 
+from rig.bench.saving import bench_to_toml
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
 from rig.run.measure import sigterm_as_interrupt
 from rig.sim.bench import VirtualBench
+from rig.sim.description import parse_description
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bench, _ = bench_from_args(args)
-    with VirtualBench(bench, speed=args.speed) as vb:
+    described = parse_description(tomllib.loads(bench_to_toml(bench)), bench.path)
+    with VirtualBench(described, speed=args.speed) as vb:
         if args.power_on:  # as the LPM01A would: supply at the bench's voltage, then on
             vb.world.set_supply(bench.emon.supply_voltage_v)
             vb.world.power(True)

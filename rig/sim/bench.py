@@ -1,5 +1,6 @@
-"""The virtual bench: builds the World, the simulated DUT and the simulated LPM01A from a bench
-file, and serves them on ptys, in this process or as a child process of the rig.
+"""The virtual bench: builds the World, the simulated DUT and the simulated energy monitor from a
+bench file's description, and serves them on ptys and sockets, in this process or as a process
+of its own (`python -m virtual_bench BENCH.toml`) that prints its ports.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from firmware.dut.asc_model import LinearAscModel
-from rig.bench.config import Bench, load_bench
+from rig.bench.config import Bench
 from rig.errors import ConfigError
 from rig.sim.child import end_process, read_line
+from rig.sim.description import BenchDescription, load_description
 from rig.sim.dut import SimDut
+from rig.sim.errors import EXIT_CODE, SetupError, VirtualBenchError
 from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.io_manager import SimIoManager
 from rig.sim.joulescope import WorldSource, serve_source
@@ -33,32 +36,31 @@ from rig.sim.world import PowerParams, World
 
 
 class VirtualBench:
-    """A simulated DUT and LPM01A, sharing one World, each on its own pty."""
+    """A simulated DUT and energy monitor (and IO manager), sharing one World, each on its own
+    pty or socket."""
 
-    def __init__(self, bench: Bench, *, speed: float | None = None) -> None:
-        if bench.sim is None:
-            raise ConfigError(f"{bench.path}: no [sim] table", hint="a virtual bench needs [sim]")
-        sim = bench.sim
+    def __init__(self, bench: BenchDescription, *, speed: float | None = None) -> None:
         params = PowerParams(
-            idle_w=sim.idle_power_mw * 1e-3,
-            active_w=sim.active_power_mw * 1e-3,
-            inference_s=sim.inference_ms * 1e-3,
+            idle_w=bench.idle_power_mw * 1e-3,
+            active_w=bench.active_power_mw * 1e-3,
+            inference_s=bench.inference_ms * 1e-3,
         )
-        self.world = World(params, speed=speed or sim.speed)
-        mode = bench.dut.timestamp_mode
-        binary = host_shim_binary(build=True) if sim.dut in ("auto", "c-shim") else None
+        self.bench = bench
+        self.world = World(params, speed=speed or bench.speed)
+        mode = bench.timestamp_mode
+        binary = host_shim_binary(build=True) if bench.dut in ("auto", "c-shim") else None
         if binary is not None:
             self.dut: SimDut | HostShimDut = HostShimDut(self.world, binary, timestamp_mode=mode)
             self.dut_impl = f"c-shim ({binary})"
-        elif sim.dut == "c-shim":
-            raise ConfigError(
+        elif bench.dut == "c-shim":
+            raise SetupError(
                 f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built",
                 hint="run `make firmware-host` (needs gcc), or set dut = \"auto\"",
             )
         else:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
-            self.dut_impl = "python" if sim.dut == "python" else "python (no C compiler)"
-        self.emon_driver = bench.emon.driver
+            self.dut_impl = "python" if bench.dut == "python" else "python (no C compiler)"
+        self.emon_driver = bench.emon_driver
         self.emon: Any = None
         if self.emon_driver == "lpm01a":
             self.emon = SimLpm01a(self.world)
@@ -69,20 +71,20 @@ class VirtualBench:
         elif self.emon_driver == "otii":
             self.emon = SimOtii(self.world)  # the Otii app's TCP server, on 127.0.0.1
         elif self.emon_driver == "joulescope":
-            self.emon = JoulescopeBridge(self.world, int(bench.emon.sample_rate_hz))
+            self.emon = JoulescopeBridge(self.world, int(bench.sample_rate_hz))
         elif self.emon_driver == "ppk2":
             # Source mode supplies the DUT itself; in ampere mode the bench's supply does.
-            self.emon = SimPpk2(self.world, ampere_supply_v=bench.emon.supply_voltage_v)
+            self.emon = SimPpk2(self.world, ampere_supply_v=bench.supply_voltage_v)
         if self.emon_driver in ("34465a", "none", "joulescope"):
             # The monitor does not source the supply: a bench supply does. It stays on, except
             # that a Joulescope connects and disconnects the DUT with its current range.
-            self.world.set_supply(bench.emon.supply_voltage_v)
+            self.world.set_supply(bench.supply_voltage_v)
         self._bench_supply = self.emon_driver in ("34465a", "none")
         #: A simulated UNO in front of the DUT when the bench routes it through one.
         self.io_manager: SimIoManager | SimavrUno | None = None
-        self._wants_io_manager = bench.io_manager is not None
-        self._io_manager_kind = sim.io_manager
-        if self._wants_io_manager and sim.io_manager == "simavr":
+        self._wants_io_manager = bench.has_io_manager
+        self._io_manager_kind = bench.io_manager
+        if self._wants_io_manager and bench.io_manager == "simavr":
             # Checked (and built) now, so that a missing toolchain is a clear error up front.
             self._avr = simavr_uno_binaries(build=True)
             self.dut_impl += ", behind io_manager.ino's AVR build on simavr"
@@ -178,18 +180,35 @@ class JoulescopeBridge:
             thread.join(timeout=2.0)
 
 
-def serve(bench_path: Path, *, speed: float | None = None) -> int:
-    """Child-process entry: print the ports as one JSON line, serve until stdin closes."""
-    bench = load_bench(bench_path)
+def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = False) -> int:
+    """Process entry: print one JSON line on stdout (the ports, or the error and its hint), then
+    serve until stdin closes (the rig is done, or died), SIGTERM or SIGINT; the exit code."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with VirtualBench(bench, speed=speed) as vb:
-        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl}),
-              flush=True)
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    vb: VirtualBench | None = None
+    try:
+        vb = VirtualBench(load_description(bench_path), speed=speed)
+        vb.start()
+    except VirtualBenchError as exc:
+        if vb is not None:
+            vb.close()
+        print(json.dumps({"error": exc.message, "hint": exc.hint}), flush=True)
+        print(f"virtual bench: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CODE
+    try:
+        if power_on:  # as the LPM01A would: supply at the bench's voltage, then on
+            vb.world.set_supply(vb.bench.supply_voltage_v)
+            vb.world.power(True)
+        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl,
+                          "emon": vb.emon_driver, "powered": vb.world.powered,
+                          "simulated": True}), flush=True)
         while not stop.is_set():
             ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready and not os.read(sys.stdin.fileno(), 4096):
-                break  # the rig closed our stdin: it is done (or died)
+                break  # our stdin closed: the rig is done (or died)
+    finally:
+        vb.close()
     return 0
 
 
@@ -206,7 +225,7 @@ class VirtualBenchProcess:
             "w", suffix=".toml", prefix="rig-vbench-", encoding="utf-8")
         self._bench_file.write(bench_to_toml(bench))
         self._bench_file.flush()
-        cmd = [sys.executable, "-m", "rig.sim", "--bench", self._bench_file.name,
+        cmd = [sys.executable, "-m", "rig.sim", self._bench_file.name,
                "--for", str(bench.path)]
         # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
         # would freeze the bench.

@@ -18,8 +18,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-from rig.errors import ConfigError
 from rig.sim.bus import SimBusServer
+from rig.sim.errors import SetupError
 from rig.sim.pty import Pty
 from rig.sim.world import NS, World
 
@@ -48,8 +48,8 @@ class HostShimDut:
 
     def __init__(self, world: World, binary: Path, *, timestamp_mode: str = "energy") -> None:
         if not binary.is_file():
-            raise ConfigError(f"the host DUT shim {binary} is not built",
-                              hint="run `make firmware-host` (needs gcc)")
+            raise SetupError(f"the host DUT shim {binary} is not built",
+                             hint="run `make firmware-host` (needs gcc)")
         self.world = world
         self.binary = binary
         self.timestamp_mode = timestamp_mode

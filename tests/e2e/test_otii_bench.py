@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.store import load_run
 from rig.sim.bench import VirtualBench
+from rig.sim.description import load_description
 from rig.sim.otii import SimOtii
 from rig.sim.world import NS
 from rig.traces.files import read_trace
@@ -57,7 +57,7 @@ K1, K2 = 4800, 8000  # the window, in samples of the recording: [1.2 s, 2 s)
 
 def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
     out = tmp_path / "otii.jls"
-    with VirtualBench(load_bench(REPO / "benches" / "sim-otii.toml"), speed=4.0) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-otii.toml"), speed=4.0) as vb:
         def recording_t0() -> int | None:
             return vb.emon.recordings[-1].t0_ns if vb.emon.recordings else None
 
@@ -96,7 +96,7 @@ def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
 def otii_bench(tmp_path: Path, **sim_options) -> Iterator[tuple[VirtualBench, Path]]:
     """benches/sim-otii.toml served from this process (its Otii made with `sim_options`), and
     a bench file attached to its DUT pty and Otii server."""
-    with VirtualBench(load_bench(REPO / "benches" / "sim-otii.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-otii.toml")) as vb:
         if sim_options:
             vb.emon.close()
             vb.emon = SimOtii(vb.world, **sim_options)

@@ -274,10 +274,11 @@ def run_attached(
     the run folder)."""
     from rig.run.measure import measure_asc
     from rig.sim.bench import VirtualBench
+    from rig.sim.description import load_description
 
     sim_path = fast_sim(tmp_path, **replace)
     raised: BaseException | None = None
-    with VirtualBench(load_bench(sim_path)) as vb:
+    with VirtualBench(load_description(sim_path)) as vb:
         bench = load_bench(attached(tmp_path, sim_path, vb.ports))
         try:
             measure_asc(bench, device="attached", runs_root=tmp_path / "r",
@@ -333,6 +334,7 @@ def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> 
     """As the runner GUI does it: the run on a worker thread, Stop pressed on the main one."""
     from rig.run.measure import measure_asc
     from rig.sim.bench import VirtualBench
+    from rig.sim.description import load_description
 
     stop = StopRequest()
     first_run = threading.Event()
@@ -352,7 +354,7 @@ def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> 
             outcome["result"] = exc
 
     sim_path = fast_sim(tmp_path)
-    with VirtualBench(load_bench(sim_path)) as vb:
+    with VirtualBench(load_description(sim_path)) as vb:
         bench = load_bench(attached(tmp_path, sim_path, vb.ports))
         thread = threading.Thread(target=worker, args=(bench,))
         thread.start()
