@@ -513,7 +513,8 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the
         # bench's samples over loopback; the driver code above it is the real one.
         from drivers.emon.joulescope import Joulescope
-        from rig.sim.joulescope import BASE_RATES, FakeJoulescopeDriver, SocketSource
+        from drivers.emon.joulescope_socket import FakeJoulescopeDriver, SocketSource
+        from protocols.joulescope_bridge import BASE_RATES
 
         # A JS220 samples at 1 MS/s at most; above that the stand-in is the 2 MS/s JS110.
         model = "js110" if bench.emon.sample_rate_hz > BASE_RATES["js220"] else "js220"

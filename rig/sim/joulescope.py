@@ -1,107 +1,47 @@
-"""A stand-in for `pyjoulescope_driver.Driver`, fed by the shared `World` (simulated, not measured).
+"""The simulated Joulescope: samples of the shared `World`, served to the rig over a socket.
 
-There is no official Joulescope emulator, so the seam is the Driver object: `FakeJoulescopeDriver`
-has the real Driver's public methods and publishes the same stream payloads (dicts with
-``sample_id``, ``utc``, ``field_id``, ``index``, ``sample_rate``, ``decimate_factor``,
-``time_map``, ``data``; current and voltage float32, GPI packed bits, little-endian bit order) on
-its own thread, in blocks. Its samples come from a `SampleSource`:
+`WorldSource(world, sample_rate)`: sample k covers simulated [t0 + k/fs, t0 + (k+1)/fs)
+(integer ns, floored); current = energy / (supply * dt) from the world's exact power model,
+voltage = the world's supply, GPI0 = 0 if the timestamp line is low at the sample's start or
+falls inside its period (a 10 µs pulse is never missed at low rates). Nothing past
+`world.observable_ns()` is reported.
 
-- `WorldSource(world, sample_rate)`, in process: sample k covers simulated
-  [t0 + k/fs, t0 + (k+1)/fs) (integer ns, floored); current = energy / (supply * dt) from the
-  world's exact power model, voltage = the world's supply, GPI0 = 0 if the timestamp line is low
-  at the sample's start or falls inside its period (a 10 µs pulse is never missed at low rates).
-  Nothing past `world.observable_ns()` is reported.
-- `SocketSource(address)`, in the rig process, fed by `serve_source(source, sock)` in the virtual
-  bench's process (which owns the World).
-
-Socket frames (both directions): an 8-byte header ``<2sBxI`` = magic ``b"JS"``, frame type,
-pad, payload length, then the payload (at most `MAX_PAYLOAD` bytes).
-
-- ``HELLO`` (1, bench -> rig, first frame): JSON ``{"version": 1, "sample_rate": fs}``.
-- ``SAMPLES`` (2, bench -> rig): ``<QI`` first sample index and count n, then n float32 current
-  [A], n float32 voltage [V], ceil(n/8) bytes GPI0 and ceil(n/8) bytes GPI1 (packed, little).
-- ``CONTROL`` (3, rig -> bench): JSON ``{"op": "rate", "hz": fs}`` | ``{"op": "power", "on": b}``
-  | ``{"op": "start"}`` | ``{"op": "stop"}``.
-
-Range topics: the JS220's ``s/i/range/mode`` and the JS110's ``s/i/range/select``: anything
-but ``off`` connects the DUT (`SampleSource.set_power`). A fixed range (JS220: ``s/i/range/mode``
-= ``manual`` with the range on ``s/i/range/select``; JS110: a range name on
-``s/i/range/select``) clips the current at its full scale, as a saturated range does on the
-instrument; the larger shunt's drop of the DUT's supply (burden voltage) is not modelled.
+`serve_source(source, sock)` serves it in the wire format of `protocols.joulescope_bridge`; in
+the rig's process `drivers.emon.joulescope_socket` (the stand-in for the vendor library) reads it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import select
 import socket
-import struct
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from drivers.errors import DeviceError, DeviceTimeout
 from protocols.errors import ProtocolError
+from protocols.joulescope_bridge import (
+    CONTROL,
+    HELLO,
+    MAX_BLOCK,
+    FrameReader,
+    SampleBlock,
+    encode_frame,
+    encode_samples,
+)
 from rig.sim.world import NS, World
 
 log = logging.getLogger(__name__)
 
-BASE_RATES = {"js110": 2_000_000, "js220": 1_000_000}
-_RATE_LABELS = ((1_000_000, "MHz"), (1_000, "kHz"), (1, "Hz"))
-#: Most samples in one published block.
-MAX_BLOCK = 65_536
-#: Largest socket frame payload accepted (a full SAMPLES block is ~600 kB).
-MAX_PAYLOAD = 4 * 1024 * 1024
-_HEADER = struct.Struct("<2sBxI")
-_SAMPLES_HEAD = struct.Struct("<QI")
-MAGIC = b"JS"
-HELLO, SAMPLES, CONTROL = 1, 2, 3
-#: jsdrv field ids of the streams
-FIELD_CURRENT, FIELD_VOLTAGE, FIELD_GPI = 1, 2, 5
-#: Host seconds the fake's thread waits for a block before looking at its state again.
+#: Host seconds the server waits for a block or a control frame before looking again.
 POLL_S = 0.005
 #: Host time a simulated block spans (a real Joulescope hands over blocks every few ms).
 BLOCK_WALL_S = 0.02
-_TIME64_PER_S = 1 << 30  # jsdrv time64: seconds since 2018-01-01 in 34.30 fixed point
-_EPOCH_2018 = 1514764800
 
 
-@dataclass(frozen=True)
-class SampleBlock:
-    """Consecutive samples from a source: index of the first (0 at `start`), and the signals."""
-
-    first: int
-    current: np.ndarray  # float32 [A]
-    voltage: np.ndarray  # float32 [V]
-    gpi0: np.ndarray  # uint8 0/1
-    gpi1: np.ndarray  # uint8 0/1
-
-    def __len__(self) -> int:
-        return len(self.current)
-
-
-class SampleSource(Protocol):
-    """Where a `FakeJoulescopeDriver` gets its samples."""
-
-    def set_sample_rate(self, hz: int) -> None: ...
-    def set_power(self, on: bool) -> None: ...
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-    def read(self, timeout_s: float) -> SampleBlock | None: ...
-    def close(self) -> None: ...
-
-
-class SourceEnded(DeviceError):
-    """The sample source is gone (the virtual bench closed its end)."""
-
-
-# -- the World as a sample source -------------------------------------------------------------
 class WorldSource:
     """Samples of the World's DUT, computed exactly from its power model."""
 
@@ -194,359 +134,8 @@ class WorldSource:
         return block
 
 
-# -- the fake Driver ----------------------------------------------------------------------------
-def _rate_label(hz: int) -> str:
-    for scale, unit in _RATE_LABELS:
-        if hz >= scale and hz % scale == 0:
-            return f"{hz // scale} {unit}"
-    return f"{hz} Hz"
-
-
-def _rates(model: str) -> list[int]:
-    top = BASE_RATES[model]
-    steps = [2_000_000, 1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000,
-             2_000, 1_000, 500, 200, 100, 50, 20, 10, 5, 2, 1]
-    return [r for r in steps if r <= top]
-
-
-#: The instrument's current ranges: name -> full scale [A] (the JS220 has no 2 A range).
-_FULL_SCALE_A = {"10 A": 10.0, "2 A": 2.0, "180 mA": 0.18, "18 mA": 0.018, "1.8 mA": 1.8e-3,
-                 "180 µA": 180e-6, "18 µA": 18e-6}
-_JS220_RANGES = {name for name in _FULL_SCALE_A if name != "2 A"}
-#: model -> (the topic that connects/disconnects the DUT, {range topic: values it takes}, the
-#: values those topics hold when the device is opened with "defaults")
-_RANGE_TOPICS = {
-    "js220": ("s/i/range/mode",
-              {"s/i/range/mode": {"off", "auto", "manual"},
-               "s/i/range/select": _JS220_RANGES},
-              # The fake opens with the DUT disconnected (no power blip before the rig's own
-              # "off"); the real default is "auto".
-              {"s/i/range/mode": "off", "s/i/range/select": "10 A"}),
-    "js110": ("s/i/range/select",
-              {"s/i/range/select": {"auto", "off", *_FULL_SCALE_A}},
-              {"s/i/range/select": "off"}),
-}
-#: data topic suffix -> (ctrl topic suffix, field id, index, packed bits)
-_DATA_TOPICS = {
-    "s/i/!data": ("s/i/ctrl", FIELD_CURRENT, 0, False),
-    "s/v/!data": ("s/v/ctrl", FIELD_VOLTAGE, 0, False),
-    "s/gpi/0/!data": ("s/gpi/0/ctrl", FIELD_GPI, 0, True),
-    "s/gpi/1/!data": ("s/gpi/1/ctrl", FIELD_GPI, 1, True),
-}
-
-
-class FakeJoulescopeDriver:
-    """Same public methods as `pyjoulescope_driver.Driver`; one simulated device on `source`.
-
-    Refusals raise `RuntimeError` (as the real binding does for an error code); `TimeoutError`
-    is never raised because every call completes at once. `published` records every publish.
-    """
-
-    def __init__(self, source: SampleSource, *, device_path: str = "u/js220/000415",
-                 first_sample_id: int = 1_234_567, timeout: float | None = None) -> None:
-        self.source = source
-        self.device_path = device_path
-        self.model = "js220" if "js220" in device_path else "js110"
-        self.base_rate = BASE_RATES[self.model]
-        self.log_level = "off"
-        #: Every (topic, value) published, in order (for tests).
-        self.published: list[tuple[str, Any]] = []
-        self._retained: dict[str, Any] = {}
-        self._subscribers: list[tuple[str, Callable[[str, Any], None]]] = []
-        # Held while callbacks run: unsubscribe() returns only after an in-flight one ended.
-        self._dispatch = threading.RLock()
-        self._state = threading.Lock()
-        # Serialises the source between the streaming thread and control calls.
-        self._source_lock = threading.Lock()
-        self._open = False
-        self._streaming = False
-        self._next_id = first_sample_id  # output-rate ids, absolute like the instrument's
-        self._id_offset = first_sample_id
-        self._lost: BaseException | None = None
-        self._finalized = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fake-jsdrv", daemon=True)
-        self._thread.start()
-
-    # -- Driver API ---------------------------------------------------------------------------
-    def __enter__(self) -> FakeJoulescopeDriver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.finalize()
-
-    def finalize(self, timeout=None) -> None:
-        """Stop the thread and the source."""
-        self._finalized.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
-        try:
-            self.source.close()
-        except Exception as exc:
-            log.warning("fake Joulescope: closing the source failed: %s", exc)
-
-    def device_paths(self, timeout=None) -> list[str]:
-        """The one simulated device (none once the source is gone)."""
-        return [] if self._lost is not None else [self.device_path]
-
-    def open(self, device_prefix, mode=None, timeout=None) -> None:
-        """Open the device; mode ``defaults`` (or None) resets every setting."""
-        self._check_device(device_prefix)
-        with self._state:
-            if mode in (None, "defaults") or not self._retained:
-                fs = self.base_rate
-                _, _, range_defaults = _RANGE_TOPICS[self.model]
-                self._retained = {
-                    "h/fs": fs,
-                    **range_defaults,
-                    **{ctrl: 0 for ctrl, *_ in _DATA_TOPICS.values()},
-                }
-            self._open = True
-
-    def close(self, device_prefix, timeout=None) -> None:
-        """Close the device: streams stop."""
-        self._check_device(device_prefix)
-        with self._state:
-            self._open = False
-            for ctrl, *_ in _DATA_TOPICS.values():
-                self._retained[ctrl] = 0
-        self._update_stream()
-
-    def publish(self, topic: str, value, timeout=None) -> None:
-        """Set a device topic (validated like the instrument validates it)."""
-        self.published.append((topic, value))
-        sub = self._device_topic(topic)
-        power_topic, range_topics, _ = _RANGE_TOPICS[self.model]
-        with self._state:
-            if not self._open:
-                raise RuntimeError(f"publish {topic}: device not open")
-            if sub == "h/fs":
-                if self._streaming:
-                    raise RuntimeError(f"publish {topic}: cannot change while streaming")
-                if int(value) not in _rates(self.model):
-                    raise RuntimeError(f"publish {topic}: invalid value {value!r}")
-                value = int(value)
-            elif sub in range_topics:
-                if value not in range_topics[sub]:
-                    raise RuntimeError(f"publish {topic}: invalid value {value!r}")
-            elif sub in {ctrl for ctrl, *_ in _DATA_TOPICS.values()}:
-                if value not in (0, 1, True, False):
-                    raise RuntimeError(f"publish {topic}: invalid value {value!r}")
-                value = int(value)
-            elif sub not in self._retained:
-                raise RuntimeError(f"publish {topic}: topic not found")
-            self._retained[sub] = value
-        if sub == power_topic:
-            with self._source_lock:
-                self.source.set_power(value != "off")
-        self._update_stream()
-
-    def publish_and_wait(self, publish_topic, publish_value, response_topic, timeout=None):
-        """Publish, then return the value of `response_topic`."""
-        self.publish(publish_topic, publish_value, timeout)
-        return self.query(response_topic, timeout)
-
-    def query(self, topic: str, timeout=None) -> Any:
-        """A retained value, or metadata for a topic ending in ``$`` (only ``h/fs$`` here)."""
-        sub = self._device_topic(topic)
-        with self._state:
-            if sub == "h/fs$":
-                rates = _rates(self.model)
-                return {"dtype": "u32", "brief": "The sampling frequency.", "default": rates[0],
-                        "options": [[r, _rate_label(r)] for r in rates]}
-            if sub not in self._retained:
-                raise RuntimeError(f"query {topic}: topic not found")
-            return self._retained[sub]
-
-    def subscribe(self, topic: str, flags, fn, timeout=None) -> None:
-        """Call `fn(topic, value)` for every publication under `topic`."""
-        with self._dispatch:
-            self._subscribers.append((topic, fn))
-            if flags and "retain" in flags:
-                with self._state:
-                    retained = [(f"{self.device_path}/{k}", v) for k, v in self._retained.items()]
-                for full, value in retained:
-                    if full.startswith(topic):
-                        fn(full, value)
-
-    def unsubscribe(self, topic, fn, timeout=None) -> None:
-        """Stop calling `fn` for `topic`; returns after any call in progress ended."""
-        with self._dispatch:
-            self._subscribers = [(t, f) for t, f in self._subscribers
-                                 if not (t == topic and f == fn)]
-
-    def unsubscribe_all(self, fn, timeout=None) -> None:
-        """Stop calling `fn` for any topic."""
-        with self._dispatch:
-            self._subscribers = [(t, f) for t, f in self._subscribers if f != fn]
-
-    # -- internals ----------------------------------------------------------------------------
-    def _check_device(self, device_prefix: str) -> None:
-        if device_prefix != self.device_path or self._lost is not None:
-            raise RuntimeError(f"device {device_prefix} not found")
-
-    def _device_topic(self, topic: str) -> str:
-        prefix = self.device_path + "/"
-        if not topic.startswith(prefix):
-            raise RuntimeError(f"{topic}: no such device")
-        return topic[len(prefix) :]
-
-    def _update_stream(self) -> None:
-        """Run the source while any stream is enabled on an open device."""
-        with self._state:
-            want = self._open and any(self._retained.get(c) for c, *_ in _DATA_TOPICS.values())
-            if want == self._streaming:
-                return
-            self._streaming = want
-            with self._source_lock:
-                if want:
-                    self.source.set_sample_rate(int(self._retained["h/fs"]))
-                    self._id_offset = self._next_id
-                    self.source.start()
-                else:
-                    self.source.stop()
-
-    def _run(self) -> None:
-        while not self._finalized.is_set():
-            if not self._streaming:
-                time.sleep(POLL_S)
-                continue
-            try:
-                with self._source_lock:
-                    block = self.source.read(POLL_S) if self._streaming else None
-            except Exception as exc:
-                log.warning("fake Joulescope: the sample source failed: %s", exc)
-                self._lost = exc
-                with self._state:
-                    self._streaming = False
-                return
-            if block is not None and len(block):
-                self._publish_block(block)
-
-    def full_scale_a(self) -> float | None:
-        """Full scale [A] of the fixed current range selected, None when auto-ranging or off."""
-        with self._state:
-            if self.model == "js220":
-                if self._retained.get("s/i/range/mode") != "manual":
-                    return None
-                return _FULL_SCALE_A[self._retained["s/i/range/select"]]
-            return _FULL_SCALE_A.get(self._retained.get("s/i/range/select", "off"))
-
-    def _publish_block(self, block: SampleBlock) -> None:
-        full_scale = self.full_scale_a()
-        with self._state:
-            fs = int(self._retained["h/fs"])
-            enabled = {d: bool(self._retained.get(c)) for d, (c, *_) in _DATA_TOPICS.items()}
-            first = self._id_offset + block.first
-            self._next_id = first + len(block)
-        decimate = self.base_rate // fs
-        utc = int((time.time() - _EPOCH_2018) * _TIME64_PER_S)
-        current = block.current.astype(np.float32)
-        if full_scale is not None:  # a fixed range saturates at its full scale
-            current = np.clip(current, -full_scale, full_scale).astype(np.float32)
-        signals = {
-            "s/i/!data": current,
-            "s/v/!data": block.voltage.astype(np.float32),
-            "s/gpi/0/!data": np.packbits(block.gpi0.astype(np.uint8), bitorder="little"),
-            "s/gpi/1/!data": np.packbits(block.gpi1.astype(np.uint8), bitorder="little"),
-        }
-        with self._dispatch:
-            for suffix, data in signals.items():
-                if not enabled[suffix]:
-                    continue
-                _, field_id, index, _ = _DATA_TOPICS[suffix]
-                topic = f"{self.device_path}/{suffix}"
-                value = {
-                    "sample_id": first * decimate,
-                    "utc": utc,
-                    "field_id": field_id,
-                    "index": index,
-                    "sample_rate": self.base_rate,
-                    "decimate_factor": decimate,
-                    "time_map": {"offset_time": utc, "offset_counter": first * decimate,
-                                 "counter_rate": float(self.base_rate)},
-                    "data": data,
-                }
-                for sub_topic, fn in list(self._subscribers):
-                    if topic.startswith(sub_topic):
-                        try:
-                            fn(topic, value)
-                        except Exception:
-                            log.exception("fake Joulescope: subscriber to %s failed", topic)
-
-
-# -- the socket bridge -------------------------------------------------------------------------
-def encode_frame(kind: int, payload: bytes) -> bytes:
-    """One frame: header + payload."""
-    if len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"frame payload of {len(payload)} bytes is too large")
-    return _HEADER.pack(MAGIC, kind, len(payload)) + payload
-
-
-def encode_samples(block: SampleBlock) -> bytes:
-    """A SAMPLES frame for `block`."""
-    n = len(block)
-    payload = b"".join((
-        _SAMPLES_HEAD.pack(block.first, n),
-        block.current.astype("<f4").tobytes(),
-        block.voltage.astype("<f4").tobytes(),
-        np.packbits(block.gpi0.astype(np.uint8), bitorder="little").tobytes(),
-        np.packbits(block.gpi1.astype(np.uint8), bitorder="little").tobytes(),
-    ))
-    return encode_frame(SAMPLES, payload)
-
-
-def decode_samples(payload: bytes) -> SampleBlock:
-    """The block in a SAMPLES payload; `ProtocolError` if its size does not add up."""
-    if len(payload) < _SAMPLES_HEAD.size:
-        raise ProtocolError("Joulescope bridge: SAMPLES frame too short")
-    first, n = _SAMPLES_HEAD.unpack_from(payload)
-    nbytes = (n + 7) // 8
-    if len(payload) != _SAMPLES_HEAD.size + 8 * n + 2 * nbytes:
-        raise ProtocolError(f"Joulescope bridge: SAMPLES frame of {len(payload)} bytes does not "
-                            f"hold {n} samples")
-    at = _SAMPLES_HEAD.size
-    current = np.frombuffer(payload, "<f4", n, at).astype(np.float32)
-    voltage = np.frombuffer(payload, "<f4", n, at + 4 * n).astype(np.float32)
-    at += 8 * n
-    bits = np.frombuffer(payload, np.uint8, 2 * nbytes, at)
-    gpi0 = np.unpackbits(bits[:nbytes], count=n, bitorder="little")
-    gpi1 = np.unpackbits(bits[nbytes:], count=n, bitorder="little")
-    return SampleBlock(first, current, voltage, gpi0, gpi1)
-
-
-class FrameReader:
-    """Splits a byte stream into (kind, payload) frames; bounded by `MAX_PAYLOAD`."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        """Add received bytes."""
-        self._buf += data
-
-    def next_frame(self) -> tuple[int, bytes] | None:
-        """The next complete frame, or None if it has not fully arrived."""
-        if len(self._buf) < _HEADER.size:
-            return None
-        magic, kind, length = _HEADER.unpack_from(self._buf)
-        if magic != MAGIC:
-            raise ProtocolError(f"Joulescope bridge: bad frame magic {bytes(magic)!r}")
-        if length > MAX_PAYLOAD:
-            raise ProtocolError(f"Joulescope bridge: frame of {length} bytes is too large")
-        end = _HEADER.size + length
-        if len(self._buf) < end:
-            return None
-        payload = bytes(self._buf[_HEADER.size : end])
-        del self._buf[:end]
-        return kind, payload
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an incomplete frame."""
-        return len(self._buf)
-
-
-def serve_source(source: SampleSource, sock: socket.socket,
+# -- the server --------------------------------------------------------------------------------
+def serve_source(source: WorldSource, sock: socket.socket,
                  stop: threading.Event | None = None) -> None:
     """Bench side: apply CONTROL frames to `source`, stream its blocks as SAMPLES frames.
 
@@ -581,7 +170,7 @@ def serve_source(source: SampleSource, sock: socket.socket,
             source.stop()
 
 
-def _apply_control(source: SampleSource, msg: dict[str, Any], streaming: bool) -> bool:
+def _apply_control(source: WorldSource, msg: dict[str, Any], streaming: bool) -> bool:
     op = msg.get("op")
     if op == "rate":
         source.set_sample_rate(int(msg["hz"]))
@@ -596,118 +185,3 @@ def _apply_control(source: SampleSource, msg: dict[str, Any], streaming: bool) -
     else:
         raise ProtocolError(f"Joulescope bridge: unknown control {msg!r}")
     return streaming
-
-
-class SocketSource:
-    """Rig side of the bridge: a `SampleSource` whose samples come from `serve_source`.
-
-    `address` is ``host:port`` (TCP) or a Unix socket path.
-    """
-
-    def __init__(self, address: str | None = None, *, sock: socket.socket | None = None,
-                 connect_timeout_s: float = 5.0) -> None:
-        if sock is None:
-            if address is None:
-                raise ValueError("SocketSource needs an address or a socket")
-            sock = _connect(address, connect_timeout_s)
-        self.address = address
-        self._sock = sock
-        self._sock.setblocking(False)
-        self._reader = FrameReader()
-        self._send_lock = threading.Lock()
-        self._eof = False
-        hello = self._next_frame(time.monotonic() + connect_timeout_s)
-        if hello is None or hello[0] != HELLO:
-            raise DeviceTimeout(f"Joulescope bridge {address}: no HELLO from the bench in time",
-                                hint="check that the virtual bench is running")
-        self.info = json.loads(hello[1])
-        self.sample_rate = int(self.info.get("sample_rate", 0))
-
-    @classmethod
-    def from_socket(cls, sock: socket.socket, connect_timeout_s: float = 5.0) -> SocketSource:
-        """Wrap an already connected socket."""
-        return cls(sock=sock, connect_timeout_s=connect_timeout_s)
-
-    def _control(self, **msg: Any) -> None:
-        frame = encode_frame(CONTROL, json.dumps(msg).encode())
-        with self._send_lock:
-            self._sock.setblocking(True)
-            try:
-                self._sock.sendall(frame)
-            except OSError as exc:
-                raise SourceEnded(f"Joulescope bridge: the bench is gone ({exc})") from exc
-            finally:
-                self._sock.setblocking(False)
-
-    def set_sample_rate(self, hz: int) -> None:
-        """Ask the bench for this rate."""
-        self.sample_rate = int(hz)
-        self._control(op="rate", hz=int(hz))
-
-    def set_power(self, on: bool) -> None:
-        """Connect or disconnect the DUT in the bench's World."""
-        self._control(op="power", on=bool(on))
-
-    def start(self) -> None:
-        """Start streaming from the bench."""
-        self._control(op="start")
-
-    def stop(self) -> None:
-        """Stop streaming (blocks already in flight still arrive)."""
-        self._control(op="stop")
-
-    def read(self, timeout_s: float) -> SampleBlock | None:
-        """The next SAMPLES block, or None if none came within `timeout_s`."""
-        frame = self._next_frame(time.monotonic() + timeout_s)
-        if frame is None:
-            return None
-        kind, payload = frame
-        if kind != SAMPLES:
-            raise ProtocolError(f"Joulescope bridge: unexpected frame type {kind}")
-        return decode_samples(payload)
-
-    def _next_frame(self, deadline: float) -> tuple[int, bytes] | None:
-        while True:
-            frame = self._reader.next_frame()
-            if frame is not None:
-                return frame
-            if self._eof:
-                raise SourceEnded(
-                    "Joulescope bridge: the bench closed the connection"
-                    + (f" inside a frame ({self._reader.pending} bytes)"
-                       if self._reader.pending else ""),
-                    hint="the virtual bench stopped; see its log")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            readable, _, _ = select.select([self._sock], [], [], left)
-            if not readable:
-                return None
-            try:
-                data = self._sock.recv(1 << 20)
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise SourceEnded(f"Joulescope bridge: reading failed: {exc}") from exc
-            if not data:
-                self._eof = True
-            self._reader.feed(data)
-
-    def close(self) -> None:
-        """Close the connection; safe to call twice."""
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-
-def _connect(address: str, timeout_s: float) -> socket.socket:
-    try:
-        if ":" in address and "/" not in address:
-            host, _, port = address.rpartition(":")
-            return socket.create_connection((host, int(port)), timeout=timeout_s)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout_s)
-        sock.connect(address)
-        return sock
-    except OSError as exc:
-        raise DeviceError(f"Joulescope bridge: cannot connect to {address}: {exc}",
-                          hint="check that the virtual bench is running") from exc

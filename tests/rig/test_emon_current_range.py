@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drivers.emon.joulescope_socket import FakeJoulescopeDriver
+from protocols.joulescope_bridge import SampleBlock
 from rig.bench.config import (
     current_range_choices,
     current_range_help,
@@ -22,7 +24,6 @@ from rig.bench.config import (
 from rig.bench.saving import bench_to_toml, save_bench
 from rig.cli import main
 from rig.errors import ConfigError
-from rig.sim.joulescope import FakeJoulescopeDriver, SampleBlock
 from rig.sim.keysight import Sim34465A, SimN6705
 from rig.sim.world import World
 
