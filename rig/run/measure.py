@@ -363,7 +363,7 @@ def connect_bench(
     if bench.sim is not None and VIRTUAL_PORT in (
         dut_port, emon_port if uses_emon else None, io_port
     ):
-        from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
+        from rig.bench.virtual import VirtualBenchProcess  # only a virtual bench needs it
 
         parts.vbench = VirtualBenchProcess(bench)
         ports = parts.vbench.ports

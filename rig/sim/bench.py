@@ -6,24 +6,20 @@ of its own (`python -m virtual_bench BENCH.toml`) that prints its ports.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from firmware.dut.asc_model import LinearAscModel
-from rig.bench.config import Bench
-from rig.errors import ConfigError
-from rig.sim.child import end_process, read_line
 from rig.sim.description import BenchDescription, load_description
 from rig.sim.dut import SimDut
-from rig.sim.errors import EXIT_CODE, SetupError, VirtualBenchError
+from rig.sim.errors import EXIT_CODE, BenchFileError, SetupError, VirtualBenchError
 from rig.sim.host_dut import HostShimDut, host_shim_binary
 from rig.sim.io_manager import SimIoManager
 from rig.sim.joulescope import WorldSource, serve_source
@@ -188,6 +184,9 @@ def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = Fals
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     vb: VirtualBench | None = None
     try:
+        if speed is not None and not (math.isfinite(speed) and speed > 0):
+            raise BenchFileError(f"--speed: expected a positive number, found {speed!r}",
+                                 hint="simulated seconds per host second, e.g. --speed 50")
         vb = VirtualBench(load_description(bench_path), speed=speed)
         vb.start()
     except VirtualBenchError as exc:
@@ -210,61 +209,3 @@ def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = Fals
     finally:
         vb.close()
     return 0
-
-
-class VirtualBenchProcess:
-    """Runs `serve` in a child process; the rig talks to its ptys like to real hardware."""
-
-    def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
-        from rig.bench.saving import bench_to_toml
-
-        # The child serves the bench as the rig holds it (command-line overrides, a bench edited
-        # in the runner window, an unsaved one), not as the file on disk says; `--for` names the
-        # file so that `ps` shows which bench a child serves.
-        self._bench_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
-            "w", suffix=".toml", prefix="rig-vbench-", encoding="utf-8")
-        self._bench_file.write(bench_to_toml(bench))
-        self._bench_file.flush()
-        cmd = [sys.executable, "-m", "rig.sim", self._bench_file.name,
-               "--for", str(bench.path)]
-        # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
-        # would freeze the bench.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
-        )
-        line = read_line(self._proc, start_timeout_s)
-        try:
-            started = json.loads(line)
-            self.ports: dict[str, str] = started["ports"]
-            self.dut_impl: str = started.get("dut", "?")
-        except (ValueError, KeyError, TypeError) as exc:
-            err = self._stderr_tail()
-            self.close()
-            raise ConfigError(
-                f"the virtual bench did not start: {err or line or 'no output'}",
-                hint="run `rig --debug sim` to see why",
-            ) from exc
-
-
-    def _stderr_tail(self) -> str:
-        """The child's last stderr line, once it has exited (its error message)."""
-        if self._proc.poll() is None:
-            return ""
-        self._stderr.seek(0)
-        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def close(self) -> None:
-        """Stop the child: close its stdin, then TERM, then KILL."""
-        if self._proc.poll() is None:
-            try:
-                if self._proc.stdin:
-                    self._proc.stdin.close()
-                self._proc.wait(timeout=3)
-            except (subprocess.TimeoutExpired, OSError):
-                end_process(self._proc, 3.0)
-        for stream in (self._proc.stdout, self._proc.stdin, self._stderr, self._bench_file):
-            if stream and not stream.closed:
-                stream.close()

@@ -13,12 +13,12 @@ import serial
 from serial.tools.list_ports_common import ListPortInfo
 
 from drivers.emon.lpm01a import Lpm01a
+from rig.bench import virtual as sim_bench
 from rig.bench.config import load_bench, parse_bench
 from rig.bench.ports import scan_ports
 from rig.cli import main
 from rig.errors import ConfigError, RunInterrupted
 from rig.run.bench_check import STATES, check_bench
-from rig.sim import bench as sim_bench
 from rig.sim.bench import VirtualBench
 from rig.sim.description import load_description
 from rig.sim.pty import Pty
