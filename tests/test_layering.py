@@ -16,6 +16,7 @@ ALLOWED = {
     "rig": {"rig", "drivers", "protocols"},
     "gui": {"gui", "rig"},
     "firmware": {"firmware", "protocols"},
+    "virtual_bench": {"virtual_bench", "protocols", "firmware"},
 }
 #: Folders that may import more than their layer, and why.
 EXTRA = {

@@ -22,7 +22,7 @@ from rig.bench.saving import bench_to_toml
 from rig.errors import ConfigError
 
 #: The module the child runs (`python -m ...`).
-VIRTUAL_BENCH_MODULE = "rig.sim"
+VIRTUAL_BENCH_MODULE = "virtual_bench"
 #: How long the child may take to print its ports (it may build the host C shim first).
 START_TIMEOUT_S = 30.0
 #: How long a stopping child may take to shut its devices down before it is terminated.

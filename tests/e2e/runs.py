@@ -60,7 +60,7 @@ def window_scheduled(world, k1: int, k2: int, fs: int,
     (`capture_t0()`, its first sample's world time [ns], is not None), put activity and a
     timestamp pulse at samples `k1` and `k2` of the capture. Yields the list of what went
     wrong (empty when the window was scheduled in time)."""
-    from rig.sim.world import NS
+    from virtual_bench.world import NS
 
     done, errors = threading.Event(), []
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, TRUTH, run_rig
 

@@ -19,9 +19,9 @@ from rig.bench.ports import scan_ports
 from rig.cli import main
 from rig.errors import ConfigError, RunInterrupted
 from rig.run.bench_check import STATES, check_bench
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.pty import Pty
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 from .runs import REPO, bench_variant
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from rig.cli import main
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.world import NS
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.world import NS
 
 from .runs import REPO, window_scheduled
 

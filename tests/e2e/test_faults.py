@@ -14,9 +14,9 @@ import serial
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.events import LatencyRun
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.pty import Pty
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 from .runs import (
     REPO,

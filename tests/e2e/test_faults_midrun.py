@@ -26,9 +26,9 @@ import rig.commands.measure
 from rig.cli import main
 from rig.run.events import Event, LatencyRun
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, only_run, wait_for_event
 from .test_faults import hardware_bench, one_line_error

@@ -14,11 +14,11 @@ import pytest
 
 from rig.cli import main
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.otii import SimOtii
-from rig.sim.world import NS
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.otii import SimOtii
+from virtual_bench.world import NS
 
 from .runs import REPO, TRUTH, only_run, short_bench, window_scheduled
 from .test_faults_midrun import AFTER_RUNS, error_line, measure, on_latency_run

@@ -20,10 +20,10 @@ from rig.cli import main
 from rig.errors import ConfigError
 from rig.run.measure import measure_asc
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.ppk2 import SIM_CALIBRATION
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.ppk2 import SIM_CALIBRATION
 
 from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
 from .runs import short_bench as _short
@@ -185,7 +185,7 @@ def test_emon_record_refuses_ppk2_mode_on_another_driver(capsys, tmp_path: Path)
 
 
 def test_emon_record_above_the_limit_sends_the_ppk2_nothing(capsys, tmp_path: Path) -> None:
-    from rig.sim.pty import Pty
+    from virtual_bench.pty import Pty
 
     pty = Pty()
     try:

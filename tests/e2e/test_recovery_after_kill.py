@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, run_rig, wait_for_event
 

@@ -40,8 +40,8 @@ def test_what_the_bench_shows_is_refused_before_a_folder(tmp_path: Path, case: s
 def test_a_supply_outside_the_monitor_range_touches_no_instrument(tmp_path: Path) -> None:
     """On a running virtual bench (its ptys as the bench's ports): the simulated LPM01A never
     got host control and the DUT was never powered."""
-    from rig.sim.bench import VirtualBench
-    from rig.sim.description import load_description
+    from virtual_bench.bench import VirtualBench
+    from virtual_bench.description import load_description
 
     raw = tomllib.loads((REPO / "benches" / "sim.toml").read_text())
     with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:

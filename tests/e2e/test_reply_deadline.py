@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, only_run, wait_for_event
 

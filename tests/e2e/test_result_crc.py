@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from rig.cli import main
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.host_dut import host_shim_binary
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.host_dut import host_shim_binary
 
 from .noisy_line import NoisyResultLine
 from .runs import REPO, events, only_run

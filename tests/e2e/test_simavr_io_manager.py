@@ -21,9 +21,9 @@ from rig.datasets.testsets import TestSet, load_test_set
 from rig.run import asc
 from rig.run.events import InstrumentInfo, SampleClassified
 from rig.run.measure import measure_asc
-from rig.sim.simavr_uno import DEFAULT_HARNESS
 from tests.e2e.runs import REPO, RIG
 from tests.firmware.simavr_uno import build_or_skip
+from virtual_bench.simavr_uno import DEFAULT_HARNESS
 
 pytestmark = pytest.mark.slow
 

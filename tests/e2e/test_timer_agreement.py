@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
 from rig.traces.files import read_trace
 from rig.units import si
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, TRUTH, run_rig
 

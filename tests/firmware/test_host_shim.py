@@ -34,10 +34,10 @@ from firmware.dut.asc_model import LinearAscModel
 from protocols.dut.codec import DutDecoder, DutErrorLine, DutEvent, Ready
 from protocols.io_manager.codec import MAX_PASSTHROUGH
 from rig.datasets.synthetic import make_split
-from rig.sim.dut import SimDut
-from rig.sim.pty import Pty
-from rig.sim.world import World
 from tests.firmware.simavr_uno import Relay, relay
+from virtual_bench.dut import SimDut
+from virtual_bench.pty import Pty
+from virtual_bench.world import World
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.run.store import load_run
 from rig.run.summary import asc_figure_rows, run_summary
-from rig.sim.bench import VirtualBench
-from rig.sim.description import load_description
-from rig.sim.pty import Pty
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 pytestmark = pytest.mark.slow
 

@@ -17,18 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from firmware.dut.asc_model import LinearAscModel
-from rig.sim.description import BenchDescription, load_description
-from rig.sim.dut import SimDut
-from rig.sim.errors import EXIT_CODE, BenchFileError, SetupError, VirtualBenchError
-from rig.sim.host_dut import HostShimDut, host_shim_binary
-from rig.sim.io_manager import SimIoManager
-from rig.sim.joulescope import WorldSource, serve_source
-from rig.sim.keysight import Sim34465A, SimN6705
-from rig.sim.lpm01a import SimLpm01a
-from rig.sim.otii import SimOtii
-from rig.sim.ppk2 import SimPpk2
-from rig.sim.simavr_uno import SimavrUno, simavr_uno_binaries
-from rig.sim.world import PowerParams, World
+from virtual_bench.description import BenchDescription, load_description
+from virtual_bench.dut import SimDut
+from virtual_bench.errors import EXIT_CODE, BenchFileError, SetupError, VirtualBenchError
+from virtual_bench.host_dut import HostShimDut, host_shim_binary
+from virtual_bench.io_manager import SimIoManager
+from virtual_bench.joulescope import WorldSource, serve_source
+from virtual_bench.keysight import Sim34465A, SimN6705
+from virtual_bench.lpm01a import SimLpm01a
+from virtual_bench.otii import SimOtii
+from virtual_bench.ppk2 import SimPpk2
+from virtual_bench.simavr_uno import SimavrUno, simavr_uno_binaries
+from virtual_bench.world import PowerParams, World
 
 
 class VirtualBench:

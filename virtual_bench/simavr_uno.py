@@ -17,10 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rig.sim.child import end_process, read_line
-from rig.sim.errors import SetupError
+from virtual_bench.child import end_process, read_line
+from virtual_bench.errors import SetupError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build" / "firmware"
 #: Where `make firmware-avr` puts the UNO build of the sketch and the harness.
 DEFAULT_ELF = BUILD / "io_manager-uno" / "io_manager_uno.elf"

@@ -26,9 +26,9 @@ from protocols.joulescope_bridge import (
     encode_samples,
 )
 from rig.run.recording import EmonRecorder
-from rig.sim.joulescope import WorldSource, serve_source
-from rig.sim.world import NS, PowerParams, World
 from tests.deadline import wait_until as _wait_until
+from virtual_bench.joulescope import WorldSource, serve_source
+from virtual_bench.world import NS, PowerParams, World
 
 FS = 10_000
 API = ["open", "close", "publish", "publish_and_wait", "subscribe", "unsubscribe",

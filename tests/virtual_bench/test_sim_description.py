@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.sim.description import BenchDescription, load_description
-from rig.sim.errors import EXIT_CODE, BenchFileError, VirtualBenchError
+from virtual_bench.description import BenchDescription, load_description
+from virtual_bench.errors import EXIT_CODE, BenchFileError, VirtualBenchError
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_BENCHES = sorted(p for p in (REPO / "benches").glob("*.toml") if "[sim]" in p.read_text())
@@ -20,15 +20,15 @@ SIM_BENCHES = sorted(p for p in (REPO / "benches").glob("*.toml") if "[sim]" in 
 
 @pytest.mark.parametrize("path", SIM_BENCHES, ids=lambda p: p.stem)
 def test_every_shipped_virtual_bench_reads_as_the_rig_reads_it(path: Path) -> None:
-    rig, own = load_bench(path), load_description(path)
-    assert rig.sim is not None
+    held, own = load_bench(path), load_description(path)
+    assert held.sim is not None
     assert (own.idle_power_mw, own.active_power_mw, own.inference_ms, own.speed) == (
-        rig.sim.idle_power_mw, rig.sim.active_power_mw, rig.sim.inference_ms, rig.sim.speed)
+        held.sim.idle_power_mw, held.sim.active_power_mw, held.sim.inference_ms, held.sim.speed)
     assert (own.dut, own.io_manager, own.has_io_manager) == (
-        rig.sim.dut, rig.sim.io_manager, rig.io_manager is not None)
-    assert own.timestamp_mode == rig.dut.timestamp_mode
+        held.sim.dut, held.sim.io_manager, held.io_manager is not None)
+    assert own.timestamp_mode == held.dut.timestamp_mode
     assert (own.emon_driver, own.sample_rate_hz, own.supply_voltage_v) == (
-        rig.emon.driver, rig.emon.sample_rate_hz, rig.emon.supply_voltage_v)
+        held.emon.driver, held.emon.sample_rate_hz, held.emon.supply_voltage_v)
 
 
 def test_the_shipped_virtual_bench_has_the_documented_numbers() -> None:
@@ -71,7 +71,7 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
 
 def test_the_process_reports_its_error_as_one_json_line_and_exit_code_2(tmp_path: Path) -> None:
     path = _bench(tmp_path, "[sim]\nspeed = -1\n")
-    proc = subprocess.run([sys.executable, "-m", "rig.sim", str(path)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "virtual_bench", str(path)], cwd=REPO,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == EXIT_CODE == 2
     said = json.loads(proc.stdout)

@@ -32,7 +32,7 @@ from protocols.joulescope_bridge import (
     encode_frame,
     encode_samples,
 )
-from rig.sim.world import NS, World
+from virtual_bench.world import NS, World
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rig.sim.errors import BenchFileError
+from virtual_bench.errors import BenchFileError
 
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rig.sim.bench import serve
+from virtual_bench.bench import serve
 
 parser = argparse.ArgumentParser(prog="python -m virtual_bench",
                                  description="serve a virtual bench; print its ports as JSON")
