@@ -16,12 +16,11 @@ from rig.errors import AnalysisError
 from rig.run.asc import checks_passed, summarize
 from rig.run.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
 from rig.traces.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
+from tests.virtual_bench.test_sim_dut import ByteScoresModel
+from tests.virtual_bench.test_sim_lpm01a import Client, samples_of
 from virtual_bench.dut import SimDut
 from virtual_bench.lpm01a import SimLpm01a
 from virtual_bench.world import NS, PowerParams, World
-
-from .test_sim_dut import ByteScoresModel
-from .test_sim_lpm01a import Client, samples_of
 
 
 # -- the comparison -------------------------------------------------------------------------------
