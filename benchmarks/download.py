@@ -1,6 +1,6 @@
 """Download efficiency of a 16 kB input: legacy hex (``db``) against binary (``bload``).
 
-Over a real pty to the simulated DUT (rig.sim.dut.SimDut), the client downloads the same input
+Over a real pty to the simulated DUT (virtual_bench.dut.SimDut), the client downloads the same input
 both ways, each verified as the rig always does (hex: ``db print`` read-back; binary: CRC-32).
 A transport wrapper counts the bytes on the wire in each direction. Prints
 `wire_efficiency_hex` and `wire_efficiency_binary` (payload bytes / host->DUT bytes; goal for
@@ -17,8 +17,8 @@ import numpy as np
 
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
-from rig.sim.dut import SimDut
-from rig.sim.world import World
+from virtual_bench.dut import SimDut
+from virtual_bench.world import World
 
 N_BYTES = 16_000
 UART_BAUD = 115_200

@@ -152,7 +152,7 @@ def record_simulated(world: Any, monitor: Any, fs: float, seconds: float, trace:
     """Record `seconds` of a simulated monitor in real time at `fs` into `trace` while the
     World's DUT runs a 60 %-active period with a pulse every 10 ms (from 0.1 s on); the
     recorder (closed), wall seconds and process CPU seconds. The monitor is closed after."""
-    from rig.sim.world import NS
+    from virtual_bench.world import NS
 
     period_ns = NS // 100
     count = round(seconds * fs)
@@ -188,8 +188,8 @@ def run_ppk2(seconds: float) -> dict[str, float]:
     `ppk2_cpu_fraction` is this process's CPU (simulator included) per signal second."""
     from drivers.emon.ppk2 import Ppk2
     from protocols.ppk2 import SAMPLE_RATE_HZ
-    from rig.sim.ppk2 import SimPpk2
-    from rig.sim.world import World
+    from virtual_bench.ppk2 import SimPpk2
+    from virtual_bench.world import World
 
     fs = SAMPLE_RATE_HZ
     count = round(seconds * fs)
@@ -221,8 +221,8 @@ def run_otii(seconds: float, device_type: str) -> dict[str, float]:
     the recording held that never reached the recorder: goal 0. `cpu_fraction` is this
     process's CPU (server included) per signal second."""
     from drivers.emon.otii import ARC_RATE_HZ, Otii
-    from rig.sim.otii import ACE_RATE_SPAN_HZ, SimOtii
-    from rig.sim.world import World
+    from virtual_bench.otii import ACE_RATE_SPAN_HZ, SimOtii
+    from virtual_bench.world import World
 
     fs = ARC_RATE_HZ if device_type == "Arc" else ACE_RATE_SPAN_HZ[-1]
     count = round(seconds * fs)

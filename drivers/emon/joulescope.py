@@ -273,7 +273,8 @@ class Joulescope(EnergyMonitor):
             if simulated:
                 raise DeviceError(
                     "Joulescope: a simulated Joulescope needs a driver_factory",
-                    hint="the virtual bench passes rig.sim.joulescope.FakeJoulescopeDriver",
+                    hint="the virtual bench passes "
+                         "drivers.emon.joulescope_socket.FakeJoulescopeDriver",
                 )
             driver_factory = _real_driver
         try:

@@ -134,8 +134,8 @@ class SimConfig:
     inference_ms: float = 12.5
     speed: float = 50.0
     dut: str = "auto"
-    #: The IO manager in front of the DUT: "python" (rig.sim.io_manager) or "simavr" (the
-    #: sketch's real AVR build on simavr, rig.sim.simavr_uno; `make firmware-avr`).
+    #: The IO manager in front of the DUT: "python" (virtual_bench.io_manager) or "simavr" (the
+    #: sketch's real AVR build on simavr, virtual_bench.simavr_uno; `make firmware-avr`).
     io_manager: str = "python"
 
 

@@ -3,7 +3,7 @@ run, write a Xylo model as a NIR graph, and say how a model file was trained.
 
 `train xylo` writes the Xylo shim's spec file (default: the shipped
 firmware/xylo/models/asc_synthetic.npz), its settings chosen on a validation split of the train
-data; `train c-shim` writes the C shim's weights (rig/sim/asc_model_weights.npz and
+data; `train c-shim` writes the C shim's weights (firmware/dut/asc_model_weights.npz and
 firmware/dut/core/asc_model_weights.h). The defaults reproduce the shipped models.
 """
 
@@ -76,8 +76,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c = targets.add_parser(
         "c-shim", help="the C shim's asc01 model (firmware/dut) and its Python reference",
         description="Train the C shim's linear ASC model on the synthetic train stream and "
-        "write rig/sim/asc_model_weights.npz and firmware/dut/core/asc_model_weights.h (or both "
-        "into --out-dir). Deterministic; the defaults make the shipped files.")
+        "write firmware/dut/asc_model_weights.npz and firmware/dut/core/asc_model_weights.h "
+        "(or both into --out-dir). Deterministic; the defaults make the shipped files.")
     c.add_argument("--out-dir", type=Path, metavar="DIR",
                    help="write both files here instead of over the shipped ones")
     c.add_argument("--samples-per-class", type=int, default=200, metavar="N",

@@ -1,4 +1,8 @@
-"""`rig sim`: serve a virtual bench in the foreground (simulated DUT + LPM01A on ptys)."""
+"""`rig sim`: start a virtual bench (simulated DUT + energy monitor on ptys) and print its ports.
+
+The virtual bench runs as its own process (`python -m virtual_bench`); this command starts it,
+prints what it reported and keeps it serving until Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import argparse
 import contextlib
 import threading
 
+from rig.bench.virtual import VirtualBenchProcess
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
 from rig.run.measure import sigterm_as_interrupt
-from rig.sim.bench import VirtualBench
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,24 +28,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bench, _ = bench_from_args(args)
-    with VirtualBench(bench, speed=args.speed) as vb:
-        if args.power_on:  # as the LPM01A would: supply at the bench's voltage, then on
-            vb.world.set_supply(bench.emon.supply_voltage_v)
-            vb.world.power(True)
+    with VirtualBenchProcess(bench, speed=args.speed, power_on=args.power_on) as vb:
         if args.json:
-            print_json({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl,
-                        "powered": vb.world.powered, "simulated": True})
+            print_json({"ports": vb.ports, "speed": vb.speed, "dut": vb.dut_impl,
+                        "powered": vb.powered, "simulated": True})
         else:
-            print(f"virtual bench up (SIMULATED, {vb.world.clock.speed:g}x real time)")
+            print(f"virtual bench up (SIMULATED, {vb.speed:g}x real time)")
             print(f"  DUT    (MLPerf Tiny protocol, {vb.dut_impl}): {vb.ports['dut']}")
             if "emon" in vb.ports:
                 print(f"  energy monitor ({vb.emon_driver}):{'':<19}{vb.ports['emon']}")
             if "io_manager" in vb.ports:
                 print(f"  IO manager (Arduino UNO pass-through):      {vb.ports['io_manager']}")
-            power = "on" if vb.world.powered else (
+            power = "on" if vb.powered else (
                 "off until the LPM01A says `pwr on`" if vb.emon_driver == "lpm01a"
                 else f"off until the {vb.emon_driver} switches it on")
-            print(f"  DUT supply: {power}; Ctrl-C stops the bench")
+            print(f"  DUT supply: {power}; Ctrl-C stops the bench", flush=True)
         with contextlib.suppress(KeyboardInterrupt), sigterm_as_interrupt():
-            threading.Event().wait()
+            while vb.running:  # until Ctrl-C, or the bench process ends on its own
+                threading.Event().wait(0.5)
     return 0

@@ -25,11 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: The four NeuroBench ASC scenes, in label order.
-CLASSES = ("airport", "street_traffic", "bus", "park")
-RATE_HZ = 8000
-#: Samples per input: one second.
-SAMPLES = RATE_HZ
+# The ASC input format (scenes, rate, samples per input) is the DUT protocol's: one definition.
+from protocols.dut.asc import CLASSES, RATE_HZ, SAMPLES
+
 SOURCES = ("background", "rumble", "engine", "babble", "birds", "chime", "horn", "hiss")
 #: Mean level (dB, relative) of each source (columns) in each scene (rows); -40 = rarely audible.
 LEVEL_DB = np.array([

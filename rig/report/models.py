@@ -19,7 +19,8 @@ from rig.errors import ConfigError
 from rig.model.nir_file import is_nir_file, read_nir_summary
 
 #: The rig's C shim model (firmware/dut) and its reference weights.
-_SHIM_WEIGHTS = Path(__file__).resolve().parent.parent / "sim" / "asc_model_weights.npz"
+_SHIM_WEIGHTS = (Path(__file__).resolve().parents[2] / "firmware" / "dut"
+                 / "asc_model_weights.npz")
 _XYLO_WEIGHTS = ("weights_in", "weights_rec", "weights_out")
 _XYLO_NEURON = ("threshold", "threshold_out", "bias", "bias_out", "dash_mem", "dash_mem_out",
                 "dash_syn", "dash_syn_2", "dash_syn_out")

@@ -71,8 +71,9 @@ HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 ALL_TEST_SAMPLES_GUESS = 2000
 #: One-second slices per DCASE clip (10 s clips).
 SLICES_PER_CLIP = 10
-#: The virtual bench's DUT boots this long after power-on (`rig.sim.world.PowerParams.boot_s`);
-#: a DUT on a port is priced at its `boot_timeout_s` (its boot time is known only once seen).
+#: The virtual bench's DUT boots this long after power-on
+#(`virtual_bench.world.PowerParams.boot_s`); : a DUT on a port is priced at its `boot_timeout_s`
+#(its boot time is known only once seen).
 VIRTUAL_BOOT_S = 0.010
 #: Host seconds one command exchange over the virtual bench's ptys takes (the rig's write, the
 #: simulated device's loop, the reply read: 1-2 ms on an idle host). Its UART has no baud rate,
@@ -84,7 +85,7 @@ IDENTIFY_EXCHANGES = 4
 #: Host seconds between two deliveries of samples by the monitor (the rig sees a window's
 #: closing edge only once the block holding it arrives, and the trace runs on meanwhile): the
 #: simulated LPM01A's and PPK2's stream period and the Joulescope stand-in's block period
-#: (rig/sim), the Otii's and the Keysight's polling (`POLL_S` of drivers/emon/otii.py and
+#: (virtual_bench/), the Otii's and the Keysight's polling (`POLL_S` of drivers/emon/otii.py and
 #: keysight.py; copied, as drivers are imported only when opened).
 DELIVERY_PERIOD_S = {"lpm01a": 0.005, "ppk2": 0.005, "joulescope": 0.02,
                      "otii": 0.05, "n6705": 0.02, "34465a": 0.02}
@@ -452,7 +453,7 @@ def connect_bench(
     if bench.sim is not None and VIRTUAL_PORT in (
         dut_port, emon_port if uses_emon else None, io_port
     ):
-        from rig.sim.bench import VirtualBenchProcess  # only a virtual bench needs it
+        from rig.bench.virtual import VirtualBenchProcess  # only a virtual bench needs it
 
         parts.vbench = VirtualBenchProcess(bench)
         ports = parts.vbench.ports
@@ -603,7 +604,8 @@ def open_bench_monitor(bench: Bench, address: str, *, virtual: bool) -> EnergyMo
         # No USB on the virtual bench: the stand-in for pyjoulescope_driver.Driver reads the
         # bench's samples over loopback; the driver code above it is the real one.
         from drivers.emon.joulescope import Joulescope
-        from rig.sim.joulescope import BASE_RATES, FakeJoulescopeDriver, SocketSource
+        from drivers.emon.joulescope_socket import FakeJoulescopeDriver, SocketSource
+        from protocols.joulescope_bridge import BASE_RATES
 
         # A JS220 samples at 1 MS/s at most; above that the stand-in is the 2 MS/s JS110.
         model = "js110" if bench.emon.sample_rate_hz > BASE_RATES["js220"] else "js220"

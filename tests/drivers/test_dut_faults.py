@@ -21,9 +21,9 @@ from drivers.dut.client import DownloadError, DutClient, LoadResult
 from drivers.dut.qemu import QemuBoard
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.transport import SerialTransport
-from rig.sim.dut import SimDut
-from rig.sim.world import World
 from tests.m4_image import build_m4_elf
+from virtual_bench.dut import SimDut
+from virtual_bench.world import World
 
 pytestmark = pytest.mark.slow
 

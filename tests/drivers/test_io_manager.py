@@ -20,9 +20,9 @@ from drivers.io_manager import IoManager, IoManagerError, IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.errors import ProtocolError
 from protocols.io_manager.codec import EDGE_CHANGE, EDGE_FALL, Message, Unparsed
-from rig.sim.dut import SimDut
-from rig.sim.io_manager import MICROS_STEP, SimIoManager
-from rig.sim.world import NS, World
+from virtual_bench.dut import SimDut
+from virtual_bench.io_manager import MICROS_STEP, SimIoManager
+from virtual_bench.world import NS, World
 
 from .scripted import ScriptedTransport
 

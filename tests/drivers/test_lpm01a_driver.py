@@ -25,8 +25,8 @@ from protocols.lpm01a.codec import (
     encode_overrun,
     encode_timestamp_frame,
 )
-from rig.sim.lpm01a import SimLpm01a
-from rig.sim.world import NS, PowerParams, World
+from virtual_bench.lpm01a import SimLpm01a
+from virtual_bench.world import NS, PowerParams, World
 
 
 def ack(cmd: str) -> bytes:

@@ -20,9 +20,9 @@ from drivers.emon.otii import ARC_RATE_HZ, GpiLine, Otii, OtiiConnection, parse_
 from drivers.errors import DeviceError, PortError, VoltageLimitError
 from protocols import otii as wire
 from protocols.errors import ProtocolError
-from rig.sim.otii import SimOtii, quantise_current
-from rig.sim.world import NS, PowerParams, World
 from tests.deadline import wait_until
+from virtual_bench.otii import SimOtii, quantise_current
+from virtual_bench.world import NS, PowerParams, World
 
 DEV = "Arc512031204843494E3130393033313036"
 HELLO = {"type": "information", "info": "connected",

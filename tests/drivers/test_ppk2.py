@@ -29,9 +29,9 @@ from protocols.ppk2 import (
     set_power_mode,
     split_words,
 )
-from rig.sim.ppk2 import SIM_CALIBRATION, SimPpk2
-from rig.sim.world import NS, PowerParams, World
 from tests.deadline import wait_until as _wait_until
+from virtual_bench.ppk2 import SIM_CALIBRATION, SimPpk2
+from virtual_bench.world import NS, PowerParams, World
 
 # -- codec ----------------------------------------------------------------------------------------
 

@@ -10,10 +10,10 @@ from drivers.emon.base import identifies_as_simulator
 
 
 @pytest.mark.parametrize("identity", [
-    "1.0.5-sim",                                                  # rig/sim LPM01A `version`
-    "MY00000001-SIM",                                             # rig/sim N6705 *IDN? serial
-    "Arc (simulated)",                                            # rig/sim Otii hw_version
-    "sim",                                                        # rig/sim PPK2 metadata line
+    "1.0.5-sim",                                                  # virtual_bench LPM01A `version`
+    "MY00000001-SIM",                                             # virtual_bench N6705 *IDN? serial
+    "Arc (simulated)",                                            # virtual_bench Otii hw_version
+    "sim",                                                        # virtual_bench PPK2 metadata line
 ])
 def test_the_virtual_benchs_identities_say_simulated(identity: str) -> None:
     assert identifies_as_simulator(identity)

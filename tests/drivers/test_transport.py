@@ -8,7 +8,7 @@ import pytest
 
 from drivers.errors import PortError
 from drivers.transport import SerialTransport
-from rig.sim.pty import Pty
+from virtual_bench.pty import Pty
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from rig.sim.pty import Pty
+from virtual_bench.pty import Pty
 
 _SCORES = re.compile(rb"m-results-\[([^\]]*)\]")
 

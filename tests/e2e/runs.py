@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from rig.bench.virtual import VIRTUAL_BENCH_MODULE
+
 REPO = Path(__file__).resolve().parents[2]
 RIG = [str(Path(sys.executable).parent / "rig")]
 
@@ -58,7 +60,7 @@ def window_scheduled(world, k1: int, k2: int, fs: int,
     (`capture_t0()`, its first sample's world time [ns], is not None), put activity and a
     timestamp pulse at samples `k1` and `k2` of the capture. Yields the list of what went
     wrong (empty when the window was scheduled in time)."""
-    from rig.sim.world import NS
+    from virtual_bench.world import NS
 
     done, errors = threading.Event(), []
 
@@ -131,7 +133,7 @@ def sim_children(bench_path: Path) -> list[int]:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"rig.sim" in cmd and str(bench_path).encode() in cmd:
+        if VIRTUAL_BENCH_MODULE.encode() in cmd and str(bench_path).encode() in cmd:
             pids.append(int(entry.name))
     return pids
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBench
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, TRUTH, run_rig
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_arduino_bench_with_ports_from_the_command_line(tmp_path: Path) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         proc = run_rig("measure", "asc", "--device", "arduino",
                        "--port", vb.ports["dut"], "--emon", "lpm01a",
                        "--emon-port", vb.ports["emon"], "--voltage", "1.8", "--simulated",

@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.datasets.synthetic import make_split
 from rig.errors import ConfigError
 from rig.run import asc
 from rig.run.events import IdleMeasured, LatencyRun, SampleClassified, WindowMeasured
-from rig.sim.model import LinearAscModel
 
 from .runs import REPO, TRUTH, bench_variant, events, only_run
 

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.datasets.synthetic import make_split
-from rig.sim.model import LinearAscModel
 from rig.traces.analysis import analyze
 from rig.traces.files import read_trace
 

@@ -13,14 +13,15 @@ import serial
 from serial.tools.list_ports_common import ListPortInfo
 
 from drivers.emon.lpm01a import Lpm01a
+from rig.bench import virtual as sim_bench
 from rig.bench.config import load_bench, parse_bench
 from rig.bench.ports import scan_ports
 from rig.cli import main
 from rig.errors import ConfigError, RunInterrupted
 from rig.run.bench_check import STATES, check_bench
-from rig.sim import bench as sim_bench
-from rig.sim.bench import VirtualBench
-from rig.sim.pty import Pty
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 from .runs import REPO, bench_variant
 
@@ -44,7 +45,7 @@ def attached_bench(tmp_path: Path, dut_port: str, emon_port: str | None,
 @pytest.fixture
 def sim_vb() -> Iterator[VirtualBench]:
     """benches/sim.toml served in this process (its World tells whether the DUT is powered)."""
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         yield vb
 
 
@@ -88,7 +89,7 @@ def test_sim_bench_answers_then_is_shut_down(monkeypatch) -> None:
 def test_dut_in_the_other_mode(tmp_path: Path) -> None:
     perf = bench_variant(tmp_path, "perf",
                          mode=('timestamp_mode = "energy"', 'timestamp_mode = "performance"'))
-    with VirtualBench(load_bench(perf)) as vb:
+    with VirtualBench(load_description(perf)) as vb:
         bench = load_bench(attached_bench(tmp_path, vb.ports["dut"], vb.ports["emon"]))
         result = check_bench(bench)
         assert vb.world.powered is False
@@ -171,7 +172,7 @@ def test_scan_ports_with_an_injected_lister(tmp_path: Path) -> None:
     lpm = ListPortInfo("/dev/ttyRIG_LPM")
     lpm.vid, lpm.pid = 0x0483, 0x5740
     try:
-        with VirtualBench(load_bench(powered)) as vb:  # a bench supply: the DUT is on
+        with VirtualBench(load_description(powered)) as vb:  # a bench supply: the DUT is on
             listed = [ListPortInfo(p) for p in (vb.ports["dut"], silent.path, held.path)]
             ports = scan_ports(probe=True, timeout_s=0.3, lister=lambda: [*listed, lpm])
             plain = scan_ports(probe=False, lister=lambda: listed)

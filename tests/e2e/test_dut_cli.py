@@ -14,9 +14,9 @@ from serial.tools.list_ports_common import ListPortInfo
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
 from rig.cli import main
-from rig.sim.dut import SimDut
-from rig.sim.pty import Pty
-from rig.sim.world import World
+from virtual_bench.dut import SimDut
+from virtual_bench.pty import Pty
+from virtual_bench.world import World
 
 pytestmark = pytest.mark.slow
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.recording import EmonRecorder
-from rig.sim.bench import VirtualBench
-from rig.sim.pty import Pty
-from rig.sim.world import NS
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
+from virtual_bench.world import NS
 
 from .runs import REPO, window_scheduled
 
@@ -30,7 +30,7 @@ K1, K2 = 1200, 2000
 
 def record(tmp_path: Path, capsys, *extra: str) -> tuple[int, dict, VirtualBench]:
     out = tmp_path / "capture.jls"
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
         with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "lpm01a", "--port", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(FS),

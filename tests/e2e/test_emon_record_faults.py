@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
 from rig.cli import main
-from rig.sim.bench import VirtualBench
-from rig.sim.world import NS
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.world import NS
 
 from .runs import REPO, window_scheduled
 
@@ -46,7 +46,7 @@ def test_an_unplugged_lpm01a_ends_the_recording_with_its_samples_kept(
     tmp_path: Path, capsys
 ) -> None:
     out = tmp_path / "capture.jls"
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml"), speed=SPEED) as vb:
         puller = unplug_after(vb, 3.0)  # 3 s of simulated time: at least 1 s reaches the file
         code = main(["emon", "record", "--driver", "lpm01a", "--port", vb.ports["emon"],
                      "--duration", "20", "--voltage", "1.8", "--rate", str(FS),
@@ -70,7 +70,7 @@ def test_an_unplugged_lpm01a_ends_the_recording_with_its_samples_kept(
 def test_record_with_the_timestamp_on_the_n6705_aux_input(tmp_path: Path, capsys) -> None:
     out = tmp_path / "n6705.jls"
     k1, k2, rate = 1200, 2000, 2000
-    with VirtualBench(load_bench(REPO / "benches" / "sim-n6705.toml"), speed=SPEED) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-n6705.toml"), speed=SPEED) as vb:
         with window_scheduled(vb.world, k1, k2, rate, lambda: vb.emon.elog_t0) as errors:
             code = main(["emon", "record", "--driver", "n6705", "--resource", vb.ports["emon"],
                          "--duration", "3", "--voltage", "1.8", "--rate", str(rate),

@@ -14,8 +14,9 @@ import serial
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.events import LatencyRun
-from rig.sim.bench import VirtualBench
-from rig.sim.pty import Pty
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 from .runs import (
     REPO,
@@ -103,7 +104,7 @@ def test_busy_port(tmp_path: Path) -> None:
 def test_dut_that_never_says_ready_is_powered_off(tmp_path: Path, capsys) -> None:
     """A silent DUT port behind a working LPM01A: deadline, exit 2, supply switched off."""
     silent = Pty()
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         bench = hardware_bench(tmp_path, silent.path, vb.ports["emon"], boot_timeout_s="0.5")
         code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r")])
         err = capsys.readouterr().err
@@ -133,7 +134,7 @@ def test_interrupt_powers_off_and_keeps_what_was_measured(tmp_path: Path) -> Non
     from rig.run.measure import measure_asc
     from rig.run.store import load_run
 
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         bench = load_bench(hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"]))
         with pytest.raises(RunInterrupted) as err:
             measure_asc(bench, device="attached", runs_root=tmp_path / "r",

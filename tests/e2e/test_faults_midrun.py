@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 
 import rig.commands.measure
-from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.events import Event, LatencyRun
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, only_run, wait_for_event
 from .test_faults import hardware_bench, one_line_error
@@ -43,7 +43,7 @@ AFTER_RUNS = 2
 def virtual_bench(speed: float | None = None) -> Iterator[VirtualBench]:
     """benches/sim.toml's DUT and LPM01A on ptys, served from this process (`speed`: simulated
     seconds per host second, 50 by default; slower leaves a run more host time to fail in)."""
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml"), speed=speed) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml"), speed=speed) as vb:
         yield vb
 
 

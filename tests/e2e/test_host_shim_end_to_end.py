@@ -9,11 +9,11 @@ import pytest
 from drivers.dut.client import DutClient
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.transport import SerialTransport
+from firmware.dut.asc_model import LinearAscModel
 from rig.datasets.synthetic import make_split
-from rig.sim.host_dut import HostShimDut, host_shim_binary
-from rig.sim.io_manager import SimIoManager
-from rig.sim.model import LinearAscModel
-from rig.sim.world import NS, PowerParams, World
+from virtual_bench.host_dut import HostShimDut, host_shim_binary
+from virtual_bench.io_manager import SimIoManager
+from virtual_bench.world import NS, PowerParams, World
 
 pytestmark = pytest.mark.slow
 

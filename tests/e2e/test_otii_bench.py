@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
 from rig.cli import main
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.otii import SimOtii
-from rig.sim.world import NS
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.otii import SimOtii
+from virtual_bench.world import NS
 
 from .runs import REPO, TRUTH, only_run, short_bench, window_scheduled
 from .test_faults_midrun import AFTER_RUNS, error_line, measure, on_latency_run
@@ -57,7 +57,7 @@ K1, K2 = 4800, 8000  # the window, in samples of the recording: [1.2 s, 2 s)
 
 def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
     out = tmp_path / "otii.jls"
-    with VirtualBench(load_bench(REPO / "benches" / "sim-otii.toml"), speed=4.0) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-otii.toml"), speed=4.0) as vb:
         def recording_t0() -> int | None:
             return vb.emon.recordings[-1].t0_ns if vb.emon.recordings else None
 
@@ -96,7 +96,7 @@ def test_rig_emon_record_on_the_otii(tmp_path: Path, capsys) -> None:
 def otii_bench(tmp_path: Path, **sim_options) -> Iterator[tuple[VirtualBench, Path]]:
     """benches/sim-otii.toml served from this process (its Otii made with `sim_options`), and
     a bench file attached to its DUT pty and Otii server."""
-    with VirtualBench(load_bench(REPO / "benches" / "sim-otii.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-otii.toml")) as vb:
         if sim_options:
             vb.emon.close()
             vb.emon = SimOtii(vb.world, **sim_options)

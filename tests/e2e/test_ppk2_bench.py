@@ -20,9 +20,10 @@ from rig.cli import main
 from rig.errors import ConfigError
 from rig.run.measure import measure_asc
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
-from rig.sim.ppk2 import SIM_CALIBRATION
 from rig.traces.files import read_trace
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.ppk2 import SIM_CALIBRATION
 
 from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
 from .runs import short_bench as _short
@@ -93,7 +94,7 @@ def short_bench(tmp_path: Path, **more: tuple[str, str]) -> Path:
 
 def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) -> None:
     out = tmp_path / "capture.jls"
-    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml"), speed=SPEED) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-ppk2.toml"), speed=SPEED) as vb:
         with window_scheduled(vb.world, K1, K2, FS, lambda: vb.emon.acquisition_t0_ns) as errors:
             code = main(["emon", "record", "--driver", "ppk2", "--port", vb.ports["emon"],
                          "--duration", "1", "--voltage", "1.8", "--rate", str(FS),
@@ -135,7 +136,7 @@ def test_a_ppk2_asked_above_the_limit_is_refused_before_a_folder_or_a_byte(
     22.9) refuses it before a run folder exists or a byte reaches the PPK2; the driver's own
     guard in configure() is tested in tests/drivers/test_ppk2.py."""
     shipped = load_bench(short_bench(tmp_path))
-    with VirtualBench(shipped) as vb:
+    with VirtualBench(load_description(shipped.path)) as vb:
         bench = dataclasses.replace(
             shipped, sim=None,
             dut=dataclasses.replace(shipped.dut, port=vb.ports["dut"]),
@@ -184,7 +185,7 @@ def test_emon_record_refuses_ppk2_mode_on_another_driver(capsys, tmp_path: Path)
 
 
 def test_emon_record_above_the_limit_sends_the_ppk2_nothing(capsys, tmp_path: Path) -> None:
-    from rig.sim.pty import Pty
+    from virtual_bench.pty import Pty
 
     pty = Pty()
     try:
@@ -242,7 +243,7 @@ def measure_with(monkeypatch, capsys, bench: Path, runs: Path, action) -> tuple[
 
 def test_ppk2_unplugged_mid_run_ends_it_at_once_with_the_run_marked(
         tmp_path: Path, monkeypatch, capsys) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-ppk2.toml")) as vb:
         bench = attached_bench(tmp_path, vb)
         unplug = lambda: threading.Timer(0.005, vb.emon.unplug).start()  # noqa: E731
         code, err = measure_with(monkeypatch, capsys, bench, tmp_path / "runs", unplug)
@@ -261,7 +262,7 @@ def test_samples_lost_inside_a_window_fail_that_window_by_name(
     """50 samples lost on the USB link 100 samples into the third window: the counter shows
     where, the ids jump there, and the procedure fails that window; the two before are kept.
     (The counter has 6 bits: a loss is seen modulo 64, so 50 rather than the LPM01A tests' 200.)"""
-    with VirtualBench(load_bench(REPO / "benches" / "sim-ppk2.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim-ppk2.toml")) as vb:
         bench = attached_bench(tmp_path, vb)
         code, err = measure_with(monkeypatch, capsys, bench, tmp_path / "runs",
                                  lambda: vb.emon.drop_samples(50, after_edge=100))

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBench
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, run_rig, wait_for_event
 
@@ -49,7 +50,7 @@ OTHER_MONITORS = [
 def served_bench(name: str = "sim") -> Iterator[VirtualBench]:
     """benches/<name>.toml's DUT and monitor on ptys (or sockets): a `rig sim` in this
     process."""
-    with VirtualBench(load_bench(REPO / "benches" / f"{name}.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / f"{name}.toml")) as vb:
         yield vb
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from rig.bench.config import load_bench
 from rig.run.store import REFUSED, list_runs, load_run
 from tests.e2e.runs import REPO, only_run, run_rig
 from tests.rig.test_file_numbers import toml_document
@@ -41,10 +40,11 @@ def test_what_the_bench_shows_is_refused_before_a_folder(tmp_path: Path, case: s
 def test_a_supply_outside_the_monitor_range_touches_no_instrument(tmp_path: Path) -> None:
     """On a running virtual bench (its ptys as the bench's ports): the simulated LPM01A never
     got host control and the DUT was never powered."""
-    from rig.sim.bench import VirtualBench
+    from virtual_bench.bench import VirtualBench
+    from virtual_bench.description import load_description
 
     raw = tomllib.loads((REPO / "benches" / "sim.toml").read_text())
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         raw["dut"]["port"], raw["emon"]["port"] = vb.ports["dut"], vb.ports["emon"]
         raw["emon"]["supply_voltage_v"] = 1.2
         del raw["sim"]

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBench
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, RIG, events, only_run, wait_for_event
 
@@ -38,7 +39,7 @@ def attached_bench(tmp_path: Path, ports: dict[str, str]) -> Path:
 
 
 def test_a_lost_reply_ends_the_run_within_3x_the_calibrated_time(tmp_path: Path) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         bench = attached_bench(tmp_path, vb.ports)
         assert load_bench(bench).sim is None
         runs = tmp_path / "runs"

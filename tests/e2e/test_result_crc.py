@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.bench.config import load_bench
 from rig.cli import main
-from rig.sim.bench import VirtualBench
-from rig.sim.host_dut import host_shim_binary
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.host_dut import host_shim_binary
 
 from .noisy_line import NoisyResultLine
 from .runs import REPO, events, only_run
@@ -52,7 +52,7 @@ def noisy_run(tmp_path_factory) -> tuple[int, Path, NoisyResultLine]:
     if host_shim_binary(build=True) is None:
         pytest.skip("the host C shim cannot be built here (no gcc)")
     tmp = tmp_path_factory.mktemp("noisy")
-    sim = load_bench(REPO / "benches" / "sim.toml")
+    sim = load_description(REPO / "benches" / "sim.toml")
     with contextlib.ExitStack() as stack:
         vb = stack.enter_context(VirtualBench(sim))
         assert vb.dut_impl.startswith("c-shim")

@@ -15,15 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.run import asc
 from rig.run.events import InstrumentInfo, SampleClassified
 from rig.run.measure import measure_asc
-from rig.sim.model import LinearAscModel
-from rig.sim.simavr_uno import DEFAULT_HARNESS
 from tests.e2e.runs import REPO, RIG
 from tests.firmware.simavr_uno import build_or_skip
+from virtual_bench.simavr_uno import DEFAULT_HARNESS
 
 pytestmark = pytest.mark.slow
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rig.bench.config import load_bench
 from rig.run.store import load_run
-from rig.sim.bench import VirtualBench
 from rig.traces.files import read_trace
 from rig.units import si
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
 
 from .runs import REPO, TRUTH, run_rig
 
@@ -74,7 +74,7 @@ def test_power_rises_one_warmup_inference_before_each_start_edge(healthy) -> Non
 
 
 def test_a_stretched_trace_fails_the_run_with_the_worst_window(tmp_path: Path) -> None:
-    vb = VirtualBench(load_bench(REPO / "benches" / "sim.toml"))
+    vb = VirtualBench(load_description(REPO / "benches" / "sim.toml"))
     vb.emon.clock_error = 0.01  # samples at 1010 Hz while it reports 1000 Hz
     with vb:
         proc = measure_on(vb, tmp_path, "--scope", "energy")
@@ -95,8 +95,7 @@ def test_a_stretched_trace_fails_the_run_with_the_worst_window(tmp_path: Path) -
 
 
 def test_plain_energy_firmware_is_not_applicable_and_passes(tmp_path: Path) -> None:
-    bench = load_bench(REPO / "benches" / "sim.toml")
-    vb = VirtualBench(replace(bench, sim=replace(bench.sim, dut="python")))
+    vb = VirtualBench(replace(load_description(REPO / "benches" / "sim.toml"), dut="python"))
     vb.dut.extensions = False  # unmodified MLPerf Tiny firmware: no caps, no lap counter
     with vb:
         proc = measure_on(vb, tmp_path)

@@ -1,4 +1,4 @@
-"""Test helpers for the IO manager sketch's AVR build on simavr (rig.sim.simavr_uno).
+"""Test helpers for the IO manager sketch's AVR build on simavr (virtual_bench.simavr_uno).
 
 `build_or_skip` gives the harness and the UNO ELF (`make firmware-avr`), or skips with what is
 missing (`make test` installs the Debian packages); tests/firmware/conftest.py serves it as the
@@ -15,7 +15,7 @@ import pytest
 
 from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.transport import SerialTransport
-from rig.sim.simavr_uno import SimavrUno, simavr_uno_binaries, simavr_uno_missing
+from virtual_bench.simavr_uno import SimavrUno, simavr_uno_binaries, simavr_uno_missing
 
 
 def build_or_skip() -> tuple[Path, Path]:

@@ -1,21 +1,23 @@
 """The DUT's ASC model: the C code (firmware/dut/core/asc_model.c) and its Python reference
-(rig/sim/model.py) agree bit for bit, the committed weights are what `rig model train c-shim`
-(rig/model/c_shim.py) makes, and the model is good (not perfect) on held-out synthetic scenes."""
+(firmware/dut/asc_model.py) agree bit for bit, the committed weights are what
+`rig model train c-shim` (rig/model/c_shim.py) makes, and the model is good (not perfect) on
+held-out synthetic scenes."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from firmware.dut import asc_model as asc
+from firmware.dut.asc_model import LinearAscModel
 from rig.datasets.synthetic import CLASSES, SAMPLES, make_split
 from rig.model import c_shim
-from rig.sim import model as asc
-from rig.sim.model import LinearAscModel
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = REPO / "firmware" / "dut" / "core"
@@ -264,3 +266,17 @@ def test_scores_are_a_distribution_and_follow_the_logits(model: LinearAscModel) 
     assert scores.sum() == pytest.approx(1.0)
     np.testing.assert_array_equal(np.argsort(scores), np.argsort(logits))
     assert model.model_id == "asc01" and model.input_size == 16000
+
+
+def test_the_reference_sits_beside_the_c_code_and_needs_only_protocols() -> None:
+    """firmware/ imports nothing of ours but protocols/: loading the reference (and its weights)
+    in a fresh interpreter pulls in no rig, driver, GUI or virtual-bench module."""
+    code = ("import sys; from firmware.dut.asc_model import LinearAscModel; LinearAscModel.load(); "
+            "print(sorted({n.split('.')[0] for n in sys.modules} "
+            "& {'rig', 'drivers', 'gui', 'virtual_bench', 'protocols'}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['protocols']"
+    assert asc.WEIGHTS_PATH == REPO / "firmware" / "dut" / "asc_model_weights.npz"
+    assert c_shim.HEADER_PATH.parent.parent == asc.WEIGHTS_PATH.parent  # dut/core/ and dut/

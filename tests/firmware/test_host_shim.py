@@ -30,14 +30,14 @@ from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient
 from drivers.dut.qemu import QemuBoard
 from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
+from firmware.dut.asc_model import LinearAscModel
 from protocols.dut.codec import DutDecoder, DutErrorLine, DutEvent, Ready
 from protocols.io_manager.codec import MAX_PASSTHROUGH
 from rig.datasets.synthetic import make_split
-from rig.sim.dut import SimDut
-from rig.sim.model import LinearAscModel
-from rig.sim.pty import Pty
-from rig.sim.world import World
 from tests.firmware.simavr_uno import Relay, relay
+from virtual_bench.dut import SimDut
+from virtual_bench.pty import Pty
+from virtual_bench.world import World
 
 pytestmark = pytest.mark.slow
 

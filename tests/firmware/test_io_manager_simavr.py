@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from drivers.transport import SerialTransport
-from rig.sim.host_dut import host_shim_binary
-from rig.sim.pty import Pty
-from rig.sim.simavr_uno import SimavrUno, simavr_uno_missing
 from tests.firmware.simavr_uno import relay
 from tests.firmware.test_io_manager_sketch import FLAGS, GXX, HELP, SAME_ANSWERS, SKETCH, STUB
+from virtual_bench.host_dut import host_shim_binary
+from virtual_bench.pty import Pty
+from virtual_bench.simavr_uno import SimavrUno, simavr_uno_missing
 
 REPO = Path(__file__).resolve().parents[2]
 MAKEFILE = REPO / "firmware" / "io_manager" / "Makefile"

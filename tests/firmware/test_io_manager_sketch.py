@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rig.sim.io_manager import SimIoManager
-from rig.sim.pty import Pty
+from virtual_bench.io_manager import SimIoManager
+from virtual_bench.pty import Pty
 
 REPO = Path(__file__).resolve().parents[2]
 SKETCH = REPO / "firmware" / "io_manager" / "io_manager.ino"

@@ -23,9 +23,10 @@ from rig.errors import ConfigError
 from rig.report.runs import run_summary
 from rig.run.store import load_run
 from rig.run.summary import asc_figure_rows
-from rig.sim.bench import VirtualBench
-from rig.sim.pty import Pty
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
+from virtual_bench.bench import VirtualBench
+from virtual_bench.description import load_description
+from virtual_bench.pty import Pty
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +152,7 @@ def test_scope_performance_from_the_window(window, qtbot) -> None:
 
 # -- Stop -------------------------------------------------------------------------------------
 def test_stop_mid_run_powers_off_and_keeps_the_data(window, qtbot, tmp_path: Path) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         w = window()
         assert w.bench_panel.load(attached_bench(tmp_path, vb, runs="30"))
         click_start(qtbot, w)
@@ -176,7 +177,7 @@ def test_stop_mid_run_powers_off_and_keeps_the_data(window, qtbot, tmp_path: Pat
 
 
 def test_closing_the_window_mid_run_stops_it_cleanly(window, qtbot, tmp_path: Path) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         w = window()
         assert w.bench_panel.load(attached_bench(tmp_path, vb, runs="30"))
         click_start(qtbot, w)
@@ -341,7 +342,7 @@ def test_ports_are_listed_with_what_answers_and_hotplug_rescans(window, qtbot, t
     powered = bench_variant(tmp_path, "bench-supply", e=('driver = "lpm01a"', 'driver = "none"'))
     silent = Pty()
     try:
-        with VirtualBench(load_bench(powered)) as vb:
+        with VirtualBench(load_description(powered)) as vb:
             plugged = [ListPortInfo(vb.ports["dut"])]
             w = window(port_lister=lambda: list(plugged))
             w.devices.scan(force=True)
@@ -385,7 +386,7 @@ def test_start_during_a_port_scan_waits_for_it(window, qtbot) -> None:
 
 def test_check_bench_shows_each_device_and_powers_the_dut_off(window, qtbot, tmp_path: Path
                                                               ) -> None:
-    with VirtualBench(load_bench(REPO / "benches" / "sim.toml")) as vb:
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
         w = window()
         assert w.bench_panel.load(attached_bench(tmp_path, vb))
         qtbot.mouseClick(w.devices.check_button, QtCore.Qt.MouseButton.LeftButton)
@@ -402,7 +403,7 @@ def test_check_bench_shows_each_device_and_powers_the_dut_off(window, qtbot, tmp
 def test_check_bench_names_a_dut_in_the_wrong_mode(window, qtbot, tmp_path: Path) -> None:
     perf = bench_variant(tmp_path, "perf", m=('timestamp_mode = "energy"',
                                               'timestamp_mode = "performance"'))
-    with VirtualBench(load_bench(perf)) as vb:  # firmware in performance mode
+    with VirtualBench(load_description(perf)) as vb:  # firmware in performance mode
         w = window()
         assert w.bench_panel.load(attached_bench(tmp_path, vb))  # the bench expects energy
         w._check_bench()

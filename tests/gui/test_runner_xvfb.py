@@ -38,7 +38,7 @@ from serial.tools.list_ports_common import ListPortInfo
 app = QtWidgets.QApplication(["runner-xvfb"])
 from gui.runner import RunnerWindow
 from rig.bench.config import load_bench
-from rig.sim.bench import VirtualBenchProcess
+from rig.bench.virtual import VirtualBenchProcess
 
 out = Path(sys.argv[1])
 runs = Path("runs")  # relative to the lab folder this runs in, as `rig gui` shows them

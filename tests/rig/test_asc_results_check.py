@@ -11,13 +11,13 @@ from rich.console import Console
 
 from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
+from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.run import asc
 from rig.run.console import summary_table
 from rig.run.events import Event, InstrumentInfo, Note, SampleClassified, SampleFailed
-from rig.sim.dut import SimDut
-from rig.sim.model import LinearAscModel
-from rig.sim.world import World
+from virtual_bench.dut import SimDut
+from virtual_bench.world import World
 
 
 def bench_file(tmp_path: Path, port: str) -> Path:

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drivers.emon.joulescope_socket import FakeJoulescopeDriver
+from protocols.joulescope_bridge import SampleBlock
 from rig.bench.config import (
     current_range_choices,
     current_range_help,
@@ -22,9 +24,8 @@ from rig.bench.config import (
 from rig.bench.saving import bench_to_toml, save_bench
 from rig.cli import main
 from rig.errors import ConfigError
-from rig.sim.joulescope import FakeJoulescopeDriver, SampleBlock
-from rig.sim.keysight import Sim34465A, SimN6705
-from rig.sim.world import World
+from virtual_bench.keysight import Sim34465A, SimN6705
+from virtual_bench.world import World
 
 REPO = Path(__file__).resolve().parents[2]
 EMON = 'driver = "lpm01a"\nport = "virtual"'

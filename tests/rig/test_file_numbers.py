@@ -242,10 +242,11 @@ def test_measure_refuses_at_load_before_any_folder_or_port(tmp_path: Path, key: 
                                                            value: str) -> None:
     """The bench's ports are a running virtual bench's ptys (not "virtual": the rig would start
     its own): the simulated LPM01A never got host control and the DUT was never powered."""
-    from rig.sim.bench import VirtualBench
+    from virtual_bench.bench import VirtualBench
+    from virtual_bench.description import load_description
 
     raw = tomllib.loads(SIM.read_text())
-    with VirtualBench(load_bench(SIM)) as vb:
+    with VirtualBench(load_description(SIM)) as vb:
         raw["dut"]["port"], raw["emon"]["port"] = vb.ports["dut"], vb.ports["emon"]
         del raw["sim"]
         raw["bench"]["simulated"] = True

@@ -273,11 +273,12 @@ def run_attached(
     """measure_asc on a virtual bench of our own: (what it raised, DUT powered at the end,
     the run folder)."""
     from rig.run.measure import measure_asc
-    from rig.sim.bench import VirtualBench
+    from virtual_bench.bench import VirtualBench
+    from virtual_bench.description import load_description
 
     sim_path = fast_sim(tmp_path, **replace)
     raised: BaseException | None = None
-    with VirtualBench(load_bench(sim_path)) as vb:
+    with VirtualBench(load_description(sim_path)) as vb:
         bench = load_bench(attached(tmp_path, sim_path, vb.ports))
         try:
             measure_asc(bench, device="attached", runs_root=tmp_path / "r",
@@ -332,7 +333,8 @@ def test_stop_from_another_thread_after_the_second_run(tmp_path: Path) -> None:
 def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> None:
     """As the runner GUI does it: the run on a worker thread, Stop pressed on the main one."""
     from rig.run.measure import measure_asc
-    from rig.sim.bench import VirtualBench
+    from virtual_bench.bench import VirtualBench
+    from virtual_bench.description import load_description
 
     stop = StopRequest()
     first_run = threading.Event()
@@ -352,7 +354,7 @@ def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> 
             outcome["result"] = exc
 
     sim_path = fast_sim(tmp_path)
-    with VirtualBench(load_bench(sim_path)) as vb:
+    with VirtualBench(load_description(sim_path)) as vb:
         bench = load_bench(attached(tmp_path, sim_path, vb.ports))
         thread = threading.Thread(target=worker, args=(bench,))
         thread.start()

@@ -15,13 +15,12 @@ from protocols.lpm01a.codec import AcquisitionCompleted, EdgeEvent, encode
 from rig.errors import AnalysisError
 from rig.run.asc import checks_passed, summarize
 from rig.run.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
-from rig.sim.dut import SimDut
-from rig.sim.lpm01a import SimLpm01a
-from rig.sim.world import NS, PowerParams, World
 from rig.traces.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
-
-from .test_sim_dut import ByteScoresModel
-from .test_sim_lpm01a import Client, samples_of
+from tests.virtual_bench.test_sim_dut import ByteScoresModel
+from tests.virtual_bench.test_sim_lpm01a import Client, samples_of
+from virtual_bench.dut import SimDut
+from virtual_bench.lpm01a import SimLpm01a
+from virtual_bench.world import NS, PowerParams, World
 
 
 # -- the comparison -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 /* The ASC model: fixed-point log-mel features and an integer linear classifier (asc_model.h).
  *
- * Pipeline (every step integer, mirrored bit for bit by rig/sim/model.py):
+ * Pipeline (every step integer, mirrored bit for bit by firmware/dut/asc_model.py):
  *   1. 31 frames of 256 samples (no overlap), Hann window in Q15, keeping 8 fraction bits;
  *   2. radix-2 decimation-in-time FFT, Q15 twiddles, halving every stage (output = DFT / 256),
  *      so values stay below 2^24 and fit int32;

@@ -13,9 +13,9 @@ from drivers.emon.base import Chunk
 from drivers.emon.keysight import N6705, Keysight34465A
 from drivers.errors import InstrumentError
 from protocols.scpi import decode_block, decode_reals, parse_error, real_dtype
-from rig.sim.keysight import Sim34465A, SimN6705
-from rig.sim.world import NS, PowerParams, World
 from tests.deadline import wait_until
+from virtual_bench.keysight import Sim34465A, SimN6705
+from virtual_bench.world import NS, PowerParams, World
 
 pytest.importorskip("pyvisa_py")
 

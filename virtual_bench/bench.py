@@ -1,64 +1,62 @@
-"""The virtual bench: builds the World, the simulated DUT and the simulated LPM01A from a bench
-file, and serves them on ptys, in this process or as a child process of the rig.
+"""The virtual bench: builds the World, the simulated DUT and the simulated energy monitor from a
+bench file's description, and serves them on ptys and sockets, in this process or as a process
+of its own (`python -m virtual_bench BENCH.toml`) that prints its ports.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from rig.bench.config import Bench, load_bench
-from rig.errors import ConfigError
-from rig.sim.child import end_process, read_line
-from rig.sim.dut import SimDut
-from rig.sim.host_dut import HostShimDut, host_shim_binary
-from rig.sim.io_manager import SimIoManager
-from rig.sim.joulescope import WorldSource, serve_source
-from rig.sim.keysight import Sim34465A, SimN6705
-from rig.sim.lpm01a import SimLpm01a
-from rig.sim.model import LinearAscModel
-from rig.sim.otii import SimOtii
-from rig.sim.ppk2 import SimPpk2
-from rig.sim.simavr_uno import SimavrUno, simavr_uno_binaries
-from rig.sim.world import PowerParams, World
+from firmware.dut.asc_model import LinearAscModel
+from virtual_bench.description import BenchDescription, load_description
+from virtual_bench.dut import SimDut
+from virtual_bench.errors import EXIT_CODE, BenchFileError, SetupError, VirtualBenchError
+from virtual_bench.host_dut import HostShimDut, host_shim_binary
+from virtual_bench.io_manager import SimIoManager
+from virtual_bench.joulescope import WorldSource, serve_source
+from virtual_bench.keysight import Sim34465A, SimN6705
+from virtual_bench.lpm01a import SimLpm01a
+from virtual_bench.otii import SimOtii
+from virtual_bench.ppk2 import SimPpk2
+from virtual_bench.simavr_uno import SimavrUno, simavr_uno_binaries
+from virtual_bench.world import PowerParams, World
 
 
 class VirtualBench:
-    """A simulated DUT and LPM01A, sharing one World, each on its own pty."""
+    """A simulated DUT and energy monitor (and IO manager), sharing one World, each on its own
+    pty or socket."""
 
-    def __init__(self, bench: Bench, *, speed: float | None = None) -> None:
-        if bench.sim is None:
-            raise ConfigError(f"{bench.path}: no [sim] table", hint="a virtual bench needs [sim]")
-        sim = bench.sim
+    def __init__(self, bench: BenchDescription, *, speed: float | None = None) -> None:
         params = PowerParams(
-            idle_w=sim.idle_power_mw * 1e-3,
-            active_w=sim.active_power_mw * 1e-3,
-            inference_s=sim.inference_ms * 1e-3,
+            idle_w=bench.idle_power_mw * 1e-3,
+            active_w=bench.active_power_mw * 1e-3,
+            inference_s=bench.inference_ms * 1e-3,
         )
-        self.world = World(params, speed=speed or sim.speed)
-        mode = bench.dut.timestamp_mode
-        binary = host_shim_binary(build=True) if sim.dut in ("auto", "c-shim") else None
+        self.bench = bench
+        self.world = World(params, speed=speed or bench.speed)
+        mode = bench.timestamp_mode
+        binary = host_shim_binary(build=True) if bench.dut in ("auto", "c-shim") else None
         if binary is not None:
             self.dut: SimDut | HostShimDut = HostShimDut(self.world, binary, timestamp_mode=mode)
             self.dut_impl = f"c-shim ({binary})"
-        elif sim.dut == "c-shim":
-            raise ConfigError(
+        elif bench.dut == "c-shim":
+            raise SetupError(
                 f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built",
                 hint="run `make firmware-host` (needs gcc), or set dut = \"auto\"",
             )
         else:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
-            self.dut_impl = "python" if sim.dut == "python" else "python (no C compiler)"
-        self.emon_driver = bench.emon.driver
+            self.dut_impl = "python" if bench.dut == "python" else "python (no C compiler)"
+        self.emon_driver = bench.emon_driver
         self.emon: Any = None
         if self.emon_driver == "lpm01a":
             self.emon = SimLpm01a(self.world)
@@ -69,20 +67,20 @@ class VirtualBench:
         elif self.emon_driver == "otii":
             self.emon = SimOtii(self.world)  # the Otii app's TCP server, on 127.0.0.1
         elif self.emon_driver == "joulescope":
-            self.emon = JoulescopeBridge(self.world, int(bench.emon.sample_rate_hz))
+            self.emon = JoulescopeBridge(self.world, int(bench.sample_rate_hz))
         elif self.emon_driver == "ppk2":
             # Source mode supplies the DUT itself; in ampere mode the bench's supply does.
-            self.emon = SimPpk2(self.world, ampere_supply_v=bench.emon.supply_voltage_v)
+            self.emon = SimPpk2(self.world, ampere_supply_v=bench.supply_voltage_v)
         if self.emon_driver in ("34465a", "none", "joulescope"):
             # The monitor does not source the supply: a bench supply does. It stays on, except
             # that a Joulescope connects and disconnects the DUT with its current range.
-            self.world.set_supply(bench.emon.supply_voltage_v)
+            self.world.set_supply(bench.supply_voltage_v)
         self._bench_supply = self.emon_driver in ("34465a", "none")
         #: A simulated UNO in front of the DUT when the bench routes it through one.
         self.io_manager: SimIoManager | SimavrUno | None = None
-        self._wants_io_manager = bench.io_manager is not None
-        self._io_manager_kind = sim.io_manager
-        if self._wants_io_manager and sim.io_manager == "simavr":
+        self._wants_io_manager = bench.has_io_manager
+        self._io_manager_kind = bench.io_manager
+        if self._wants_io_manager and bench.io_manager == "simavr":
             # Checked (and built) now, so that a missing toolchain is a clear error up front.
             self._avr = simavr_uno_binaries(build=True)
             self.dut_impl += ", behind io_manager.ino's AVR build on simavr"
@@ -178,74 +176,36 @@ class JoulescopeBridge:
             thread.join(timeout=2.0)
 
 
-def serve(bench_path: Path, *, speed: float | None = None) -> int:
-    """Child-process entry: print the ports as one JSON line, serve until stdin closes."""
-    bench = load_bench(bench_path)
+def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = False) -> int:
+    """Process entry: print one JSON line on stdout (the ports, or the error and its hint), then
+    serve until stdin closes (the rig is done, or died), SIGTERM or SIGINT; the exit code."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with VirtualBench(bench, speed=speed) as vb:
-        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl}),
-              flush=True)
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    vb: VirtualBench | None = None
+    try:
+        if speed is not None and not (math.isfinite(speed) and speed > 0):
+            raise BenchFileError(f"--speed: expected a positive number, found {speed!r}",
+                                 hint="simulated seconds per host second, e.g. --speed 50")
+        vb = VirtualBench(load_description(bench_path), speed=speed)
+        vb.start()
+    except VirtualBenchError as exc:
+        if vb is not None:
+            vb.close()
+        print(json.dumps({"error": exc.message, "hint": exc.hint}), flush=True)
+        print(f"virtual bench: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CODE
+    try:
+        if power_on:  # as the LPM01A would: supply at the bench's voltage, then on
+            vb.world.set_supply(vb.bench.supply_voltage_v)
+            vb.world.power(True)
+        print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl,
+                          "emon": vb.emon_driver, "powered": vb.world.powered,
+                          "simulated": True}), flush=True)
         while not stop.is_set():
             ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready and not os.read(sys.stdin.fileno(), 4096):
-                break  # the rig closed our stdin: it is done (or died)
+                break  # our stdin closed: the rig is done (or died)
+    finally:
+        vb.close()
     return 0
-
-
-class VirtualBenchProcess:
-    """Runs `serve` in a child process; the rig talks to its ptys like to real hardware."""
-
-    def __init__(self, bench: Bench, *, start_timeout_s: float = 30.0) -> None:
-        from rig.bench.saving import bench_to_toml
-
-        # The child serves the bench as the rig holds it (command-line overrides, a bench edited
-        # in the runner window, an unsaved one), not as the file on disk says; `--for` names the
-        # file so that `ps` shows which bench a child serves.
-        self._bench_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in close())
-            "w", suffix=".toml", prefix="rig-vbench-", encoding="utf-8")
-        self._bench_file.write(bench_to_toml(bench))
-        self._bench_file.flush()
-        cmd = [sys.executable, "-m", "rig.sim", "--bench", self._bench_file.name,
-               "--for", str(bench.path)]
-        # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
-        # would freeze the bench.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
-        )
-        line = read_line(self._proc, start_timeout_s)
-        try:
-            started = json.loads(line)
-            self.ports: dict[str, str] = started["ports"]
-            self.dut_impl: str = started.get("dut", "?")
-        except (ValueError, KeyError, TypeError) as exc:
-            err = self._stderr_tail()
-            self.close()
-            raise ConfigError(
-                f"the virtual bench did not start: {err or line or 'no output'}",
-                hint="run `rig --debug sim` to see why",
-            ) from exc
-
-
-    def _stderr_tail(self) -> str:
-        """The child's last stderr line, once it has exited (its error message)."""
-        if self._proc.poll() is None:
-            return ""
-        self._stderr.seek(0)
-        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
-
-    def close(self) -> None:
-        """Stop the child: close its stdin, then TERM, then KILL."""
-        if self._proc.poll() is None:
-            try:
-                if self._proc.stdin:
-                    self._proc.stdin.close()
-                self._proc.wait(timeout=3)
-            except (subprocess.TimeoutExpired, OSError):
-                end_process(self._proc, 3.0)
-        for stream in (self._proc.stdout, self._proc.stdin, self._stderr, self._bench_file):
-            if stream and not stream.closed:
-                stream.close()

@@ -17,10 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from rig.errors import ConfigError
-from rig.sim.child import end_process, read_line
+from virtual_bench.child import end_process, read_line
+from virtual_bench.errors import SetupError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build" / "firmware"
 #: Where `make firmware-avr` puts the UNO build of the sketch and the harness.
 DEFAULT_ELF = BUILD / "io_manager-uno" / "io_manager_uno.elf"
@@ -46,21 +46,21 @@ def simavr_uno_missing() -> str | None:
 def simavr_uno_binaries(*, build: bool) -> tuple[Path, Path]:
     """(harness, ELF); built with `make firmware-avr` first when asked and missing.
 
-    Raises `ConfigError` naming what is missing when they cannot be had.
+    Raises `SetupError` naming what is missing when they cannot be had.
     """
     missing = simavr_uno_missing()
     if missing is not None:
-        raise ConfigError(f"the simavr UNO cannot run: {missing}",
-                          hint="install the AVR toolchain and simavr (`make system-deps`)")
+        raise SetupError(f"the simavr UNO cannot run: {missing}",
+                         hint="install the AVR toolchain and simavr (`make system-deps`)")
     if build and not (DEFAULT_HARNESS.is_file() and DEFAULT_ELF.is_file()):
         done = subprocess.run(["make", "-s", "-C", str(REPO), "firmware-avr"],
                               capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
-            raise ConfigError(f"`make firmware-avr` failed: {done.stderr.strip()[-400:]}",
-                              hint="run `make firmware-avr` to see why")
+            raise SetupError(f"`make firmware-avr` failed: {done.stderr.strip()[-400:]}",
+                             hint="run `make firmware-avr` to see why")
     for path in (DEFAULT_HARNESS, DEFAULT_ELF):
         if not path.is_file():
-            raise ConfigError(f"{path} is not built", hint="run `make firmware-avr`")
+            raise SetupError(f"{path} is not built", hint="run `make firmware-avr`")
     return DEFAULT_HARNESS, DEFAULT_ELF
 
 
@@ -90,7 +90,7 @@ class SimavrUno:
         if not line.startswith("port: "):
             why = self.stderr_text().strip().splitlines()
             self.close()
-            raise ConfigError(
+            raise SetupError(
                 f"the simavr UNO did not start: {why[-1] if why else line or 'no output'}",
                 hint="run `make firmware-avr`, then build/firmware/uno-simavr by hand to see why",
             )

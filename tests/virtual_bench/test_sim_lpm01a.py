@@ -23,8 +23,8 @@ from protocols.lpm01a.codec import (
     encode,
     encode_bin_hexa,
 )
-from rig.sim.lpm01a import VERSION, SimLpm01a
-from rig.sim.world import NS, PowerParams, World
+from virtual_bench.lpm01a import VERSION, SimLpm01a
+from virtual_bench.world import NS, PowerParams, World
 
 PARAMS = PowerParams(idle_w=1.2e-3, active_w=3.6e-3)
 
@@ -143,7 +143,7 @@ def test_ascii_dec_refuses_fast_unlimited_acquisitions(bench):
 
 def test_a_finite_acquisition_streams_exact_samples_and_stamps(bench, monkeypatch):
     _, sim, client = bench
-    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # stamps across bursts
+    monkeypatch.setattr("virtual_bench.lpm01a._MAX_BURST", 333)  # stamps across bursts
     for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 10", "pwr on"):
         client.ok(cmd)
     client.ok("start")
@@ -158,7 +158,7 @@ def test_a_finite_acquisition_streams_exact_samples_and_stamps(bench, monkeypatc
 
 def test_edges_come_before_the_first_sample_starting_at_or_after_them(bench, monkeypatch):
     world, sim, client = bench
-    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 333)  # edges across bursts
+    monkeypatch.setattr("virtual_bench.lpm01a._MAX_BURST", 333)  # edges across bursts
     for cmd in ("htc", "volt 1800m", "freq 1k", "acqtime 0", "eventsrc d7 fal", "pwr on"):
         client.ok(cmd)
     period = NS // 1000
@@ -269,7 +269,7 @@ def test_close_does_not_hang_when_nobody_reads():
 
 def test_bin_hexa_streams_100khz_with_exact_values_and_status_frames(bench, monkeypatch):
     world, sim, client = bench
-    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 33_333)  # frames across bursts
+    monkeypatch.setattr("virtual_bench.lpm01a._MAX_BURST", 33_333)  # frames across bursts
     for cmd in ("htc", "volt 1800m", "format bin_hexa", "freq 100k", "acqtime 2", "pwr on"):
         client.ok(cmd)
     assert client.decoder.bin_hexa
@@ -298,7 +298,7 @@ def test_bin_hexa_streams_100khz_with_exact_values_and_status_frames(bench, monk
 
 def test_bin_hexa_edges_come_as_event_frames_before_their_sample(bench, monkeypatch):
     world, sim, client = bench
-    monkeypatch.setattr("rig.sim.lpm01a._MAX_BURST", 7_777)
+    monkeypatch.setattr("virtual_bench.lpm01a._MAX_BURST", 7_777)
     for cmd in ("htc", "format bin_hexa", "freq 50k", "acqtime 0", "eventsrc d7 fal", "pwr on"):
         client.ok(cmd)
     period = NS // 50_000

@@ -44,8 +44,8 @@ import numpy as np
 
 from protocols import otii as wire
 from protocols.errors import ProtocolError
-from rig.sim.instrument import LoopbackServer
-from rig.sim.world import NS, World
+from virtual_bench.instrument import LoopbackServer
+from virtual_bench.world import NS, World
 
 log = logging.getLogger(__name__)
 

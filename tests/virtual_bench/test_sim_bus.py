@@ -8,8 +8,8 @@ import socket
 import numpy as np
 import pytest
 
-from rig.sim.bus import SimBusServer
-from rig.sim.world import NS, PowerParams, World
+from virtual_bench.bus import SimBusServer
+from virtual_bench.world import NS, PowerParams, World
 
 
 @pytest.fixture

@@ -12,26 +12,23 @@ import pytest
 
 from drivers.emon.base import Chunk
 from drivers.emon.joulescope import Joulescope
+from drivers.emon.joulescope_socket import FakeJoulescopeDriver, SocketSource, SourceEnded
 from drivers.errors import VoltageLimitError
 from protocols.errors import ProtocolError
-from rig.run.recording import EmonRecorder
-from rig.sim.joulescope import (
+from protocols.joulescope_bridge import (
     HELLO,
     MAX_PAYLOAD,
     SAMPLES,
-    FakeJoulescopeDriver,
     FrameReader,
     SampleBlock,
-    SocketSource,
-    SourceEnded,
-    WorldSource,
     decode_samples,
     encode_frame,
     encode_samples,
-    serve_source,
 )
-from rig.sim.world import NS, PowerParams, World
+from rig.run.recording import EmonRecorder
 from tests.deadline import wait_until as _wait_until
+from virtual_bench.joulescope import WorldSource, serve_source
+from virtual_bench.world import NS, PowerParams, World
 
 FS = 10_000
 API = ["open", "close", "publish", "publish_and_wait", "subscribe", "unsubscribe",

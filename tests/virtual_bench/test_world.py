@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rig.sim.world import NS, PowerParams, World
+from virtual_bench.world import NS, PowerParams, World
 
 
 @pytest.fixture

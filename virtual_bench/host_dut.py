@@ -3,7 +3,7 @@
 The shim runs as a child process whose stdin/stdout are the pty's device side, so the rig talks
 to it through pyserial exactly as to a board. Its timer, its timestamp GPIO and the duration of
 an inference live on the virtual bench's simulated clock through the sim bus
-(`rig.sim.bus`). Power is real too: the process is started when the LPM01A switches the supply
+(`virtual_bench.bus`). Power is real too: the process is started when the LPM01A switches the supply
 on and killed when it switches it off, so a power cycle is a reboot.
 """
 
@@ -18,12 +18,12 @@ import subprocess
 import threading
 from pathlib import Path
 
-from rig.errors import ConfigError
-from rig.sim.bus import SimBusServer
-from rig.sim.pty import Pty
-from rig.sim.world import NS, World
+from virtual_bench.bus import SimBusServer
+from virtual_bench.errors import SetupError
+from virtual_bench.pty import Pty
+from virtual_bench.world import NS, World
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 #: Where `make firmware-host` puts the shim.
 DEFAULT_BINARY = REPO / "build" / "firmware" / "dut-host"
 SOURCES = REPO / "firmware" / "dut" / "host"
@@ -48,8 +48,8 @@ class HostShimDut:
 
     def __init__(self, world: World, binary: Path, *, timestamp_mode: str = "energy") -> None:
         if not binary.is_file():
-            raise ConfigError(f"the host DUT shim {binary} is not built",
-                              hint="run `make firmware-host` (needs gcc)")
+            raise SetupError(f"the host DUT shim {binary} is not built",
+                             hint="run `make firmware-host` (needs gcc)")
         self.world = world
         self.binary = binary
         self.timestamp_mode = timestamp_mode

@@ -37,8 +37,8 @@ from protocols.dut.codec import (
     payload_crc,
     result_line_with_crc,
 )
-from rig.sim.pty import Pty
-from rig.sim.world import NS, World
+from virtual_bench.pty import Pty
+from virtual_bench.world import NS, World
 
 PROFILE = "ULPMark for tinyML Firmware V0.0.1"
 #: Bytes per ``m-buffer-`` line of ``db print``.

@@ -47,9 +47,9 @@ from protocols.lpm01a.codec import (
     format_samples,
     parse_number,
 )
-from rig.sim.instrument import SerialInstrument
-from rig.sim.pty import Pty
-from rig.sim.world import NS, World
+from virtual_bench.instrument import SerialInstrument
+from virtual_bench.pty import Pty
+from virtual_bench.world import NS, World
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from drivers.emon.base import Chunk
 from drivers.emon.keysight import N6705
 from drivers.errors import DeviceError
 from protocols.scpi import decode_block, decode_reals, parse_error, real_dtype
-from rig.sim.keysight import SimN6705
-from rig.sim.world import NS, PowerParams, World
 from tests.deadline import wait_until
+from virtual_bench.keysight import SimN6705
+from virtual_bench.world import NS, PowerParams, World
 
 from .test_sim_keysight import Raw
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rig.datasets.synthetic import CLASSES, RATE_HZ, SAMPLES
+from protocols.dut.asc import CLASSES, RATE_HZ, SAMPLES
 
 WEIGHTS_PATH = Path(__file__).with_name("asc_model_weights.npz")
 NFFT = 256

@@ -26,8 +26,8 @@ from protocols.io_manager.codec import (
     MAX_COMMAND,
     PASSTHROUGH_PREFIX,
 )
-from rig.sim.pty import Pty
-from rig.sim.world import World
+from virtual_bench.pty import Pty
+from virtual_bench.world import World
 
 NAME = "neurobench-rig IO manager (simulated)"
 VERSION = "1.0.0"

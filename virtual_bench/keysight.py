@@ -60,8 +60,8 @@ from protocols.scpi import (
     parse_number,
     real_dtype,
 )
-from rig.sim.instrument import LoopbackServer
-from rig.sim.world import NS, World
+from virtual_bench.instrument import LoopbackServer
+from virtual_bench.world import NS, World
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import logging
 import socket
 import threading
 
-from rig.sim.world import World
+from virtual_bench.world import World
 
 log = logging.getLogger(__name__)
 

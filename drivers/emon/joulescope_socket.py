@@ -1,27 +1,16 @@
-"""A stand-in for `pyjoulescope_driver.Driver`, fed by the shared `World` (simulated, not measured).
+"""A stand-in for the `pyjoulescope_driver` library on the virtual bench (simulated, not measured).
 
-There is no official Joulescope emulator, so the seam is the Driver object: `FakeJoulescopeDriver`
-has the real Driver's public methods and publishes the same stream payloads (dicts with
-``sample_id``, ``utc``, ``field_id``, ``index``, ``sample_rate``, ``decimate_factor``,
-``time_map``, ``data``; current and voltage float32, GPI packed bits, little-endian bit order) on
-its own thread, in blocks. Its samples come from a `SampleSource`:
+The virtual bench has no USB Joulescope, and there is no official Joulescope emulator, so the
+seam is the vendor library's Driver object: `FakeJoulescopeDriver` has the real Driver's public
+methods and publishes the same stream payloads (dicts with ``sample_id``, ``utc``, ``field_id``,
+``index``, ``sample_rate``, ``decimate_factor``, ``time_map``, ``data``; current and voltage
+float32, GPI packed bits, little-endian bit order) on its own thread, in blocks. The rig loads
+it in its own process in place of the library (`drivers.emon.joulescope.Joulescope.open(...,
+driver_factory=...)`); everything above it is the real driver code.
 
-- `WorldSource(world, sample_rate)`, in process: sample k covers simulated
-  [t0 + k/fs, t0 + (k+1)/fs) (integer ns, floored); current = energy / (supply * dt) from the
-  world's exact power model, voltage = the world's supply, GPI0 = 0 if the timestamp line is low
-  at the sample's start or falls inside its period (a 10 µs pulse is never missed at low rates).
-  Nothing past `world.observable_ns()` is reported.
-- `SocketSource(address)`, in the rig process, fed by `serve_source(source, sock)` in the virtual
-  bench's process (which owns the World).
-
-Socket frames (both directions): an 8-byte header ``<2sBxI`` = magic ``b"JS"``, frame type,
-pad, payload length, then the payload (at most `MAX_PAYLOAD` bytes).
-
-- ``HELLO`` (1, bench -> rig, first frame): JSON ``{"version": 1, "sample_rate": fs}``.
-- ``SAMPLES`` (2, bench -> rig): ``<QI`` first sample index and count n, then n float32 current
-  [A], n float32 voltage [V], ceil(n/8) bytes GPI0 and ceil(n/8) bytes GPI1 (packed, little).
-- ``CONTROL`` (3, rig -> bench): JSON ``{"op": "rate", "hz": fs}`` | ``{"op": "power", "on": b}``
-  | ``{"op": "start"}`` | ``{"op": "stop"}``.
+Its samples come from a `SampleSource`: on the virtual bench a `SocketSource(address)`, which
+reads the simulated Joulescope's samples from the virtual bench's process (which owns the
+simulated world) over a socket, in the wire format of `protocols.joulescope_bridge`.
 
 Range topics: the JS220's ``s/i/range/mode`` and the JS110's ``s/i/range/select``: anything
 but ``off`` connects the DUT (`SampleSource.set_power`). A fixed range (JS220: ``s/i/range/mode``
@@ -37,53 +26,35 @@ import json
 import logging
 import select
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from drivers.errors import DeviceError, DeviceTimeout
 from protocols.errors import ProtocolError
-from rig.sim.world import NS, World
+from protocols.joulescope_bridge import (
+    BASE_RATES,
+    CONTROL,
+    HELLO,
+    SAMPLES,
+    FrameReader,
+    SampleBlock,
+    decode_samples,
+    encode_frame,
+)
 
 log = logging.getLogger(__name__)
 
-BASE_RATES = {"js110": 2_000_000, "js220": 1_000_000}
 _RATE_LABELS = ((1_000_000, "MHz"), (1_000, "kHz"), (1, "Hz"))
-#: Most samples in one published block.
-MAX_BLOCK = 65_536
-#: Largest socket frame payload accepted (a full SAMPLES block is ~600 kB).
-MAX_PAYLOAD = 4 * 1024 * 1024
-_HEADER = struct.Struct("<2sBxI")
-_SAMPLES_HEAD = struct.Struct("<QI")
-MAGIC = b"JS"
-HELLO, SAMPLES, CONTROL = 1, 2, 3
 #: jsdrv field ids of the streams
 FIELD_CURRENT, FIELD_VOLTAGE, FIELD_GPI = 1, 2, 5
-#: Host seconds the fake's thread waits for a block before looking at its state again.
+#: Host seconds the stand-in's thread waits for a block before looking at its state again.
 POLL_S = 0.005
-#: Host time a simulated block spans (a real Joulescope hands over blocks every few ms).
-BLOCK_WALL_S = 0.02
 _TIME64_PER_S = 1 << 30  # jsdrv time64: seconds since 2018-01-01 in 34.30 fixed point
 _EPOCH_2018 = 1514764800
-
-
-@dataclass(frozen=True)
-class SampleBlock:
-    """Consecutive samples from a source: index of the first (0 at `start`), and the signals."""
-
-    first: int
-    current: np.ndarray  # float32 [A]
-    voltage: np.ndarray  # float32 [V]
-    gpi0: np.ndarray  # uint8 0/1
-    gpi1: np.ndarray  # uint8 0/1
-
-    def __len__(self) -> int:
-        return len(self.current)
 
 
 class SampleSource(Protocol):
@@ -101,100 +72,7 @@ class SourceEnded(DeviceError):
     """The sample source is gone (the virtual bench closed its end)."""
 
 
-# -- the World as a sample source -------------------------------------------------------------
-class WorldSource:
-    """Samples of the World's DUT, computed exactly from its power model."""
-
-    def __init__(self, world: World, sample_rate: int, *, max_block: int = MAX_BLOCK) -> None:
-        self.world = world
-        self.sample_rate = int(sample_rate)
-        self.max_block = max_block
-        #: Simulated time of sample 0 of the running (or last) stream.
-        self.t0_ns: int | None = None
-        self._next_k = 0
-        self._running = False
-        self._last_forget_ns = 0
-        self._last_block_at = 0.0
-
-    def set_sample_rate(self, hz: int) -> None:
-        """Rate of the next stream."""
-        if self._running:
-            raise RuntimeError("sample rate change while streaming")
-        self.sample_rate = int(hz)
-
-    def set_power(self, on: bool) -> None:
-        """Connect or disconnect the DUT (the Joulescope's shunt switch)."""
-        self.world.power(on)
-
-    def start(self) -> None:
-        """Sample 0 starts now (simulated time)."""
-        with self.world.lock:
-            self.t0_ns = self.world.clock.now_ns()
-        self._next_k = 0
-        self._running = True
-
-    def stop(self) -> None:
-        """No more samples until `start`."""
-        self._running = False
-
-    def close(self) -> None:
-        """Nothing to release."""
-        self._running = False
-
-    def bounds_ns(self, ks: np.ndarray) -> np.ndarray:
-        """Simulated start time of samples `ks` (int64 math that does not overflow)."""
-        assert self.t0_ns is not None
-        fs = self.sample_rate
-        return self.t0_ns + (ks // fs) * NS + ((ks % fs) * NS) // fs
-
-    def read(self, timeout_s: float) -> SampleBlock | None:
-        """The samples whose period has fully passed (observably), up to `max_block`."""
-        if not self._running or self.t0_ns is None:
-            time.sleep(timeout_s)
-            return None
-        fs = self.sample_rate
-        observable = self.world.observable_ns()
-        ready = max(0, ((observable - self.t0_ns) * fs) // NS)
-        n = min(ready - self._next_k, self.max_block)
-        # Deliver in blocks of about BLOCK_WALL_S of host time, as the instrument's USB does:
-        # a few samples at a time would drown the rig in per-message overhead.
-        now = time.monotonic()
-        if 0 < n < self.max_block and now - self._last_block_at < BLOCK_WALL_S:
-            time.sleep(min(timeout_s, BLOCK_WALL_S - (now - self._last_block_at)))
-            return None
-        if n <= 0:
-            # Wait about one sample period (host time), never longer than asked.
-            period_s = 1.0 / fs / self.world.clock.speed
-            time.sleep(min(timeout_s, max(period_s, 0.001)))
-            return None
-        ks = np.arange(self._next_k, self._next_k + n + 1, dtype=np.int64)
-        bounds = self.bounds_ns(ks)
-        with self.world.lock:
-            supply = self.world.supply_v
-            energy = self.world.energy_between(bounds)
-            gpi0 = self.world.gpio_levels(bounds[:-1])
-            edges = self.world.falling_edges_between(int(bounds[0]), int(bounds[-1]))
-            if bounds[0] - self._last_forget_ns >= NS:
-                self.world.forget_before(int(bounds[0]))
-                self._last_forget_ns = int(bounds[0])
-        if edges:
-            # A falling edge inside a sample's period marks that sample (the line was low).
-            gpi0[np.searchsorted(bounds, np.asarray(edges, dtype=np.int64), "right") - 1] = 0
-        dt_s = np.diff(bounds) / NS
-        current = energy / (supply * dt_s) if supply > 0 else np.zeros(n)
-        block = SampleBlock(
-            self._next_k,
-            current.astype(np.float32),
-            np.full(n, supply, dtype=np.float32),
-            gpi0.astype(np.uint8),
-            np.zeros(n, dtype=np.uint8),  # GPI1 is not wired on the virtual bench
-        )
-        self._next_k += n
-        self._last_block_at = time.monotonic()
-        return block
-
-
-# -- the fake Driver ----------------------------------------------------------------------------
+# -- the stand-in Driver-------------------------------------------------------------------------
 def _rate_label(hz: int) -> str:
     for scale, unit in _RATE_LABELS:
         if hz >= scale and hz % scale == 0:
@@ -474,130 +352,7 @@ class FakeJoulescopeDriver:
                             log.exception("fake Joulescope: subscriber to %s failed", topic)
 
 
-# -- the socket bridge -------------------------------------------------------------------------
-def encode_frame(kind: int, payload: bytes) -> bytes:
-    """One frame: header + payload."""
-    if len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"frame payload of {len(payload)} bytes is too large")
-    return _HEADER.pack(MAGIC, kind, len(payload)) + payload
-
-
-def encode_samples(block: SampleBlock) -> bytes:
-    """A SAMPLES frame for `block`."""
-    n = len(block)
-    payload = b"".join((
-        _SAMPLES_HEAD.pack(block.first, n),
-        block.current.astype("<f4").tobytes(),
-        block.voltage.astype("<f4").tobytes(),
-        np.packbits(block.gpi0.astype(np.uint8), bitorder="little").tobytes(),
-        np.packbits(block.gpi1.astype(np.uint8), bitorder="little").tobytes(),
-    ))
-    return encode_frame(SAMPLES, payload)
-
-
-def decode_samples(payload: bytes) -> SampleBlock:
-    """The block in a SAMPLES payload; `ProtocolError` if its size does not add up."""
-    if len(payload) < _SAMPLES_HEAD.size:
-        raise ProtocolError("Joulescope bridge: SAMPLES frame too short")
-    first, n = _SAMPLES_HEAD.unpack_from(payload)
-    nbytes = (n + 7) // 8
-    if len(payload) != _SAMPLES_HEAD.size + 8 * n + 2 * nbytes:
-        raise ProtocolError(f"Joulescope bridge: SAMPLES frame of {len(payload)} bytes does not "
-                            f"hold {n} samples")
-    at = _SAMPLES_HEAD.size
-    current = np.frombuffer(payload, "<f4", n, at).astype(np.float32)
-    voltage = np.frombuffer(payload, "<f4", n, at + 4 * n).astype(np.float32)
-    at += 8 * n
-    bits = np.frombuffer(payload, np.uint8, 2 * nbytes, at)
-    gpi0 = np.unpackbits(bits[:nbytes], count=n, bitorder="little")
-    gpi1 = np.unpackbits(bits[nbytes:], count=n, bitorder="little")
-    return SampleBlock(first, current, voltage, gpi0, gpi1)
-
-
-class FrameReader:
-    """Splits a byte stream into (kind, payload) frames; bounded by `MAX_PAYLOAD`."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        """Add received bytes."""
-        self._buf += data
-
-    def next_frame(self) -> tuple[int, bytes] | None:
-        """The next complete frame, or None if it has not fully arrived."""
-        if len(self._buf) < _HEADER.size:
-            return None
-        magic, kind, length = _HEADER.unpack_from(self._buf)
-        if magic != MAGIC:
-            raise ProtocolError(f"Joulescope bridge: bad frame magic {bytes(magic)!r}")
-        if length > MAX_PAYLOAD:
-            raise ProtocolError(f"Joulescope bridge: frame of {length} bytes is too large")
-        end = _HEADER.size + length
-        if len(self._buf) < end:
-            return None
-        payload = bytes(self._buf[_HEADER.size : end])
-        del self._buf[:end]
-        return kind, payload
-
-    @property
-    def pending(self) -> int:
-        """Bytes of an incomplete frame."""
-        return len(self._buf)
-
-
-def serve_source(source: SampleSource, sock: socket.socket,
-                 stop: threading.Event | None = None) -> None:
-    """Bench side: apply CONTROL frames to `source`, stream its blocks as SAMPLES frames.
-
-    Returns when the rig closes its end, on a protocol error (logged), or when `stop` is set.
-    """
-    reader = FrameReader()
-    streaming = False
-    sample_rate = getattr(source, "sample_rate", 0)
-    sock.sendall(encode_frame(HELLO, json.dumps({"version": 1,
-                                                 "sample_rate": sample_rate}).encode()))
-    try:
-        while stop is None or not stop.is_set():
-            readable, _, _ = select.select([sock], [], [], 0 if streaming else POLL_S)
-            if readable:
-                data = sock.recv(65536)
-                if not data:
-                    return  # the rig closed its end
-                reader.feed(data)
-                while (frame := reader.next_frame()) is not None:
-                    kind, payload = frame
-                    if kind != CONTROL:
-                        raise ProtocolError(f"Joulescope bridge: unexpected frame type {kind}")
-                    streaming = _apply_control(source, json.loads(payload), streaming)
-            if streaming:
-                block = source.read(POLL_S)
-                if block is not None and len(block):
-                    sock.sendall(encode_samples(block))
-    except (ProtocolError, ValueError, OSError) as exc:
-        log.warning("Joulescope bridge: serving stopped: %s", exc)
-    finally:
-        if streaming:
-            source.stop()
-
-
-def _apply_control(source: SampleSource, msg: dict[str, Any], streaming: bool) -> bool:
-    op = msg.get("op")
-    if op == "rate":
-        source.set_sample_rate(int(msg["hz"]))
-    elif op == "power":
-        source.set_power(bool(msg["on"]))
-    elif op == "start":
-        source.start()
-        return True
-    elif op == "stop":
-        source.stop()
-        return False
-    else:
-        raise ProtocolError(f"Joulescope bridge: unknown control {msg!r}")
-    return streaming
-
-
+# -- the socket source -------------------------------------------------------------------------
 class SocketSource:
     """Rig side of the bridge: a `SampleSource` whose samples come from `serve_source`.
 

@@ -27,8 +27,8 @@ from protocols.dut.codec import (
     TimestampMode,
     WarmupStart,
 )
-from rig.sim.dut import SimDut
-from rig.sim.world import NS, World
+from virtual_bench.dut import SimDut
+from virtual_bench.world import NS, World
 
 pytestmark = pytest.mark.slow
 
