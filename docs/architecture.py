@@ -184,14 +184,16 @@ def svg(nodes: set[str], edges: dict[tuple[str, str], int]) -> str:
         'markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path '
         'd="M0,0 L10,5 L0,10 z" fill="#c00"/></marker></defs>',
         f'<rect width="{width:.0f}" height="{height:.0f}" fill="white"/>',
-        f'<text x="{margin}" y="{margin + 4}" font-size="13" fill="#333">An arrow: the box at '
-        "its tail imports the box at its head; arrows implied by a chain are left out.</text>",
+        f'<text x="{margin}" y="{margin - 6}" font-size="12" fill="#333">An arrow goes from the '
+        "importer to what it imports;</text>",
+        f'<text x="{margin}" y="{margin + 10}" font-size="12" fill="#333">one implied by a chain '
+        "of others is left out.</text>",
     ]
     for a, b in sorted(edges):
         (xa, ya), (xb, yb) = xy[a], xy[b]
         upward = level[b] >= level[a]
         sx, sy = xa + box_w / 2, ya + (0 if upward else box_h)
-        ex, ey = xb + box_w / 2, yb + (box_h if not upward else 0)
+        ex, ey = xb + box_w / 2, yb + (box_h if upward else 0)
         color, marker = ("#c00", "r") if upward else ("#555", "a")
         out.append(f'<path d="M{sx:.1f},{sy:.1f} C{sx:.1f},{(sy + ey) / 2:.1f} {ex:.1f},'
                    f'{(sy + ey) / 2:.1f} {ex:.1f},{ey:.1f}" fill="none" stroke="{color}" '
