@@ -186,10 +186,10 @@ class ProcessTransport:
             except OSError as exc:
                 raise self._died("flushing") from exc
 
-    def close(self) -> None:
-        """End the child: close its stdin, SIGTERM its group, after `TERMINATE_GRACE_S` SIGKILL.
-
-        Safe to call twice.
+    def close(self, grace_s: float = 0.0) -> None:
+        """End the child: close its stdin, give it `grace_s` to end on its own (a child that
+        stops at the end of its input shuts down in order), then SIGTERM its group and after
+        `TERMINATE_GRACE_S` SIGKILL it. Safe to call twice.
         """
         if self._closed:
             return
@@ -197,6 +197,9 @@ class ProcessTransport:
         self.disarm_watchdog()
         with suppress(OSError):  # a broken pipe: the child is gone already
             self._proc.stdin.close()
+        if grace_s > 0:
+            with suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=grace_s)
         _signal_group(self.pgid, signal.SIGTERM)
         if not self._wait_group(TERMINATE_GRACE_S):
             self._kill_group()

@@ -8,20 +8,18 @@ The virtual bench is not part of the rig and does not import it: when it runs as
 
 from __future__ import annotations
 
+from protocols.errors import ActionableError
+
 #: Exit code of `python -m virtual_bench` when the bench cannot be built (bad input or setup).
 EXIT_CODE = 2
 
 
-class VirtualBenchError(Exception):
-    """A virtual bench that cannot be built as asked: `message` what, `hint` what to do."""
+class VirtualBenchError(ActionableError):
+    """A virtual bench that cannot be built as asked: `message` what, `hint` what to do.
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.message} ({self.hint})" if self.hint else self.message
+    Its own base on the shared shape: the rig's `BENCH_ERRORS` do not include it (the rig never
+    sees it raised, only its JSON line).
+    """
 
 
 class BenchFileError(VirtualBenchError):

@@ -9,14 +9,13 @@ an error and its hint (raised here as a `ConfigError`). Closing the child's stdi
 from __future__ import annotations
 
 import json
-import os
-import select
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
+from drivers.errors import DeviceError
+from drivers.process import ProcessTransport
 from rig.bench.config import Bench
 from rig.bench.saving import bench_to_toml
 from rig.errors import ConfigError
@@ -51,16 +50,15 @@ class VirtualBenchProcess:
             cmd += ["--speed", repr(float(speed))]
         if power_on:
             cmd.append("--power-on")
-        # stderr goes to a file, not a pipe: nobody reads a pipe during the run, and a full one
-        # would freeze the bench.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
-        self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True,  # Ctrl-C goes to the rig, which shuts the bench down in order
-        )
-        line = _first_line(self._proc, start_timeout_s)
+        self._child = ProcessTransport(cmd, name="virtual bench")
         try:
-            started: dict[str, Any] = json.loads(line)
+            line = self._child.read_until(time.monotonic() + start_timeout_s,
+                                          lambda buf: b"\n" in buf)
+        except DeviceError:  # it exited, or printed nothing in time: its stderr says why
+            line = b""
+        text = line.decode(errors="replace").strip()
+        try:
+            started: dict[str, Any] = json.loads(text)
             if "error" in started:
                 self.close()
                 raise ConfigError(str(started["error"]), hint=started.get("hint") or None)
@@ -70,75 +68,29 @@ class VirtualBenchProcess:
             self.emon_driver: str = started.get("emon", "")
             self.powered: bool = bool(started.get("powered", False))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            err = self._stderr_tail()
             self.close()
+            err = self._child.stderr_tail[-1] if self._child.stderr_tail else ""
             raise ConfigError(
-                f"the virtual bench did not start: {err or line or 'no output'}",
+                f"the virtual bench did not start: {err or text or 'no output'}",
                 hint="run `rig --debug sim` to see why",
             ) from exc
-
-    def _stderr_tail(self) -> str:
-        """The child's last stderr line, once it has exited (its error message)."""
-        if self._proc.poll() is None:
-            return ""
-        self._stderr.seek(0)
-        lines = self._stderr.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
 
     @property
     def running(self) -> bool:
         """True while the child serves."""
-        return self._proc.poll() is None
+        return self._child.returncode is None
 
     def close(self) -> None:
-        """Stop the child: close its stdin, then TERM, then KILL. Safe to call twice."""
-        if self._proc.poll() is None:
-            try:
-                if self._proc.stdin:
-                    self._proc.stdin.close()
-                self._proc.wait(timeout=STOP_GRACE_S)
-            except (subprocess.TimeoutExpired, OSError):
-                _end(self._proc, STOP_GRACE_S)
-        for stream in (self._proc.stdout, self._proc.stdin, self._stderr, self._bench_file):
-            if stream and not stream.closed:
-                stream.close()
+        """Stop the child: close its stdin (it shuts its devices down), then TERM, then KILL.
+
+        Safe to call twice.
+        """
+        self._child.close(grace_s=STOP_GRACE_S)
+        if not self._bench_file.closed:
+            self._bench_file.close()
 
     def __enter__(self) -> VirtualBenchProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _first_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
-    """The first line `proc` writes on stdout within `timeout_s`, stripped; what came so far
-    (or "") when it exits or the time is up, so the caller can say why it did not start."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout_s
-    buf = b""
-    while b"\n" not in buf:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select([fd], [], [], min(left, 0.2))
-        if ready:
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            buf += chunk
-        elif proc.poll() is not None:
-            break
-    return buf.decode(errors="replace").strip()
-
-
-def _end(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """TERM `proc`, then KILL it if it has not ended within `timeout_s`."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()

@@ -158,6 +158,21 @@ def test_close_kills_a_child_that_ignores_sigterm(monkeypatch) -> None:
     t.close()  # twice is fine
 
 
+def test_close_with_grace_lets_a_child_finish_its_shutdown_before_any_signal() -> None:
+    """A child that stops at the end of its input (the virtual bench powering its devices off)
+    gets `grace_s` to do so: it exits 0 with its last words written, instead of by SIGTERM."""
+    tidy = """
+        import sys
+        print("ready", flush=True)
+        sys.stdin.read()  # until the rig closes our stdin
+        print("powered off", file=sys.stderr, flush=True)
+    """
+    t = ProcessTransport(_script(tidy), name="tidy")
+    t.read_until(time.monotonic() + 10.0, lambda b: b.endswith(b"\n"))
+    t.close(grace_s=10.0)
+    assert t.returncode == 0 and t.stderr_tail == ["powered off"]
+
+
 def test_a_watchdog_timeout_must_be_positive() -> None:
     with ProcessTransport(["cat"], name="echo") as t, pytest.raises(ValueError):
         t.arm_watchdog(0)

@@ -83,7 +83,7 @@ def test_sim_bench_answers_then_is_shut_down(monkeypatch) -> None:
     assert all(d.state in STATES for d in result.devices)
     # Afterwards: the DUT's supply was switched off and the virtual bench has exited.
     assert powered_off
-    assert len(started) == 1 and started[0]._proc.poll() is not None
+    assert len(started) == 1 and not started[0].running
 
 
 def test_dut_in_the_other_mode(tmp_path: Path) -> None:
