@@ -2,9 +2,9 @@
 
 - `workloads`: the Maximum Independent Set graphs and their QUBO cost (re-exported here).
 - `targets`: best-known target costs; `tuning`: a SUT's hyperparameters (`rig qubo tune`).
-- `suts`: the systems under test behind one interface; `events`: the QUBO run events.
+- `suts`: the systems under test behind one interface (their events are in `rig.run.events`).
 - `procedure`: fixed-timeout, time-to-solution and maximum workload size.
-- `sweep`: overnight sweeps, resumable, one run folder.
+- `sweep`: overnight sweeps, resumable, one run folder, and their summary.
 
 Above `run`, which it imports (with `bench`); `report`, `mqtt`, `cluster`, `model`, `commands`
 and gui may import it.
