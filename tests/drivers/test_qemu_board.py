@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -65,9 +66,11 @@ def test_qemu_that_exits_at_once_is_reported_with_its_output(qemu: str, tmp_path
 
 def test_close_ends_qemu_by_pid_and_a_killed_parent_takes_qemu_with_it(
         qemu: str, tmp_path: Path) -> None:
-    # Any file is an image to QEMU's loader: the board runs (garbage), its pty is served.
-    image = tmp_path / "blank.bin"
-    image.write_bytes(bytes(64))
+    # The smallest image that keeps running: a vector table (stack top, reset at 0x8 in Thumb)
+    # and `b .` there. A blank one locks the core up and QEMU exits ("Lockup: can't escalate"),
+    # which raced the `running` checks below.
+    image = tmp_path / "spin.bin"
+    image.write_bytes(struct.pack("<IIH", 0x2000_1000, 0x9, 0xE7FE).ljust(64, b"\0"))
     board = QemuBoard(image, icount_shift=5)
     assert board.port.startswith("/dev/pts/") and board.running
     board.power_on()
