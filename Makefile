@@ -5,25 +5,31 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: run test lint bench sim clean firmware-host firmware-arm lava-env system-deps
-.PHONY: firmware-avr
+.PHONY: firmware-avr test-setup
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
 
-# The suite in two parts: everything not marked `serial` on two xdist workers (whole files to
-# a worker, so module fixtures are built once), then the `serial` tests alone (timing-sensitive:
-# README, "Tests"). Both always run; tests/suite_report.py then prints the 15 slowest test
-# phases and the counts over both, and the exit status is the first failure's.
+# The suite in two parts: everything not marked `serial` on $(TEST_WORKERS) xdist workers (whole
+# files to a worker, so module fixtures are built once; three on two cores, because many e2e
+# tests wait on a simulated or emulated device rather than compute), then the `serial` tests
+# alone (timing-sensitive: README, "Tests"). Both always run; tests/suite_report.py then prints
+# the 15 slowest test phases and the counts over both; the exit status is the first failure's.
+# The two Python environments and the shims are set up side by side (make -j3 test-setup).
 TEST_REPORT := build/test-report.jsonl
-test: $(STAMP) firmware-host lava-env system-deps  ## Install test deps, build the shims, run the suite.
-	@$(MAKE) --no-print-directory firmware-avr
+TEST_WORKERS ?= 3
+test:  ## Install test deps, build the shims, run the suite.
+	@$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/ruff check .
 	@mkdir -p build && rm -f $(TEST_REPORT); status=0; \
-	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not serial" \
-		|| status=$$?; \
+	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+		-m "not serial" || status=$$?; \
 	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -m serial; serial=$$?; \
 	[ $$status != 0 ] || status=$$serial; \
 	$(BIN)/python tests/suite_report.py $(TEST_REPORT); exit $$status
+
+test-setup: $(STAMP) firmware-host lava-env system-deps
+	@$(MAKE) --no-print-directory firmware-avr  # after system-deps: it needs avr-gcc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -103,7 +109,7 @@ $(LAVA_STAMP):
 		echo "no Python 3.10 (or no firmware/loihi2): the Loihi 2 shim is unavailable"; \
 	else \
 		$(PYTHON310) -m venv $(LAVA_VENV) && \
-		$(LAVA_VENV)/bin/python -m pip install -q -r firmware/loihi2/requirements.txt && \
+		$(LAVA_VENV)/bin/python -m pip install -q --no-compile -r firmware/loihi2/requirements.txt && \
 		rm -f $(LAVA_VENV)/.installed-* && touch $@; \
 	fi
 
@@ -111,8 +117,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# --no-compile: byte-compiling every installed module took more than half of the install (50 s
+# against 21 s here); Python compiles what is imported, once, into __pycache__.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 clean:
