@@ -109,7 +109,7 @@ $(LAVA_STAMP):
 		echo "no Python 3.10 (or no firmware/loihi2): the Loihi 2 shim is unavailable"; \
 	else \
 		$(PYTHON310) -m venv $(LAVA_VENV) && \
-		$(LAVA_VENV)/bin/python -m pip install -q --no-compile -r firmware/loihi2/requirements.txt && \
+		$(LAVA_VENV)/bin/python -m pip install -q -r firmware/loihi2/requirements.txt && \
 		rm -f $(LAVA_VENV)/.installed-* && touch $@; \
 	fi
 
@@ -117,10 +117,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# --no-compile: byte-compiling every installed module took more than half of the install (50 s
-# against 21 s here); Python compiles what is imported, once, into __pycache__.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-compile -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 clean:
