@@ -23,6 +23,7 @@ refused with an error reply saying so).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -66,6 +67,10 @@ _MIN_ACQTIME_S = 100e-6
 _MAX_ACQTIME_S = 100.0
 #: Most samples formatted in one go.
 _MAX_BURST = 200_000
+#: Behind simulated time by more than this [s], the stream holds the clock while it catches up:
+#: at `speed` x its rate on a loaded host, it would otherwise fall further behind for good, and
+#: the rig's waits (30 s of host time for an edge) would end on samples still unsent.
+CATCH_UP_S = 0.05
 #: Forget the world's history at most this often (simulated ns).
 _FORGET_EVERY_NS = NS
 
@@ -178,7 +183,8 @@ class SimLpm01a(SerialInstrument):
         """Write `data` to the master side; drop (and count) what nobody reads in time."""
         with self._write_lock:
             self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
-                                                  stop=self._closing)
+                                                  stop=self._closing,
+                                                  waiting=self.world.clock.running)
 
     def _reply(self, *lines: str) -> None:
         self._write("".join(f"{PROMPT} {line}\r\n" for line in lines).encode("ascii"))
@@ -420,9 +426,11 @@ class SimLpm01a(SerialInstrument):
         total = round(self.acqtime_s * fs) if self.acqtime_s > 0 else None
         if total is not None:
             end = min(end, max(total, 1))
+        behind = (end - self._next_k) / fs > CATCH_UP_S
         # In bursts of bounded size: a long backlog must not need gigabytes at once.
-        while self._next_k < end and not self._closing.is_set():
-            self._emit_samples(self._next_k, min(end, self._next_k + _MAX_BURST), now_ns)
+        with self.world.clock.held() if behind else contextlib.nullcontext():
+            while self._next_k < end and not self._closing.is_set():
+                self._emit_samples(self._next_k, min(end, self._next_k + _MAX_BURST), now_ns)
         if total is not None and end >= max(total, 1):
             self._finish()
 

@@ -21,6 +21,7 @@ highest voltage the regulator was ever asked for.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -64,6 +65,10 @@ STREAM_PERIOD_S = 0.005
 WRITE_PATIENCE_S = 1.0
 #: Most samples encoded in one go.
 _MAX_BURST = 200_000
+#: Behind simulated time by more than this [s], the stream holds the clock while it catches up:
+#: at `speed` x its rate on a loaded host, it would otherwise fall further behind for good, and
+#: the rig's waits (30 s of host time for an edge) would end on samples still unsent.
+CATCH_UP_S = 0.05
 _PERIOD_NS = NS // SAMPLE_RATE_HZ
 
 
@@ -116,7 +121,8 @@ class SimPpk2(SerialInstrument):
     def _write(self, data: bytes) -> None:
         with self._write_lock:
             self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
-                                                  stop=self._closing)
+                                                  stop=self._closing,
+                                                  waiting=self.world.clock.running)
 
     def _command_loop(self) -> None:
         pending = b""
@@ -203,12 +209,14 @@ class SimPpk2(SerialInstrument):
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         end = (now_ns - t0) // _PERIOD_NS
-        if self._drop is not None and self._next_k < end:
-            self._lose_samples(end)
-        while self._next_k < end and not self._closing.is_set():
-            stop = min(end, self._next_k + _MAX_BURST)
-            self._emit_samples(self._next_k, stop)
-            self._next_k = stop
+        behind = (end - self._next_k) / SAMPLE_RATE_HZ > CATCH_UP_S
+        with self.world.clock.held() if behind else contextlib.nullcontext():
+            if self._drop is not None and self._next_k < end:
+                self._lose_samples(end)
+            while self._next_k < end and not self._closing.is_set():
+                stop = min(end, self._next_k + _MAX_BURST)
+                self._emit_samples(self._next_k, stop)
+                self._next_k = stop
         if now_ns - self._last_forget_ns >= NS:
             self.world.forget_before(t0 + self._next_k * _PERIOD_NS)
             self._last_forget_ns = now_ns

@@ -8,6 +8,8 @@ import select
 import threading
 import time
 import tty
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 
 class Pty:
@@ -23,15 +25,17 @@ class Pty:
         tty.setraw(self.slave)
         self.path = os.ttyname(self.slave)
 
-    def write(self, data: bytes, *, patience_s: float,
-              stop: threading.Event | None = None) -> int:
+    def write(self, data: bytes, *, patience_s: float, stop: threading.Event | None = None,
+              waiting: Callable[[], AbstractContextManager[object]] | None = None) -> int:
         """Write `data` from the device side; returns how many bytes were dropped.
 
         A UART does not wait for a reader: what the rig does not read within `patience_s`
         (or once `stop` is set, or after the pty is closed) is lost, and the count says so.
+        `waiting` is entered while it waits for a reader that has stalled (`SimClock.running`).
         """
         view = memoryview(data)
         give_up = time.monotonic() + patience_s
+        stalled = False
         while view:
             try:
                 view = view[os.write(self.master, view) :]
@@ -43,8 +47,13 @@ class Pty:
             left = give_up - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
                 break
-            with contextlib.suppress(OSError, ValueError):
-                select.select([], [self.master], [], min(left, 0.02))
+            # `waiting` only once the reader has stalled (20 ms without room): a reader that
+            # reads, however slowly, is keeping up with the time it is given.
+            ready = True
+            with contextlib.suppress(OSError, ValueError), \
+                    waiting() if waiting is not None and stalled else contextlib.nullcontext():
+                ready = bool(select.select([], [self.master], [], min(left, 0.02))[1])
+            stalled = not ready
         return len(view)
 
     def close(self) -> None:

@@ -11,8 +11,10 @@ are the simulated truth up to its own quantisation.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,21 +35,67 @@ class PowerParams:
 
 
 class SimClock:
-    """Simulated time in ns, running `speed` times faster than the host's monotonic clock."""
+    """Simulated time in ns, running `speed` times faster than the host's monotonic clock.
+
+    A monitor that falls behind (a loaded host cannot stream `speed` times its sample rate) holds
+    the clock while it catches up (`held`): simulated time then never runs ahead of what the
+    instruments can report, as on a real bench, where no instrument is ever minutes behind.
+    """
 
     def __init__(self, speed: float = 1.0) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.speed = speed
-        self._wall0 = time.monotonic_ns()
+        #: (host ns at simulated 0, host ns when the clock was held or None): one tuple, swapped
+        #: whole, so that `now_ns` reads a consistent pair without a lock.
+        self._state: tuple[int, int | None] = (time.monotonic_ns(), None)
+        self._holds = 0
+        self._hold_lock = threading.Lock()
+        #: Host time [ns] the clock has stood still in all, for the record.
+        self.held_ns = 0
 
     def now_ns(self) -> int:
         """Current simulated time."""
-        return int((time.monotonic_ns() - self._wall0) * self.speed)
+        wall0, held_at = self._state
+        wall = time.monotonic_ns() if held_at is None else held_at
+        return int((wall - wall0) * self.speed)
 
     def wall_delay_s(self, until_ns: int) -> float:
         """Host seconds until simulated time reaches `until_ns` (0 if already past)."""
         return max(0.0, (until_ns - self.now_ns()) / self.speed / NS)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Simulated time stands still inside (holds nest: it runs again after the last)."""
+        self._take_holds(1)
+        try:
+            yield
+        finally:
+            self._take_holds(-1)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Time runs inside, even within a hold: for a stream that waits on its reader (a
+        reader that waits on simulated time must not wait on a held clock)."""
+        with self._hold_lock:
+            holds = self._holds
+        self._take_holds(-holds)
+        try:
+            yield
+        finally:
+            self._take_holds(holds)
+
+    def _take_holds(self, change: int) -> None:
+        with self._hold_lock:
+            before, self._holds = self._holds, self._holds + change
+            wall0, held_at = self._state
+            if before == 0 and self._holds > 0:
+                self._state = (wall0, time.monotonic_ns())
+            elif before > 0 and self._holds == 0:
+                assert held_at is not None
+                stood = time.monotonic_ns() - held_at
+                self.held_ns += stood
+                self._state = (wall0 + stood, None)
 
 
 class World:

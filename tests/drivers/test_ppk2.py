@@ -453,6 +453,28 @@ def test_samples_lost_on_the_link_are_a_gap_not_a_shift(sim: SimPpk2) -> None:
     assert any("5 sample(s) lost" in note for note in monitor.stats.notes)
 
 
+def test_a_stream_faster_than_the_host_holds_simulated_time_rather_than_fall_behind() -> None:
+    """At 1000x the PPK2 would stream 100 MS/s, more than a host decodes: the simulator holds
+    the clock while it catches up, so simulated time stays with the samples sent. (Without the
+    hold, 2 M samples took ~1 s of host time: 1000 simulated seconds for 20 s of samples.)"""
+    world = World(PowerParams(), speed=1000.0)
+    with SimPpk2(world) as device:
+        monitor = Ppk2.open(device.path, voltage_limit_v=3.3, simulated=True)
+        try:
+            monitor.configure(1.8, FS)
+            chunks: list[Chunk] = []
+            monitor.start(chunks.append)
+            assert wait_until(lambda: sum(map(len, chunks)) > 2_000_000, timeout_s=60.0)
+            received_s = sum(map(len, chunks)) / FS
+            assert device.acquisition_t0_ns is not None
+            elapsed_s = (world.clock.now_ns() - device.acquisition_t0_ns) / NS
+            monitor.stop()
+        finally:
+            monitor.close()
+    assert world.clock.held_ns > 0
+    assert elapsed_s < 2 * received_s + 30.0, (elapsed_s, received_s)
+
+
 def test_an_unplugged_ppk2_is_a_fault_and_powering_off_does_not_raise(sim: SimPpk2) -> None:
     monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
     try:

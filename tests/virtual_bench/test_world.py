@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,27 @@ def test_pulses_registered_out_of_order_are_found(world: World) -> None:
         world.add_pulse(t)
     assert world.falling_edges_between(0, 1000) == [100, 200, 300]
     assert world.falling_edges_between(150, 250) == [200]
+
+
+def test_a_held_clock_stands_still_and_then_runs_on_from_where_it_stood() -> None:
+    clock = World(speed=1000.0).clock
+    with clock.held():
+        stood = clock.now_ns()
+        with clock.held():  # holds nest
+            time.sleep(0.01)
+        time.sleep(0.01)
+        assert clock.now_ns() == stood
+    assert clock.held_ns >= 20_000_000  # two host sleeps of 10 ms
+    after = clock.now_ns()
+    assert stood <= after < stood + 1000 * 5 * NS  # on from there, not 20 ms x 1000 ahead of it
+
+
+def test_a_stream_waiting_on_its_reader_lets_a_held_clock_run() -> None:
+    clock = World(speed=1000.0).clock
+    with clock.held():
+        stood = clock.now_ns()
+        with clock.running():
+            time.sleep(0.01)
+        ran = clock.now_ns()
+        time.sleep(0.01)
+        assert clock.now_ns() == ran > stood + 1000 * 9 * 1_000_000  # >= 10 ms of host x 1000
