@@ -93,8 +93,6 @@ def test_other_monitors_recover_from_a_killed_run(tmp_path: Path, base: str, dri
         kill_then_run_again(tmp_path, vb, bench, kind, count)
 
 
-# serial: the simulated PPK2 streams 100 kS/s against a real-time clock (README, "Tests").
-@pytest.mark.serial
 @pytest.mark.parametrize("kind,count", [KILL_POINTS[1], KILL_POINTS[3]])
 def test_a_ppk2_recovers_from_a_killed_run(tmp_path: Path, kind: str, count: int) -> None:
     """A PPK2 keeps measuring after its host died; what nobody reads is lost on the device
