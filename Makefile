@@ -123,8 +123,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# --no-compile: pip would compile every module of every package (PySide6, JAX, SciPy, their
+# tests) up front, 30 s here; with bytecode caches on (above) each module is compiled once, by
+# the first process that imports it. (The Lava env compiles at install: the Loihi 2 shim's first
+# load has a 5 s deadline.)
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 clean:
