@@ -27,10 +27,3 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
                               "outcome": report.outcome, "duration": report.duration}) + "\n")
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files with a `slow` test first, each file's tests in their own order: xdist hands out
-    whole files in this order (`--dist loadfile`), so the long end-to-end files start early
-    and short ones fill the gaps at the end, instead of one long file running alone last."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: file order kept
