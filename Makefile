@@ -5,8 +5,15 @@
 # modules again (`rig --help`: 0.93 s of CPU instead of 0.60) and every pytest process rewrites
 # the asserts of every test module again (collecting: 17 s of CPU instead of 8).
 unexport PYTHONDONTWRITEBYTECODE
+# The rig's Python: 3.11 by default; `make test PYTHON=python3.13` (or 3.12) finds that one on the
+# PATH, else as pyenv installs it (as for 3.10 below), and gives it its own environment beside the
+# default one (.venv-3.13), so that the two sit side by side.
 PYTHON ?= python3.11
-VENV   := .venv
+PY_VERSION := $(patsubst python%,%,$(notdir $(PYTHON)))
+PYTHON_EXE := $(firstword $(shell $(PYTHON) -c 'import sys; print(sys.executable)' 2>/dev/null) \
+	$(wildcard $(HOME)/.pyenv/versions/$(PY_VERSION)*/bin/python$(PY_VERSION)) \
+	$(wildcard /usr/bin/python$(PY_VERSION)))
+VENV   := $(if $(filter python3.11,$(PYTHON)),.venv,.venv-$(PY_VERSION))
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
@@ -22,7 +29,7 @@ run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtua
 # alone (timing-sensitive: README, "Tests"). Both always run; tests/suite_report.py then prints
 # the 15 slowest test phases and the counts over both; the exit status is the first failure's.
 # The two Python environments and the shims are set up side by side (make -j3 test-setup).
-TEST_REPORT := build/test-report.jsonl
+TEST_REPORT := build/test-report-$(PY_VERSION).jsonl
 TEST_WORKERS ?= 3
 test:  ## Install test deps, build the shims, run the suite.
 	@$(MAKE) --no-print-directory -j3 test-setup
@@ -120,7 +127,10 @@ $(LAVA_STAMP):
 	fi
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@[ -n "$(PYTHON_EXE)" ] || { echo "no $(PYTHON) on the PATH or under pyenv: install it \
+	(pyenv install $(PY_VERSION), or apt-get install python$(PY_VERSION)-venv) or pass \
+	PYTHON=/path/to/python$(PY_VERSION)"; exit 2; }
+	$(PYTHON_EXE) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # --no-compile: pip would compile every module of every package (PySide6, JAX, SciPy, their
@@ -132,4 +142,4 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	rm -f $(VENV)/.installed-* && touch $@
 
 clean:
-	rm -rf $(VENV) $(LAVA_VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf .venv .venv-3.* $(LAVA_VENV) build *.egg-info .pytest_cache .ruff_cache

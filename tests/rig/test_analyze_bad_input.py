@@ -5,6 +5,7 @@ terminal (checked at the file-descriptor level with capfd) and becomes our one-l
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -128,10 +129,16 @@ def test_at_the_terminal_pyjls_prints_nothing(tmp_path: Path) -> None:
 
 
 def test_what_pyjls_says_is_quoted_in_the_error(tmp_path: Path, capfd) -> None:
+    """What the rig adds around pyjls's own words (which change between its releases: 0.17 on
+    Python 3.11, newer elsewhere): the file, pyjls's lines quoted once, and what to do."""
     path = header_damaged(tmp_path)
     with pytest.raises(AnalysisError) as info:
         read_trace(path)
-    assert "(pyjls: " in info.value.message and "not closed" in info.value.message
+    message = info.value.message
+    assert message.startswith(f"cannot read JLS file {path}: "), message
+    quoted = re.fullmatch(r".* \(pyjls: (.+)\)", message)
+    assert quoted and quoted.group(1).strip(), message  # something pyjls printed, quoted
+    assert "copy it again" in info.value.hint
     assert capfd.readouterr() == ("", "")
 
 
@@ -152,6 +159,7 @@ def test_a_recording_cut_off_unclosed_is_recovered_quietly(tmp_path: Path, capfd
     capfd.readouterr()
     trace = read_trace(path)
     assert capfd.readouterr() == ("", "")
-    assert trace.meta.get("reader_messages"), "pyjls said nothing about an unclosed file"
-    assert any("closed" in m for m in trace.meta["reader_messages"])
+    # What pyjls said while repairing it, kept (in its own words, which vary by release).
+    said = trace.meta.get("reader_messages")
+    assert said and all(isinstance(m, str) and m.strip() for m in said), said
     assert len(trace) <= 4000 and np.all(np.isfinite(trace.current))
