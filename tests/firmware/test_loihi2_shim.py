@@ -172,3 +172,35 @@ def test_profiler_power_leaves_the_load_step_out() -> None:
     assert solve_power(times, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 6e-3)
     assert solve_power(None, None, 10e-3, 1, 4e-3) == pytest.approx(10e-3 / 4e-3)
     assert solve_power(None, None, None, 1, 4e-3) is None  # no profiler: no power, not 0
+
+
+def test_calibration_keeps_the_fastest_round_so_a_burst_of_load_does_not_refuse_a_solve() -> None:
+    """`qload` times the step in rounds and keeps the fastest: one round slowed by the host
+    (here the first, 11 ms a step against 5) no longer makes a 10 ms solve 'shorter than
+    one step' (CI saw 10.9 ms once, from a single round)."""
+    script = f"""
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("shim", {str(SHIM)!r})
+shim = importlib.util.module_from_spec(spec); spec.loader.exec_module(shim)
+
+class Network:
+    rounds = 0
+    def advance(self, steps):
+        if steps == 1:
+            return
+        Network.rounds += 1
+        time.sleep(steps * (0.011 if Network.rounds == 1 else 0.005))
+    def stop(self):
+        pass
+
+solver = shim.LavaSolver.__new__(shim.LavaSolver)
+solver.build = lambda problem, seed, max_steps: Network()
+step_s = solver.calibrate(None)
+print(Network.rounds, step_s)
+"""
+    done = subprocess.run([str(LAVA_PYTHON), "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr
+    rounds, step_s = done.stdout.split()
+    assert int(rounds) >= 3
+    assert 0.005 <= float(step_s) < 0.0105  # a 5 ms step (plus the host's sleep overshoot)
