@@ -252,14 +252,7 @@ class _Annealing(_Search):
             return None
         if sweeps == self.sweeps:
             self.sweeps *= 2
-        t = time.perf_counter()
-        state = self._run(np.random.default_rng(seed), sweeps, seed)
-        took = time.perf_counter() - t
-        # The calibration timed anneals of 8 and 72 sweeps; a slice's longer anneal can run
-        # slower per sweep (a 0.2 s solve overran by 8-12 ms on a slice sized from it): the
-        # time per sweep a whole slice showed sizes the slices after it.
-        self.sweep_s = max(self.sweep_s, (took - self.setup_s) / sweeps)
-        return state, sweeps
+        return self._run(np.random.default_rng(seed), sweeps, seed), sweeps
 
 
 def _pack(state: np.ndarray) -> bytes:
