@@ -50,7 +50,7 @@ from protocols.lpm01a.codec import (
 )
 from virtual_bench.instrument import SerialInstrument
 from virtual_bench.pty import Pty
-from virtual_bench.world import NS, World
+from virtual_bench.world import CATCH_UP_S, NS, World
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +67,6 @@ _MIN_ACQTIME_S = 100e-6
 _MAX_ACQTIME_S = 100.0
 #: Most samples formatted in one go.
 _MAX_BURST = 200_000
-#: Behind simulated time by more than this [s], the stream holds the clock while it catches up:
-#: at `speed` x its rate on a loaded host, it would otherwise fall further behind for good, and
-#: the rig's waits (30 s of host time for an edge) would end on samples still unsent.
-CATCH_UP_S = 0.05
 #: Forget the world's history at most this often (simulated ns).
 _FORGET_EVERY_NS = NS
 

@@ -43,7 +43,7 @@ from protocols.ppk2 import (
 )
 from virtual_bench.instrument import SerialInstrument
 from virtual_bench.pty import Pty
-from virtual_bench.world import NS, World
+from virtual_bench.world import CATCH_UP_S, NS, World
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,6 @@ STREAM_PERIOD_S = 0.005
 WRITE_PATIENCE_S = 1.0
 #: Most samples encoded in one go.
 _MAX_BURST = 200_000
-#: Behind simulated time by more than this [s], the stream holds the clock while it catches up:
-#: at `speed` x its rate on a loaded host, it would otherwise fall further behind for good, and
-#: the rig's waits (30 s of host time for an edge) would end on samples still unsent.
-CATCH_UP_S = 0.05
 _PERIOD_NS = NS // SAMPLE_RATE_HZ
 
 

@@ -79,23 +79,34 @@ class SimClock:
         reader that waits on simulated time must not wait on a held clock)."""
         with self._hold_lock:
             holds = self._holds
-        self._take_holds(-holds)
+            self._set_holds(0)
         try:
             yield
         finally:
-            self._take_holds(holds)
+            with self._hold_lock:
+                self._set_holds(self._holds + holds)
 
     def _take_holds(self, change: int) -> None:
         with self._hold_lock:
-            before, self._holds = self._holds, self._holds + change
-            wall0, held_at = self._state
-            if before == 0 and self._holds > 0:
-                self._state = (wall0, time.monotonic_ns())
-            elif before > 0 and self._holds == 0:
-                assert held_at is not None
-                stood = time.monotonic_ns() - held_at
-                self.held_ns += stood
-                self._state = (wall0 + stood, None)
+            self._set_holds(self._holds + change)
+
+    def _set_holds(self, holds: int) -> None:
+        """Stop or restart the clock as the count of holds leaves or reaches 0 (lock held)."""
+        before, self._holds = self._holds, holds
+        wall0, held_at = self._state
+        if before == 0 and holds > 0:
+            self._state = (wall0, time.monotonic_ns())
+        elif before > 0 and holds == 0:
+            assert held_at is not None
+            stood = time.monotonic_ns() - held_at
+            self.held_ns += stood
+            self._state = (wall0 + stood, None)
+
+
+#: A stream (PPK2, LPM01A) behind simulated time by more than this [s] holds the clock while it
+#: catches up: at `speed` x its rate on a loaded host it would otherwise fall further behind for
+#: good, and the rig's waits (30 s of host time for an edge) would end on samples still unsent.
+CATCH_UP_S = 0.05
 
 
 class World:
