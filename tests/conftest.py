@@ -26,4 +26,3 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     with open(target, "a", encoding="utf-8") as out:
         out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
                               "outcome": report.outcome, "duration": report.duration}) + "\n")
-
