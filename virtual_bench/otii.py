@@ -469,7 +469,11 @@ class SimOtii(LoopbackServer):
         return 0 if self.world.pulses_between(t, t + 1) else 1
 
     def _extend_events(self, rec: Recording) -> None:
-        """GPI1's events up to what may be reported now."""
+        """GPI1's events over [what was reported, what may be reported now).
+
+        Half-open, like the analog samples: an out-of-process DUT's horizon is the time it
+        began work at, and it may declare a pulse at exactly that time after this has run.
+        """
         until = self._until(rec)
         a = rec.events_until_ns
         if not rec.events:
@@ -477,9 +481,9 @@ class SimOtii(LoopbackServer):
             a = rec.t0_ns
         if until <= a:
             return
-        times = {t for t, _ in self.output_log if a < t <= until}
-        for fall, rise in self.world.pulses_between(a, until + 1):
-            times.update(x for x in (fall, rise) if a < x <= until)
+        times = {t for t, _ in self.output_log if a <= t < until}
+        for fall, rise in self.world.pulses_between(a, until):
+            times.update(x for x in (fall, rise) if a <= x < until)
         for t in sorted(times):
             level = self._level(t)
             if level != rec.events[-1][1]:

@@ -651,3 +651,41 @@ def test_threads_end(world: World, sim: SimOtii) -> None:
     otii.stop()
     otii.close()
     assert threading.active_count() <= before + 1  # the sim's finished client thread at most
+
+
+def test_a_pulse_at_the_dut_s_horizon_is_an_event_even_when_declared_after_a_poll() -> None:
+    """An out-of-process DUT (the C shim on the sim bus) begins work at its horizon and may
+    declare its pulse at exactly that time only after a poll has read GPI1 up to it. The server
+    reports events over [previous poll, horizon), so the pulse is still ahead of what was read
+    (CI: the Otii recovery run lost its calibration window's first edge this way)."""
+    world = World(PowerParams(), speed=5.0)
+    sim = SimOtii(world)  # no socket: requests go straight to `handle`
+
+    def ask(cmd: str, **data: Any) -> dict[str, Any]:
+        answer = sim.handle({"type": "request", "cmd": cmd, "trans_id": "1", "data": data})
+        assert answer["type"] == "response", answer
+        return answer.get("data") or {}
+
+    ask("otii_reserve_license", license_id=1)
+    ask("arc_add_to_project", device_id=DEV)
+    project = ask("otii_create_project")["project_id"]
+    ask("arc_enable_exp_port", device_id=DEV, enable=True)
+    for channel in ("mc", "i1"):
+        ask("arc_enable_channel", device_id=DEV, channel=channel, enable=True)
+    ask("arc_set_main", device_id=DEV, enable=True)
+    ask("project_start_recording", project_id=project)
+    rec = {"recording_id": ask("project_get_last_recording", project_id=project)["recording_id"],
+           "device_id": DEV, "channel": "i1"}
+    begin = world.hold()  # `begin`: nothing past `begin` is observable until declared
+    wait_until(lambda: world.clock.now_ns() > begin + 1_000_000, "time past the horizon")
+    assert ask("recording_get_channel_data_count", **rec)["count"] == 1  # the level at start
+    with world.lock:  # `pulse <begin>`, then `end`
+        world.add_pulse(begin)
+        world.extend_horizon(begin)
+    world.release()
+    wait_until(lambda: world.clock.now_ns() > begin + 1_000_000, "time past the pulse")
+    count = ask("recording_get_channel_data_count", **rec)["count"]
+    values = ask("recording_get_channel_data", **rec, index=0, count=count)["values"]
+    t0 = sim.recordings[-1].t0_ns
+    assert [(round(v["timestamp"] * NS) + t0, v["value"]) for v in values] == [
+        (t0, True), (begin, False), (begin + round(world.params.pulse_s * NS), True)]
