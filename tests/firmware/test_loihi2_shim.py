@@ -204,3 +204,48 @@ print(Network.rounds, step_s)
     rounds, step_s = done.stdout.split()
     assert int(rounds) >= 3
     assert 0.005 <= float(step_s) < 0.0105  # a 5 ms step (plus the host's sleep overshoot)
+
+
+class SteppedNetwork:
+    """A network whose steps take given times on a fake clock (ns): `solve_until`'s view."""
+
+    def __init__(self, step_ns: list[int], max_steps: int = 10_000) -> None:
+        self.now = 0
+        self.steps = 0
+        self.max_steps = max_steps
+        self._step_ns = step_ns
+
+    def clock(self) -> int:
+        return self.now
+
+    def advance(self, k: int) -> None:
+        for _ in range(k):
+            self.now += self._step_ns[min(self.steps, len(self._step_ns) - 1)]
+            self.steps += 1
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.19, 0.21, 0.5, 0.79, 0.81, 0.99])
+def test_a_solve_of_even_steps_ends_within_0_8_step_early_and_0_2_late(fraction: float) -> None:
+    """Steps of 5 ms each, a timeout of 20 + `fraction` steps: the solve takes a step only with
+    at least 0.8 of a step left, so it ends 20 or 21 steps in, as closed form says."""
+    from firmware.loihi2.shim import STOP_STEPS, solve_until
+
+    step = 5_000_000
+    net = SteppedNetwork([step])
+    timeout_s = (20 + fraction) * step / 1e9
+    elapsed, bounds, measured = solve_until(net, timeout_s, step / 1e9, clock=net.clock)
+    want = 21 if fraction >= STOP_STEPS else 20
+    assert (net.steps, elapsed) == (want, want * step)
+    assert bounds[-1] == (want, want * step) and measured == pytest.approx(step / 1e9)
+
+
+def test_a_slow_last_step_is_not_started_with_less_than_0_8_step_left() -> None:
+    """CI's overrun: 0.7 of a step left, and the step the old rule (stop under half a step)
+    took then ran 3x the mean; the solve overshot by more than a step. Now it ends there, 0.7
+    of a step early, within the one step a stepped solver is allowed."""
+    from firmware.loihi2.shim import solve_until
+
+    step = 5_000_000
+    net = SteppedNetwork([step] * 20 + [3 * step])
+    elapsed, _, _ = solve_until(net, 20.7 * step / 1e9, step / 1e9, clock=net.clock)
+    assert (net.steps, elapsed) == (20, 20 * step)
