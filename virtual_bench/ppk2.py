@@ -82,6 +82,8 @@ class SimPpk2(SerialInstrument):
         self.path = self._pty.path
         os.set_blocking(self._pty.master, False)
         self.dropped_bytes = 0
+        #: The last write found no reader (WRITE_PATIENCE_S without room).
+        self._host_gone = False
         self.mode = POWER_MODE_AMPERE  # what a PPK2 starts in
         self.vdd_mv = 3000
         self.max_regulator_mv = 0
@@ -97,6 +99,15 @@ class SimPpk2(SerialInstrument):
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
         self._init_threads()
+
+    @property
+    def unsent_samples(self) -> int:
+        """Samples simulated time has made that the device has not sent (nor lost) yet."""
+        with self._acq_lock:
+            if not self.running or self.acquisition_t0_ns is None:
+                return 0
+            made = (self.world.observable_ns() - self.acquisition_t0_ns) // _PERIOD_NS
+            return max(0, made - self._next_k)
 
     # -- faults (test hooks) ------------------------------------------------------------------
     def unplug(self) -> None:
@@ -114,11 +125,14 @@ class SimPpk2(SerialInstrument):
             self._drop = (count, after_edge, self.world.clock.now_ns())
 
     # -- commands -----------------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> int:
+        """Write to the host; returns the bytes it did not take within `WRITE_PATIENCE_S`."""
         with self._write_lock:
-            self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
-                                                  stop=self._closing,
-                                                  waiting=self.world.clock.running)
+            lost = self._pty.write(data, patience_s=WRITE_PATIENCE_S, stop=self._closing,
+                                   waiting=self.world.clock.running)
+            self.dropped_bytes += lost
+            self._host_gone = lost > 0
+            return lost
 
     def _command_loop(self) -> None:
         pending = b""
@@ -174,7 +188,9 @@ class SimPpk2(SerialInstrument):
                 self.running = True
         elif op == Cmd.AVERAGE_STOP:
             with self._acq_lock:
-                if self.running:
+                # The samples up to the stop, for a host that reads; what a host that stopped
+                # reading left behind was lost on the device, not kept for the next one.
+                if self.running and not self._host_gone:
                     self._emit_until(self.world.observable_ns())
                 self.running = False
         elif op == Cmd.RESET:
@@ -211,8 +227,16 @@ class SimPpk2(SerialInstrument):
                 self._lose_samples(end)
             while self._next_k < end and not self._closing.is_set():
                 stop = min(end, self._next_k + _MAX_BURST)
-                self._emit_samples(self._next_k, stop)
+                lost = self._emit_samples(self._next_k, stop)
                 self._next_k = stop
+                if lost:
+                    # Nobody read for WRITE_PATIENCE_S (a host that died): the device lost what
+                    # its USB buffer could not hold, the samples made while it waited too, and
+                    # streams on from now. Catching up burst by burst instead would queue a
+                    # backlog for the next host's stop.
+                    now_k = (self.world.observable_ns() - t0) // _PERIOD_NS
+                    self._next_k = max(end, now_k)
+                    break
         if now_ns - self._last_forget_ns >= NS:
             self.world.forget_before(t0 + self._next_k * _PERIOD_NS)
             self._last_forget_ns = now_ns
@@ -236,7 +260,7 @@ class SimPpk2(SerialInstrument):
         self._drop = None
         self._next_k = at + count
 
-    def _emit_samples(self, k: int, end: int) -> None:
+    def _emit_samples(self, k: int, end: int) -> int:
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         idx = np.arange(k, end + 1, dtype=np.int64)
@@ -244,4 +268,4 @@ class SimPpk2(SerialInstrument):
         amps = self.world.mean_current(bounds[:-1], _PERIOD_NS)
         adc, rng = self.calibration.adc_for(amps, self.vdd_mv / 1000)
         logic = self.world.gpio_levels(bounds[:-1])  # D0; D1..D7 unconnected
-        self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
+        return self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
