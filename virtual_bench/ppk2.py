@@ -63,6 +63,8 @@ SIM_CALIBRATION = Calibration(
 STREAM_PERIOD_S = 0.005
 #: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
 WRITE_PATIENCE_S = 1.0
+#: A stop writes the samples still unsent up to it, unless they are more than this [s] of them.
+STOP_FLUSH_MAX_S = 1.0
 #: Most samples encoded in one go.
 _MAX_BURST = 200_000
 _PERIOD_NS = NS // SAMPLE_RATE_HZ
@@ -82,8 +84,6 @@ class SimPpk2(SerialInstrument):
         self.path = self._pty.path
         os.set_blocking(self._pty.master, False)
         self.dropped_bytes = 0
-        #: The last write found no reader (WRITE_PATIENCE_S without room).
-        self._host_gone = False
         self.mode = POWER_MODE_AMPERE  # what a PPK2 starts in
         self.vdd_mv = 3000
         self.max_regulator_mv = 0
@@ -98,16 +98,18 @@ class SimPpk2(SerialInstrument):
         self._last_forget_ns = 0
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
+        #: Set while a stop waits for `_acq_lock`: the stream must not keep it for a backlog.
+        self._stopping = threading.Event()
         self._init_threads()
 
     @property
     def unsent_samples(self) -> int:
-        """Samples simulated time has made that the device has not sent (nor lost) yet."""
-        with self._acq_lock:
-            if not self.running or self.acquisition_t0_ns is None:
-                return 0
-            made = (self.world.observable_ns() - self.acquisition_t0_ns) // _PERIOD_NS
-            return max(0, made - self._next_k)
+        """Samples simulated time has made that the device has not sent (nor lost) yet (read
+        without the stream's lock, which a write to a host that does not read holds)."""
+        t0, sent = self.acquisition_t0_ns, self._next_k
+        if not self.running or t0 is None:
+            return 0
+        return max(0, (self.world.observable_ns() - t0) // _PERIOD_NS - sent)
 
     # -- faults (test hooks) ------------------------------------------------------------------
     def unplug(self) -> None:
@@ -125,14 +127,12 @@ class SimPpk2(SerialInstrument):
             self._drop = (count, after_edge, self.world.clock.now_ns())
 
     # -- commands -----------------------------------------------------------------------------
-    def _write(self, data: bytes) -> int:
-        """Write to the host; returns the bytes it did not take within `WRITE_PATIENCE_S`."""
+    def _write(self, data: bytes) -> None:
+        """Write to the host; what it does not take within `WRITE_PATIENCE_S` is lost."""
         with self._write_lock:
             lost = self._pty.write(data, patience_s=WRITE_PATIENCE_S, stop=self._closing,
                                    waiting=self.world.clock.running)
             self.dropped_bytes += lost
-            self._host_gone = lost > 0
-            return lost
 
     def _command_loop(self) -> None:
         pending = b""
@@ -187,11 +187,21 @@ class SimPpk2(SerialInstrument):
                 self._last_forget_ns = t0
                 self.running = True
         elif op == Cmd.AVERAGE_STOP:
+            self._stopping.set()  # the stream ends its burst and lets go of the lock
             with self._acq_lock:
+                self._stopping.clear()
                 # The samples up to the stop, for a host that reads; what a host that stopped
-                # reading left behind was lost on the device, not kept for the next one.
-                if self.running and not self._host_gone:
-                    self._emit_until(self.world.observable_ns())
+                # reading left behind was lost on the device, not kept for the next one (a
+                # stream that falls behind a reading host holds the clock: a backlog of more
+                # than a second is a dead host's).
+                if self.running:
+                    now = self.world.observable_ns()
+                    assert self.acquisition_t0_ns is not None
+                    backlog = (now - self.acquisition_t0_ns) // _PERIOD_NS - self._next_k
+                    if backlog > STOP_FLUSH_MAX_S * SAMPLE_RATE_HZ:
+                        self._next_k += max(0, backlog)
+                    else:
+                        self._emit_until(now)
                 self.running = False
         elif op == Cmd.RESET:
             with self._acq_lock:
@@ -225,18 +235,11 @@ class SimPpk2(SerialInstrument):
         with self.world.clock.held() if behind else contextlib.nullcontext():
             if self._drop is not None and self._next_k < end:
                 self._lose_samples(end)
-            while self._next_k < end and not self._closing.is_set():
+            while self._next_k < end and not (self._closing.is_set()
+                                              or self._stopping.is_set()):
                 stop = min(end, self._next_k + _MAX_BURST)
-                lost = self._emit_samples(self._next_k, stop)
+                self._emit_samples(self._next_k, stop)
                 self._next_k = stop
-                if lost:
-                    # Nobody read for WRITE_PATIENCE_S (a host that died): the device lost what
-                    # its USB buffer could not hold, the samples made while it waited too, and
-                    # streams on from now. Catching up burst by burst instead would queue a
-                    # backlog for the next host's stop.
-                    now_k = (self.world.observable_ns() - t0) // _PERIOD_NS
-                    self._next_k = max(end, now_k)
-                    break
         if now_ns - self._last_forget_ns >= NS:
             self.world.forget_before(t0 + self._next_k * _PERIOD_NS)
             self._last_forget_ns = now_ns
@@ -260,7 +263,7 @@ class SimPpk2(SerialInstrument):
         self._drop = None
         self._next_k = at + count
 
-    def _emit_samples(self, k: int, end: int) -> int:
+    def _emit_samples(self, k: int, end: int) -> None:
         t0 = self.acquisition_t0_ns
         assert t0 is not None
         idx = np.arange(k, end + 1, dtype=np.int64)
@@ -268,4 +271,4 @@ class SimPpk2(SerialInstrument):
         amps = self.world.mean_current(bounds[:-1], _PERIOD_NS)
         adc, rng = self.calibration.adc_for(amps, self.vdd_mv / 1000)
         logic = self.world.gpio_levels(bounds[:-1])  # D0; D1..D7 unconnected
-        return self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
+        self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
