@@ -162,12 +162,16 @@ class Fleet:
         return dict(self.board.dropped)
 
     def subscriptions(self) -> list[str]:
-        return self.board.subscriptions()
+        """Everything under the root: what is not a rig's status, run message or command
+        channel is counted as an unknown topic."""
+        return [f"{topics.ROOT}/#"]
 
     def take(self, topic: str, payload: bytes, *, retained: bool = False,
              now: float) -> list[dict[str, Any]]:
         """Fold one message; the updates it makes (none if it was dropped)."""
         where = topics.split(topic)
+        if where is not None and where[1] in (["cmd"], ["cmd", "reply"]):
+            return []  # the command channel: known, not shown
         if where is not None and (len(where[0]) > MAX_RIG_NAME or not where[0]):
             self.board.dropped["unknown topic"] += 1
             return []
@@ -315,6 +319,12 @@ class Fleet:
         s = row.status
         prog = s.get("progress") if isinstance(s.get("progress"), dict) else {}
         last = s.get("last_run") if isinstance(s.get("last_run"), dict) else {}
+        if not last and extra.runs and not s.get("run_id"):
+            # a status without it (the will, a clean close): the last run seen on the broker
+            seen = self.runs.get((rig, extra.runs[-1]))
+            if seen is not None:
+                last = {"run_id": seen.run_id,
+                        "status": seen.result["status"] if seen.result else "unfinished"}
         running = s.get("state") == "running"
         state = text(s.get("state"), 20) or "unknown"
         return {

@@ -161,6 +161,14 @@ def test_bad_input_is_dropped_and_counted(topic, payload, why):
     assert f.snapshot()["rigs"] == []
 
 
+def test_the_command_channel_is_neither_shown_nor_counted():
+    f = Fleet()
+    assert f.subscriptions() == ["neurobench/#"]
+    for topic in ("neurobench/rig-a/cmd", "neurobench/rig-a/cmd/reply"):
+        assert f.take(topic, b'{"action": "stop"}', now=1.0) == []
+    assert f.dropped == {} and f.snapshot()["rigs"] == []
+
+
 def test_a_rig_name_with_markup_is_kept_as_data():
     """Escaping is the page's job (it sets text, never markup); the fold keeps the name as is
     so the page can show it as text."""

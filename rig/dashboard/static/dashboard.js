@@ -30,6 +30,7 @@ function clock(epochS) {
 
 function duration(s) {
   if (s === null || s === undefined || !isFinite(s) || s < 0) return "";
+  if (s < 1) return "< 1 s";
   s = Math.round(s);
   const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
   return h ? `${h} h ${m} min` : m ? `${m} min ${r} s` : `${r} s`;

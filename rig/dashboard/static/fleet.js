@@ -75,13 +75,19 @@ function render(c) {
   parts.last.textContent = c.last_event ?
     `${clock(c.last_event_at)} ${c.last_event}${c.last_text ? ": " + c.last_text : ""}` : "";
   parts.error.textContent = c.error || "";
-  if (operator) controls(c, parts.controls);
+  if (operator) controls(c, cards.get(c.rig));
 }
 
-function controls(c, box) {
+// Rebuilt only when what they offer changes, so a name being typed survives status updates.
+function controls(c, card) {
+  const mode = !c.serving || c.state === "offline" ? "none" :
+    c.state === "running" ? "stop" : "start";
+  if (card.controlsFor === mode) return;
+  card.controlsFor = mode;
+  const box = card.parts.controls;
   box.textContent = "";
-  if (!c.serving || c.state === "offline") return;
-  if (c.state === "running") {
+  if (mode === "none") return;
+  if (mode === "stop") {
     const stop = el("button", "stop", "stop");
     stop.addEventListener("click", () => send({rig: c.rig, action: "stop"}, stop));
     box.appendChild(stop);

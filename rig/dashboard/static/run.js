@@ -107,6 +107,9 @@ function showCell(cell) {
     document.getElementById("grid").appendChild(td);
   }
   td.classList.remove("empty");
+  td.dataset.points = String(cell.points);
+  td.dataset.failed = String(cell.failed);
+  td.dataset.gap = cell.gap_mean === null ? "" : String(cell.gap_mean);
   td.classList.toggle("failed", cell.failed > 0);
   td.textContent = "";
   const seeds = grid ? grid.seeds : null;
