@@ -36,8 +36,9 @@ def env_with(**passwords: str) -> dict[str, str]:
 class Dashboard:
     """One `rig dashboard` process; `url` is where it serves."""
 
-    def __init__(self, broker: Broker, folder: Path, *extra: str) -> None:
-        self.port = free_port()
+    def __init__(self, broker: Broker, folder: Path, *extra: str, port: int | None = None
+                 ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = folder / f"dashboard-{self.port}.log"
         env = env_with(RIG_MQTT_PASSWORD=USERS["viewer"],

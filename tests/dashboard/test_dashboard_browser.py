@@ -11,11 +11,10 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.dashboard.conftest import TESTER, TOKEN, env_with, shot
+from tests.dashboard.conftest import TESTER, TOKEN, Dashboard, env_with, shot
 from tests.deadline import wait_until
 from tests.e2e.runs import RIG, TRUTH, bench_variant, only_run
 from tests.mqtt.broker import USERS
@@ -245,44 +244,6 @@ def test_sweep_grid_fills_a_killed_rig_turns_offline_and_resume_completes_it(
     shot(browser, "sweep-complete")
 
 
-def test_markup_from_the_broker_is_shown_as_text_and_bad_messages_are_counted(
-        broker, dashboards, browser):
-    d = dashboards["viewer"]
-    open_page(browser, d.url + "/")
-    name = '<img src=x onerror="window.__pwned=1">'
-    error = "<script>window.__pwned=2</script>"
-    note = '<img src=y onerror="window.__pwned=3"><b>bold</b>'
-    publish_as_tester(broker, [
-        (f"neurobench/{name}/status", json.dumps({"state": "error", "error": error}).encode(),
-         False),
-        (f"neurobench/{name}/run/r1/note", json.dumps({"event": "note", "text": note}).encode(),
-         False),
-        ("neurobench/rig-x/status", b"{not json", False),
-        ("neurobench/rig-x/status", b'{"x": "' + b"y" * 300_000 + b'"}', False),
-        ("neurobench/rig-x/whatever", b"{}", False),
-    ])
-    wait_until(lambda: (c := card(browser, name)) is not None and c["last"].endswith(note),
-               "the hostile rig's card")
-    c = card(browser, name)
-    assert c["name"] == name and c["error"] == error and c["state"] == "error"
-    assert browser.execute_script("return document.querySelectorAll('img, b').length") == 0
-    assert browser.execute_script("return document.scripts.length") == 2  # ours only
-    assert browser.execute_script("return window.__pwned === undefined")
-    wait_until(lambda: browser.execute_script(
-        "return document.getElementById('dropped').dataset.total") == "3",
-        "3 bad messages counted")
-    assert card(browser, "rig-x") is None  # nothing of the bad messages is shown
-    # the run page of the hostile rig: its name and the note as text too
-    open_page(browser, d.url + f"/run/{name.replace('<', '%3C').replace('>', '%3E')}/r1")
-    assert browser.execute_script("return document.getElementById('rig-name').textContent") \
-        == name
-    assert browser.execute_script(
-        "return document.querySelector('#log .text').textContent") == note
-    assert browser.execute_script("return document.querySelectorAll('img, b').length") == 0
-    assert browser.execute_script("return window.__pwned === undefined")
-    shot(browser, "hostile-names")
-
-
 @pytest.fixture(scope="module")
 def serving_rig(broker, tmp_path_factory):
     """`rig serve` as rig-b, with one bench it may start: the virtual bench, 5 runs of 10 s."""
@@ -374,6 +335,73 @@ def test_operator_logs_in_starts_and_stops_a_run_cleanly(serving_rig, dashboards
     assert in_order(["idle", "running", "idle"], states(browser, "rig-b"))
 
 
+def test_markup_from_the_broker_is_shown_as_text_and_bad_messages_are_counted(
+        broker, dashboards, browser):
+    d = dashboards["viewer"]
+    open_page(browser, d.url + "/")
+    name = '<img src=x onerror="window.__pwned=1">'
+    error = "<script>window.__pwned=2</script>"
+    note = '<img src=y onerror="window.__pwned=3"><b>bold</b>'
+    publish_as_tester(broker, [
+        (f"neurobench/{name}/status", json.dumps({"state": "error", "error": error}).encode(),
+         False),
+        (f"neurobench/{name}/run/r1/note", json.dumps({"event": "note", "text": note}).encode(),
+         False),
+        ("neurobench/rig-x/status", b"{not json", False),
+        ("neurobench/rig-x/status", b'{"x": "' + b"y" * 300_000 + b'"}', False),
+        ("neurobench/rig-x/whatever", b"{}", False),
+    ])
+    wait_until(lambda: (c := card(browser, name)) is not None and c["last"].endswith(note),
+               "the hostile rig's card")
+    c = card(browser, name)
+    assert c["name"] == name and c["error"] == error and c["state"] == "error"
+    assert browser.execute_script("return document.querySelectorAll('img, b').length") == 0
+    assert browser.execute_script("return document.scripts.length") == 2  # ours only
+    assert browser.execute_script("return window.__pwned === undefined")
+    wait_until(lambda: browser.execute_script(
+        "return document.getElementById('dropped').dataset.total") == "3",
+        "3 bad messages counted")
+    assert card(browser, "rig-x") is None  # nothing of the bad messages is shown
+    # the run page of the hostile rig: its name and the note as text too
+    open_page(browser, d.url + f"/run/{name.replace('<', '%3C').replace('>', '%3E')}/r1")
+    assert browser.execute_script("return document.getElementById('rig-name').textContent") \
+        == name
+    assert browser.execute_script(
+        "return document.querySelector('#log .text').textContent") == note
+    assert browser.execute_script("return document.querySelectorAll('img, b').length") == 0
+    assert browser.execute_script("return window.__pwned === undefined")
+    shot(browser, "hostile-names")
+
+
+def test_failed_sweep_points_are_marked_in_the_grid(broker, dashboards, browser):
+    """The stand-in sweep never fails a point: a SYNTHETIC sweep (published by the test-only
+    tester user, as a rig would) with one failed point of two in a cell."""
+    d = dashboards["viewer"]
+    sweep = {"suts": ["cpu-sa"], "nodes": [10], "densities": [0.1], "timeouts": [0.1, 1.0],
+             "seeds": [0, 1]}
+    base = "neurobench/synthetic/run/f1/"
+    points = [(0, 0.1, 0, "ok", {"gap": 0.25}), (1, 0.1, 1, "failed", {}),
+              (2, 1.0, 0, "ok", {"gap": 0.0})]
+    publish_as_tester(broker, [
+        (base + "run_started", json.dumps({"event": "run_started", "run_id": "f1",
+                                           "procedure": "qubo-sweep",
+                                           "manifest": {"sweep": sweep}}).encode(), False),
+        *((base + "sweep_point", json.dumps({
+            "event": "sweep_point", "index": i, "sut": "cpu-sa", "nodes": 10, "density": 0.1,
+            "timeout_s": t, "seed": seed, "status": status, "result": result,
+            "error": "solver crashed" if status == "failed" else None}).encode(), False)
+          for i, t, seed, status, result in points)])
+    open_page(browser, d.url + "/run/synthetic/f1")
+    cells = "return [...document.querySelectorAll('#grid td.cell')].map((td) => " \
+            "[td.dataset.points, td.dataset.failed, td.classList.contains('failed'), " \
+            "td.textContent])"
+    wait_until(lambda: [c[0] for c in browser.execute_script(cells)] == ["2", "1"],
+               "the synthetic grid")
+    (_, f1, marked1, text1), (_, f2, marked2, _) = browser.execute_script(cells)
+    assert (f1, marked1, f2, marked2) == ("1", True, "0", False)
+    assert text1 == "0.250 2/2 ✗1"
+
+
 def test_broker_outage_shows_a_banner_and_the_page_comes_back(serving_rig, broker, dashboards,
                                                               browser):
     d = dashboards["viewer"]
@@ -401,4 +429,27 @@ def test_broker_outage_shows_a_banner_and_the_page_comes_back(serving_rig, broke
     wait_until(lambda: browser.execute_script(banner) == "", "the banner gone", timeout_s=30)
     # the serving rig reconnected and said so again
     wait_until(lambda: card(browser, "rig-b")["state"] == "idle", "rig-b back")
-    assert Path(serving_rig).is_dir()
+
+
+def test_a_restarted_dashboard_gives_the_open_page_the_state_again(serving_rig, broker,
+                                                                    dashboards, browser,
+                                                                    tmp_path):
+    """The page stays open while its server restarts on the same port: the browser reconnects
+    by itself and the new server, which knows only the broker's retained statuses, fills it."""
+    d = dashboards["viewer"]
+    open_page(browser, d.url + "/")
+    browser.execute_script("document.body.dataset.updates = '0'")
+    port = d.port
+    d.stop()
+    wait_until(lambda: "lost the dashboard server" in browser.execute_script(
+        "return document.getElementById('banner').textContent"), "the server-lost banner")
+    again = Dashboard(broker, tmp_path, port=port)
+    try:
+        wait_until(lambda: browser.execute_script("return document.body.dataset.updates")
+                   != "0", "the page reconnected", timeout_s=30)
+        assert browser.execute_script("return document.getElementById('banner').hidden")
+        # the retained status of the serving rig is back at once; the other rigs' were
+        # lost with the broker's restart (it keeps no retained messages on disk here)
+        assert card(browser, "rig-b")["state"] == "idle"
+    finally:
+        again.stop()

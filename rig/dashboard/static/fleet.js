@@ -43,6 +43,8 @@ function cardFor(rig) {
   return card;
 }
 
+const approx = (text) => (text.startsWith("<") ? text : "~" + text);
+
 function render(c) {
   const {node, parts} = cardFor(c.rig);
   for (const s of ["idle", "running", "error", "offline", "unknown"]) {
@@ -58,7 +60,7 @@ function render(c) {
   parts.bar.hidden = !(running && c.total);
   parts.progress.textContent = running && c.done !== null ?
     `${c.done}${c.total ? " / " + c.total : ""}` +
-    (c.remaining_s !== null ? ` · ~${duration(c.remaining_s)} left` : "") : "";
+    (c.remaining_s !== null ? ` · ${approx(duration(c.remaining_s))} left` : "") : "";
   parts.run.textContent = "";
   const runId = c.run_id || (c.last_run && c.last_run.run_id);
   if (runId) {

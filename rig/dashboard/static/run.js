@@ -25,7 +25,10 @@ function addEvent(row) {
 }
 
 function drawPower() {
-  polyline(document.getElementById("trace"), power.map((p) => p[1]), 800, 160);
+  const svg = document.getElementById("trace");
+  polyline(svg, power.map((p) => p[1]), 800, 160);
+  svg.style.display = power.length ? "" : "none";
+  document.getElementById("trace-range").textContent = "no power summaries from this run";
   if (power.length) {
     const last = power[power.length - 1];
     const means = power.map((p) => p[1]);
