@@ -114,17 +114,34 @@ class RunView:
     started_at: float | None = None
     events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=EVENTS_PER_RUN))
     events_seen: int = 0
-    power: deque[list[float]] = field(default_factory=lambda: deque(maxlen=POWER_PER_RUN))
+    #: The power trace: [t_s, mean_w, min_w, max_w] per kept summary (see `add_power`).
+    power: list[tuple[float, float, float, float]] = field(default_factory=list)
+    #: Keep one summary in `power_stride` (doubled each time the trace fills up).
+    power_stride: int = 1
+    power_offered: int = 0
     result: dict[str, Any] | None = None
     #: The sweep's axes (suts, nodes, densities, timeouts) and seeds per cell, from RunStarted.
     grid: dict[str, Any] | None = None
     cells: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def add_power(self, point: tuple[float, float, float, float]) -> bool:
+        """Keep `point` if it falls on the stride; a full trace keeps every other point and
+        doubles the stride, so it always spans the whole run in at most POWER_PER_RUN points
+        (memory stays flat however long the run). True if it was kept."""
+        self.power_offered += 1
+        if (self.power_offered - 1) % self.power_stride:
+            return False
+        self.power.append(point)
+        if len(self.power) >= POWER_PER_RUN:
+            self.power = self.power[::2]
+            self.power_stride *= 2
+        return True
+
     def snapshot(self) -> dict[str, Any]:
         return {"rig": self.rig, "run_id": self.run_id, "procedure": self.procedure,
                 "device": self.device, "started_at": self.started_at,
                 "events": list(self.events), "events_seen": self.events_seen,
-                "power": list(self.power), "result": self.result, "grid": self.grid,
+                "power": [list(p) for p in self.power], "result": self.result, "grid": self.grid,
                 "cells": list(self.cells.values())}
 
 
@@ -229,15 +246,16 @@ class Fleet:
         if mean is None:
             return [{"type": "rig", "rig": self.card(row.rig)}]
         t = number(data.get("t_s")) or 0.0
-        point = [t, mean, lo if lo is not None else mean, hi if hi is not None else mean]
-        self._run(row.rig, run_id).power.append(point)
+        point = (t, mean, lo if lo is not None else mean, hi if hi is not None else mean)
+        kept = self._run(row.rig, run_id).add_power(point)
         if extra.spark_run != run_id:
             extra.sparkline.clear()
             extra.spark_run = run_id
         extra.sparkline.append(mean)
         extra.power_at = number(data.get("at"))
-        return [{"type": "rig", "rig": self.card(row.rig)},
-                {"type": "power", "rig": row.rig, "run_id": run_id, "point": point}]
+        card = {"type": "rig", "rig": self.card(row.rig)}
+        return [card, {"type": "power", "rig": row.rig, "run_id": run_id,
+                       "point": list(point)}] if kept else [card]
 
     def _event(self, row: RigRow, extra: RigExtra, run_id: str, kind: str,
                data: dict[str, Any], now: float) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from rig.dashboard.fleet import EVENTS_PER_RUN, MAX_TEXT, SPARKLINE, Fleet
+from rig.dashboard.fleet import EVENTS_PER_RUN, MAX_TEXT, POWER_PER_RUN, SPARKLINE, Fleet, RunView
 from rig.dashboard.hub import PAGE_QUEUE, Hub
 from rig.mqtt.board import MAX_MESSAGE_BYTES
 
@@ -203,3 +203,28 @@ def test_hub_gives_each_page_its_updates_and_drops_a_page_that_cannot_keep_up():
         assert items[-1] is None
 
     asyncio.run(main())
+
+
+def test_a_page_message_carries_a_rigs_card_once_per_state():
+    from rig.dashboard.server import latest_cards
+
+    a1, b1, a2, a3, a4 = ({"type": "rig", "rig": {"rig": r, "state": s, "n": n}}
+                          for r, s, n in (("a", "running", 1), ("b", "idle", 1),
+                                          ("a", "running", 2), ("a", "idle", 3),
+                                          ("a", "offline", 4)))
+    event = {"type": "event", "rig": "a", "run_id": "r", "row": {}}
+    # a1 is superseded by a2 (same state); every change of state stays, in order
+    assert latest_cards([a1, event, b1, a2, a3, a4]) == [event, b1, a2, a3, a4]
+
+
+def test_a_long_run_trace_thins_out_and_still_spans_the_whole_run():
+    run = RunView("rig-a", "r1")
+    n = 5 * POWER_PER_RUN + 123
+    for i in range(n):
+        run.add_power((float(i), 1.0, 1.0, 1.0))
+    times = [p[0] for p in run.power]
+    assert len(times) < POWER_PER_RUN and times[0] == 0.0
+    # evenly spaced by the stride, up to the last summary that fell on it
+    stride = run.power_stride
+    assert stride == 8
+    assert times == [float(i) for i in range(0, n, stride)]
