@@ -32,7 +32,8 @@ MAX_RIG_NAME = 128
 MAX_RIGS = 500
 RUNS_PER_RIG = 4
 EVENTS_PER_RUN = 400
-POWER_PER_RUN = 5000
+#: Power points kept per run: the trace is 800 px wide, and a long run thins out.
+POWER_PER_RUN = 2000
 SPARKLINE = 60
 TOO_MANY_RIGS = "too many rigs"
 

@@ -36,11 +36,12 @@ function duration(s) {
   return h ? `${h} h ${m} min` : m ? `${m} min ${r} s` : `${r} s`;
 }
 
-// A polyline of `values` (numbers) filling an SVG of the given viewBox size.
+// A polyline of `values` (numbers) filling an SVG of the given viewBox size (one element,
+// reused: a card is redrawn at every power summary).
 function polyline(svg, values, width, height) {
-  while (svg.firstChild) svg.removeChild(svg.firstChild);
   const finite = values.filter((v) => isFinite(v));
-  if (finite.length < 2) return;
+  let line = svg.firstChild;
+  if (finite.length < 2) { if (line) svg.removeChild(line); return; }
   let lo = Math.min(...finite), hi = Math.max(...finite);
   if (hi - lo < 1e-12) { lo -= 1e-12; hi += 1e-12; }
   const pts = values.map((v, i) => {
@@ -48,9 +49,8 @@ function polyline(svg, values, width, height) {
     const y = height - 2 - ((v - lo) / (hi - lo)) * (height - 4);
     return `${x.toFixed(1)},${y.toFixed(1)}`;
   });
-  const line = document.createElementNS(SVG_NS, "polyline");
+  if (!line) line = svg.appendChild(document.createElementNS(SVG_NS, "polyline"));
   line.setAttribute("points", pts.join(" "));
-  svg.appendChild(line);
 }
 
 // The server's state stream: `onMessage(msg)` for each snapshot and update; a banner while the
