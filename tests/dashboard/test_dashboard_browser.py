@@ -342,7 +342,10 @@ def test_markup_from_the_broker_is_shown_as_text_and_bad_messages_are_counted(
     name = '<img src=x onerror="window.__pwned=1">'
     error = "<script>window.__pwned=2</script>"
     note = '<img src=y onerror="window.__pwned=3"><b>bold</b>'
+    # a topic level cannot hold "/", so no closing tag in a rig name; an opening one can
+    script_rig = "<script>window.__pwned=4;"
     publish_as_tester(broker, [
+        (f"neurobench/{script_rig}/status", json.dumps({"state": "idle"}).encode(), False),
         (f"neurobench/{name}/status", json.dumps({"state": "error", "error": error}).encode(),
          False),
         (f"neurobench/{name}/run/r1/note", json.dumps({"event": "note", "text": note}).encode(),
@@ -355,6 +358,7 @@ def test_markup_from_the_broker_is_shown_as_text_and_bad_messages_are_counted(
                "the hostile rig's card")
     c = card(browser, name)
     assert c["name"] == name and c["error"] == error and c["state"] == "error"
+    assert card(browser, script_rig)["name"] == script_rig
     assert browser.execute_script("return document.querySelectorAll('img, b').length") == 0
     assert browser.execute_script("return document.scripts.length") == 2  # ours only
     assert browser.execute_script("return window.__pwned === undefined")
