@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import ipaddress
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,19 +92,41 @@ def run(args: argparse.Namespace) -> int:
     for who, settings in (("viewer", viewer), ("operator", operator)):
         if settings is not None:
             _check_login(who, settings)
+    listener = listen(args.host, args.port)
     app = create_app(Hub(), viewer=viewer, login=login, operator=operator)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"rig dashboard: http://{host}:{args.port}/ ({'operator' if operator else 'read-only'}"
           f"{', login required' if login.required else ''}); broker {viewer.broker}",
           file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                            timeout_graceful_shutdown=1, lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
-    server.run()
-    if not server.started:
-        raise ConfigError(f"could not serve on {args.host}:{args.port}",
-                          hint="is the port in use? pick another with --port")
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1,
+                            lifespan="on", access_log=False)
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        listener.close()
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or a ConfigError saying why not (bound here, before
+    the server starts, so that a port in use is a clear error and not a server log line)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host}: {exc.strerror or exc}",
+                          hint="give an address of this machine, e.g. 127.0.0.1") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot serve on {host}:{port}: {exc.strerror or exc}",
+                          hint="is another program on that port? pick another with --port"
+                          ) from None
+    return sock
 
 
 def _check_login(who: str, settings: MqttSettings) -> None:

@@ -57,6 +57,16 @@ def test_a_refused_viewer_login_stops_it_and_the_password_is_not_printed(broker)
     assert "not-the-password" not in done.stdout + done.stderr
 
 
+def test_a_port_in_use_is_a_clear_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = dashboard("--mqtt", "mqtt://viewer@127.0.0.1:1", "--port", str(port))
+    assert done.returncode == 2, done.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in done.stderr and "--port" in done.stderr
+
+
 def test_loopback_hosts():
     assert all(map(is_loopback, ["127.0.0.1", "127.3.4.5", "::1", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "::", "10.0.0.1", "rigs.lab.example"]))
