@@ -22,10 +22,18 @@ function si(value, unit, digits = 3) {
   return value === 0 ? "0 " + unit : value.toExponential(2) + " " + unit;
 }
 
-function clock(epochS) {
+// Set a node's text only when it changes: a card is redrawn at every power summary, and an
+// unchanged DOM costs the browser nothing.
+function put(node, text) {
+  if (node.textContent !== text) node.textContent = text;
+}
+
+const two = (n) => String(n).padStart(2, "0");
+
+function clock(epochS) {  // local HH:MM:SS (cheaper than toLocaleTimeString, redrawn often)
   if (!epochS) return "";
   const d = new Date(epochS * 1000);
-  return d.toLocaleTimeString([], {hour12: false});
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
 }
 
 function duration(s) {

@@ -47,23 +47,29 @@ const approx = (text) => (text.startsWith("<") ? text : "~" + text);
 
 function render(c) {
   const {node, parts} = cardFor(c.rig);
-  for (const s of ["idle", "running", "error", "offline", "unknown"]) {
-    node.classList.toggle("state-" + s, c.state === s);
+  if (node.dataset.state !== c.state) {
+    for (const s of ["idle", "running", "error", "offline", "unknown"]) {
+      node.classList.toggle("state-" + s, c.state === s);
+    }
+    node.dataset.state = c.state;
   }
-  node.dataset.state = c.state;
-  parts.state.textContent = c.state + (c.simulated ? " (simulated)" : "");
-  parts.since.textContent = c.since ? "since " + clock(c.since) : "";
-  parts.what.textContent = [c.procedure, c.phase].filter(Boolean).join(" · ");
+  put(parts.state, c.state + (c.simulated ? " (simulated)" : ""));
+  put(parts.since, c.since ? "since " + clock(c.since) : "");
+  put(parts.what, [c.procedure, c.phase].filter(Boolean).join(" · "));
   const running = c.state === "running";
   const pct = running && c.total ? Math.min(100, (100 * (c.done || 0)) / c.total) : 0;
-  parts.fill.style.width = pct.toFixed(1) + "%";
-  parts.bar.hidden = !(running && c.total);
-  parts.progress.textContent = running && c.done !== null ?
+  if (parts.fill.style.width !== pct.toFixed(1) + "%") parts.fill.style.width = pct.toFixed(1) + "%";
+  if (parts.bar.hidden !== !(running && c.total)) parts.bar.hidden = !(running && c.total);
+  put(parts.progress, running && c.done !== null ?
     `${c.done}${c.total ? " / " + c.total : ""}` +
-    (c.remaining_s !== null ? ` · ${approx(duration(c.remaining_s))} left` : "") : "";
-  parts.run.textContent = "";
+    (c.remaining_s !== null ? ` · ${approx(duration(c.remaining_s))} left` : "") : "");
   const runId = c.run_id || (c.last_run && c.last_run.run_id);
-  if (runId) {
+  const runKey = `${c.run_id}|${runId}|${c.last_run && c.last_run.status}`;
+  if (parts.run.dataset.key !== runKey) {
+    parts.run.dataset.key = runKey;
+    parts.run.textContent = "";
+  }
+  if (runId && !parts.run.firstChild) {
     const link = el("a", "run-link", (c.run_id ? "run " : "last run ") + runId.slice(0, 12));
     link.href = "/run/" + encodeURIComponent(c.rig) + "/" + encodeURIComponent(runId);
     parts.run.appendChild(link);
@@ -72,11 +78,13 @@ function render(c) {
     }
   }
   polyline(parts.spark, c.power, 120, 28);
-  parts.power.textContent = c.power_w !== null ? si(c.power_w, "W") : "";
-  if (c.power_at) node.dataset.powerAt = String(c.power_at);
-  parts.last.textContent = c.last_event ?
-    `${clock(c.last_event_at)} ${c.last_event}${c.last_text ? ": " + c.last_text : ""}` : "";
-  parts.error.textContent = c.error || "";
+  put(parts.power, c.power_w !== null ? si(c.power_w, "W") : "");
+  if (c.power_at && node.dataset.powerAt !== String(c.power_at)) {
+    node.dataset.powerAt = String(c.power_at);
+  }
+  put(parts.last, c.last_event ?
+    `${clock(c.last_event_at)} ${c.last_event}${c.last_text ? ": " + c.last_text : ""}` : "");
+  put(parts.error, c.error || "");
   if (operator) controls(c, cards.get(c.rig));
 }
 
