@@ -73,6 +73,9 @@ NEWLIB_NANO := /usr/lib/arm-none-eabi/newlib/nano.specs
 # The IO manager sketch on a real AVR (firmware/io_manager): avr-gcc and avr-libc, the Arduino
 # core with arduino-mk, and libsimavr for the harness that runs it (firmware/io_manager/simavr).
 DEB_TOOLS += avr-gcc:gcc-avr avr-size:binutils-avr
+# The dashboard's browser tests (tests/dashboard): Selenium drives Debian's chromium through its
+# chromedriver, headless (Playwright's own browser download is not reachable; facts.md).
+DEB_TOOLS += chromium:chromium chromedriver:chromium-driver
 DEB_LIBS  += libsimavr.so.2:libsimavr2
 DEB_FILES := /usr/lib/avr/include/avr/io.h:avr-libc /usr/include/simavr/sim_avr.h:libsimavr-dev \
 	/usr/share/arduino/hardware/arduino/avr/boards.txt:arduino-core-avr \

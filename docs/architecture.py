@@ -37,6 +37,7 @@ ROLES = {
     "rig/qubo": "workloads, SUTs, the procedure, sweeps",
     "rig/report": "the submission report",
     "rig/mqtt": "telemetry and remote control",
+    "rig/dashboard": "the web page of every rig",
     "rig/cluster": "sweeps over Dask",
     "rig/model": "training and export for the DUTs",
     "rig/commands": "one module per `rig` command",

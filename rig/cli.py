@@ -24,6 +24,8 @@ COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "swee
             "report", "dataset", "model", "serve", "mqtt"]
 #: The sweep cluster: `rig worker` per rig host, `rig cluster local` to try it (rig/cluster).
 COMMANDS += ["worker", "cluster"]
+#: The lab's rigs on a web page, from the broker (rig/dashboard).
+COMMANDS += ["dashboard"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,6 +48,7 @@ ROOMS = {
     "mqtt": 6,      # telemetry and remote control of runs
     "cluster": 6,   # sweep points spread over rig hosts
     "model": 6,     # the tools that write a DUT's model files
+    "dashboard": 6, # the web page of every rig: one more reader of mqtt (which never imports it)
     "commands": 7,  # the CLI's subcommands, using any room below
     "cli": 8,       # rig/cli.py: the entry point that registers the commands
 }

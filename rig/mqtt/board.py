@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from rig.mqtt import topics
+
+#: Larger messages are dropped unread (a sweep's RunFinished holds one row per grid cell).
+MAX_MESSAGE_BYTES = 256 * 1024
+#: Why a message was dropped: the keys of `Board.dropped`.
+OVERSIZED, MALFORMED, UNKNOWN_TOPIC = "oversized", "malformed", "unknown topic"
 
 
 @dataclass
@@ -21,6 +27,9 @@ class RigRow:
     last_summary: dict[str, Any] = field(default_factory=dict)
     power_w: float | None = None
     events: int = 0
+    #: When the rig's state last changed (the status's own time for a retained status, else
+    #: when it arrived: a will carries the time its rig connected, not when it died).
+    state_since: float | None = None
 
 
 class Board:
@@ -29,28 +38,48 @@ class Board:
     def __init__(self, rig: str | None = None) -> None:
         self.only = rig
         self.rows: dict[str, RigRow] = {}
+        #: Messages dropped unread, by why (OVERSIZED, MALFORMED, UNKNOWN_TOPIC).
+        self.dropped: Counter[str] = Counter()
+        #: The JSON object of the last message folded in (for readers that keep more).
+        self.last_data: dict[str, Any] = {}
 
     def subscriptions(self) -> list[str]:
         """The topic filters to subscribe to (one rig, or all with `+`)."""
         who = self.only or "+"
         return [topics.status(who), f"{topics.ROOT}/{who}/run/+/+"]
 
-    def take(self, topic: str, payload: bytes) -> RigRow | None:
-        """Fold one message in; None if it is not a rig's status or run message."""
+    def take(self, topic: str, payload: bytes, *, retained: bool = False,
+             now: float | None = None) -> RigRow | None:
+        """Fold one message in; None if it is not a rig's status or run message (what is
+        malformed, oversized or on an unknown topic is counted in `dropped`)."""
         where = topics.split(topic)
         if where is None:
+            self.dropped[UNKNOWN_TOPIC] += 1
             return None
         rig, rest = where
         if self.only and rig != self.only:
             return None
+        if not (rest == ["status"] or (len(rest) == 3 and rest[0] == "run")):
+            self.dropped[UNKNOWN_TOPIC] += 1
+            return None
+        if len(payload) > MAX_MESSAGE_BYTES:
+            self.dropped[OVERSIZED] += 1
+            return None
         try:
             data = json.loads(payload.decode("utf-8")) if payload else {}
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            data = None
         if not isinstance(data, dict):
+            self.dropped[MALFORMED] += 1
             return None
+        self.last_data = data
         row = self.rows.setdefault(rig, RigRow(rig))
         if rest == ["status"]:
+            now = time.time() if now is None else now
+            if data.get("state") != row.status.get("state") or row.state_since is None:
+                at = data.get("at")
+                known = retained and isinstance(at, int | float) and not isinstance(at, bool)
+                row.state_since = min(float(at), now) if known else now
             row.status = data
         elif len(rest) == 3 and rest[0] == "run":
             kind = rest[2]
@@ -62,8 +91,6 @@ class Board:
                 if kind == "run_finished":
                     row.last_summary = {"status": data.get("status"),
                                         "error": data.get("error")}
-        else:
-            return None
         return row
 
     def lines(self) -> list[dict[str, str]]:
