@@ -130,9 +130,9 @@ class SimPpk2(SerialInstrument):
     def _write(self, data: bytes) -> None:
         """Write to the host; what it does not take within `WRITE_PATIENCE_S` is lost."""
         with self._write_lock:
-            lost = self._pty.write(data, patience_s=WRITE_PATIENCE_S, stop=self._closing,
-                                   waiting=self.world.clock.running)
-            self.dropped_bytes += lost
+            self.dropped_bytes += self._pty.write(data, patience_s=WRITE_PATIENCE_S,
+                                                  stop=self._closing,
+                                                  waiting=self.world.clock.running)
 
     def _command_loop(self) -> None:
         pending = b""
@@ -199,7 +199,7 @@ class SimPpk2(SerialInstrument):
                     assert self.acquisition_t0_ns is not None
                     backlog = (now - self.acquisition_t0_ns) // _PERIOD_NS - self._next_k
                     if backlog > STOP_FLUSH_MAX_S * SAMPLE_RATE_HZ:
-                        self._next_k += max(0, backlog)
+                        self._next_k += backlog  # lost on the device
                     else:
                         self._emit_until(now)
                 self.running = False

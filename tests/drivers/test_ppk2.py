@@ -533,7 +533,7 @@ def test_samples_nobody_reads_are_not_queued_for_the_next_host_s_stop() -> None:
                     before += os.read(fd, 1 << 20)
         finally:
             os.close(fd)
-    assert backlog > 4 * FS  # seconds of samples were waiting (4 bytes each)
+    assert backlog > 4 * FS  # over 4 s of samples were waiting, unsent
     assert b"END" in before, f"no metadata in 30 s after {len(before)} bytes"
     streamed = before.index(b"Calibrated:")
     assert streamed < 3 * 4 * 200_000, f"{streamed} bytes came before the metadata"  # bursts
