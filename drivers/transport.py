@@ -21,6 +21,9 @@ except ImportError:  # not POSIX
 
 #: How long one `read()` may block while polling; short so that deadlines stay sharp.
 POLL_S = 0.02
+#: How long one `write()` may wait for the device to take bytes before it is called hung. A
+#: board at 9600 baud or more drains a 1 KB write in about a second.
+WRITE_TIMEOUT_S = 5.0
 _GONE_HINT = "the device was unplugged, reset or closed; reconnect it and run again"
 
 
@@ -31,13 +34,15 @@ class SerialTransport:
     instead of two programs silently sharing a UART.
     """
 
-    def __init__(self, url: str, baudrate: int, *, name: str = "port") -> None:
+    def __init__(self, url: str, baudrate: int, *, name: str = "port",
+                 write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
         self.url = url
         self.baudrate = baudrate
         self.name = name
         try:
             self._port = serial.serial_for_url(
-                url, baudrate=baudrate, timeout=POLL_S, write_timeout=5.0, exclusive=True
+                url, baudrate=baudrate, timeout=POLL_S, write_timeout=write_timeout_s,
+                exclusive=True
             )
         except serial.SerialException as exc:
             raise _port_error(name, url, exc) from exc

@@ -23,7 +23,13 @@ import time
 from pathlib import Path
 
 from drivers.errors import PortError
+from drivers.transport import SerialTransport
 
+#: How long an emulated board may take no byte or give no reply before the rig calls it hung
+#: (a board gets 5 s). QEMU's UART takes one byte per turn of QEMU's threads, and the pty holds
+#: about 16 KB, so a download is paced by the host's scheduler: at load 7 on 2 cores one 1 KB
+#: write here waited 1.6 s, and in CI (load 10-19) one waited more than 5 s.
+STALL_S = 30.0
 #: QEMU's line naming the pty of a `-serial pty` UART.
 PTY_LINE = re.compile(rb"char device redirected to (/dev/pts/\d+)")
 #: A message of QEMU's own ("qemu: fatal: Lockup ...", "qemu-system-arm: ...").
@@ -127,6 +133,11 @@ class QemuBoard:
                 raise PortError(f"QEMU ({self.machine}) {why}: {said or 'no output'}",
                                 hint=f"run it by hand to see why: {' '.join(self.argv)}")
             time.sleep(0.02)
+
+    def transport(self, baud: int = 115200, *, name: str = "DUT") -> SerialTransport:
+        """The board's UART opened as the rig opens a board's port, but patient for `STALL_S`
+        (give the `DutClient` on it ``command_timeout_s=STALL_S`` too)."""
+        return SerialTransport(self.port, baud, name=name, write_timeout_s=STALL_S)
 
     def power_on(self) -> None:
         """Start the guest (it boots and prints its banner on the pty)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from drivers.dut.client import DutClient
-from drivers.dut.qemu import QemuBoard
+from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.emon import check_current_range, monitor_class, open_monitor
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
@@ -484,6 +484,9 @@ def connect_bench(
         parts.dut = DutClient(IoManagerTransport(io))
         bus.publish(InstrumentInfo(role="io_manager", info={
             "name": io.handshake(), "version": io.version(), "port": io_port}))
+    elif parts.qemu is not None:
+        # An emulator is paced by the host's scheduler: it gets longer to take bytes and reply.
+        parts.dut = DutClient(parts.qemu.transport(bench.dut.baud), command_timeout_s=STALL_S)
     else:
         parts.dut = DutClient(SerialTransport(dut_port, bench.dut.baud, name="DUT"))
     parts.dut.checkpoint = checkpoint

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from drivers.dut.client import DownloadError, DutClient, LoadResult
-from drivers.dut.qemu import QemuBoard
+from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.transport import SerialTransport
 from tests.m4_image import build_m4_elf
@@ -392,8 +392,8 @@ def test_m4_corrupted_and_dropped_bytes_are_caught_and_the_retry_recovers(m4_elf
     # The emulated firmware's own CRC check and 1 s inter-byte timeout, as on the SimDut above.
     data = bytes(np.random.default_rng(8).integers(0, 256, 16000, dtype=np.uint8))
     with QemuBoard(m4_elf) as board:
-        faulty = FaultyTransport(SerialTransport(board.port, 115200, name="DUT"))
-        client = DutClient(faulty)
+        faulty = FaultyTransport(board.transport())
+        client = DutClient(faulty, command_timeout_s=STALL_S)
         try:
             board.power_on()
             assert client.wait_for_boot(5.0) == "performance"

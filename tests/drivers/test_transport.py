@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import termios
+import time
 
 import pytest
 
-from drivers.errors import PortError
+from drivers.errors import DeviceTimeout, PortError
 from drivers.transport import SerialTransport
 from virtual_bench.pty import Pty
 
@@ -37,3 +38,19 @@ def test_flushing_an_unplugged_device_raises_port_error(transport, monkeypatch) 
     with pytest.raises(PortError, match="Input/output error") as info:
         transport.reset_input()
     assert "reconnect" in info.value.hint
+
+
+def test_a_device_that_stops_reading_times_the_write_out_after_its_patience() -> None:
+    # Nobody reads the pty's other side: it takes ~16 KB, then the write waits.
+    pty = Pty()
+    port = SerialTransport(pty.path, 115200, name="DUT", write_timeout_s=0.3)
+    try:
+        start = time.monotonic()
+        with pytest.raises(DeviceTimeout, match="DUT: write to .* timed out") as info:
+            for _ in range(64):
+                port.write(bytes(1024))
+        assert 0.3 <= time.monotonic() - start < 10.0
+        assert "not reading" in info.value.hint
+    finally:
+        port.close()
+        pty.close()

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient
-from drivers.dut.qemu import QemuBoard
+from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
 from firmware.dut.asc_model import LinearAscModel
@@ -191,11 +191,11 @@ def start_m4(m4_build: dict[str, Path]) -> Iterator[Callable[..., Shim]]:
     def start(image: str = "firmware", *, boot: bool = True, shift: int = M4_ICOUNT_SHIFT) -> Shim:
         board = QemuBoard(m4_build[image], icount_shift=shift)
         try:
-            transport = SerialTransport(board.port, 115200, name="DUT")
+            transport = board.transport()
         except BaseException:
             board.close()
             raise
-        shim = Shim(board, None, transport, DutClient(transport))
+        shim = Shim(board, None, transport, DutClient(transport, command_timeout_s=STALL_S))
         started.append(shim)
         board.power_on()  # the port is open: the banner is seen
         if boot:
