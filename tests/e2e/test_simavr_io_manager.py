@@ -36,16 +36,32 @@ def avr_build() -> None:
     build_or_skip()
 
 
-def harness_pids() -> set[int]:
-    """Running harness processes (their command line starts with the harness's path)."""
+#: Set, with a value of its own, in the environment of each test here: the harnesses it starts
+#: inherit it, so another xdist worker's harnesses are not taken for leftovers of this test.
+TAG_VARIABLE = "NEUROBENCH_RIG_TEST_TAG"
+
+
+@pytest.fixture(autouse=True)
+def tag(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> bytes:
+    value = f"{os.getpid()}-{request.node.name}"
+    monkeypatch.setenv(TAG_VARIABLE, value)
+    return f"{TAG_VARIABLE}={value}".encode()
+
+
+def harness_pids(tag: bytes) -> set[int]:
+    """Running harness processes (their command line starts with the harness's path) that this
+    test started (their environment has its `tag`)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+                if argv0 != os.fsencode(DEFAULT_HARNESS):
+                    continue
+                environ = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if argv0 == os.fsencode(DEFAULT_HARNESS):
+            if tag in environ:
                 pids.add(int(entry.name))
     return pids
 
@@ -55,8 +71,7 @@ def rig_dut(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path) -> None:
-    before = harness_pids()
+def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path, tag: bytes) -> None:
     info = rig_dut("info", "--json")
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout) == {
@@ -78,21 +93,31 @@ def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path) -> None:
     infer = rig_dut("infer", "1")
     assert infer.returncode == 2
     assert "Input is 0 bytes, the model needs 16000" in infer.stderr
-    assert harness_pids() <= before  # every harness of the three runs was killed
+    assert harness_pids(tag) == set()  # every harness of the three runs was killed
 
 
-def test_short_asc_accuracy_pass_through_the_emulated_uno(tmp_path: Path, monkeypatch) -> None:
+def test_short_asc_accuracy_pass_through_the_emulated_uno(tmp_path: Path, monkeypatch,
+                                                          tag: bytes) -> None:
     bench = load_bench(BENCH)
     full = load_test_set(bench)
     one = TestSet(full.inputs[:1], full.labels[:1], full.description + " (the first only)")
     monkeypatch.setattr(asc, "load_test_set", lambda _bench: one)
     events: list = []
-    before = harness_pids()
+    running: set[int] = set()
+
+    def watch(event: object) -> None:
+        events.append(event)
+        if isinstance(event, SampleClassified):
+            running.update(harness_pids(tag))
+
     outcome = measure_asc(bench, device="simavr-io-manager", runs_root=tmp_path / "runs",
-                          subscribers=[events.append], scope="accuracy")
+                          subscribers=[watch], scope="accuracy")
     assert outcome.error is None, outcome.error
-    assert outcome.status == "complete"
-    assert harness_pids() <= before
+    failed = [c for c in outcome.summary.get("checks", []) if c["ok"] is False]
+    assert outcome.status == "complete", failed
+    # The run's harness carried the tag (so one left running would be seen), and none is left.
+    assert len(running) == 1
+    assert harness_pids(tag) == set()
     infos = {e.role: e.info for e in events if isinstance(e, InstrumentInfo)}
     assert infos["io_manager"]["name"] == "neurobench-rig IO manager"
     assert "simavr" in infos["virtual_bench"]["dut"]
