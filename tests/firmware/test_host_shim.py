@@ -86,11 +86,14 @@ class Shim:
     decoder: DutDecoder = field(default_factory=DutDecoder)
     #: The emulated UNO in between, when the test runs through it.
     relay: Relay | None = None
+    #: Deadline for one reply: an emulator, paced by the host's scheduler, gets STALL_S.
+    reply_s: float = REPLY_S
 
     def exchange(self, payload: bytes, until: bytes = READY) -> bytes:
         """Write raw bytes; return what arrives up to and including the `until` ending."""
         self.transport.write(payload)
-        return self.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(until))
+        return self.transport.read_until(time.monotonic() + self.reply_s,
+                                         lambda b: b.endswith(until))
 
     def events(self, payload: bytes, until: bytes = READY) -> list[DutEvent]:
         return self.decoder.feed(self.exchange(payload, until))
@@ -195,11 +198,12 @@ def start_m4(m4_build: dict[str, Path]) -> Iterator[Callable[..., Shim]]:
         except BaseException:
             board.close()
             raise
-        shim = Shim(board, None, transport, DutClient(transport, command_timeout_s=STALL_S))
+        shim = Shim(board, None, transport, DutClient(transport, command_timeout_s=STALL_S),
+                    reply_s=STALL_S)
         started.append(shim)
         board.power_on()  # the port is open: the banner is seen
         if boot:
-            assert shim.client.wait_for_boot(REPLY_S) == "performance"
+            assert shim.client.wait_for_boot(STALL_S) == "performance"
         return shim
 
     yield start
@@ -256,13 +260,13 @@ def bload_ok(shim: Shim, data: bytes) -> None:
 @pytest.mark.parametrize("mode", ["energy", "performance"])
 def test_boot_banner_is_the_reference_firmware_s(start_shim, mode: str) -> None:
     shim = start_shim(mode, boot=False)
-    banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
+    banner = shim.transport.read_until(time.monotonic() + shim.reply_s, lambda b: b.endswith(READY))
     assert banner == f"m-timestamp-mode-{mode}\r\nm-init-done\r\nm-ready\r\n".encode()
 
 
 def test_boot_banner_of_the_cortex_m4_build(start_m4) -> None:
     shim = start_m4(boot=False)  # a performance-mode build
-    banner = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
+    banner = shim.transport.read_until(time.monotonic() + shim.reply_s, lambda b: b.endswith(READY))
     assert banner == b"m-timestamp-mode-performance\r\nm-init-done\r\nm-ready\r\n"
 
 
@@ -579,7 +583,7 @@ def test_sim_bus_energy_infer_declares_exact_acts_and_pulses(on_bus) -> None:
         early += shim.transport.read()
     assert early == b"m-warmup-start-2\r\nm-warmup-done\r\nm-infer-start-5\r\n"
     bench.release.set()
-    rest = shim.transport.read_until(time.monotonic() + REPLY_S, lambda b: b.endswith(READY))
+    rest = shim.transport.read_until(time.monotonic() + shim.reply_s, lambda b: b.endswith(READY))
     # elap: the lap counter at both pulses (µs since power-on), after the window has closed.
     on = NOW_NS - 10**9
     assert rest.startswith(f"m-lap-us-{(t1 - on) // 1000}\r\nm-lap-us-{(t2 - on) // 1000}\r\n"
