@@ -29,8 +29,9 @@ class Pty:
               waiting: Callable[[], AbstractContextManager[object]] | None = None) -> int:
         """Write `data` from the device side; returns how many bytes were dropped.
 
-        A UART does not wait for a reader: what the rig does not read within `patience_s`
-        (or once `stop` is set, or after the pty is closed) is lost, and the count says so.
+        A UART does not wait for a reader: once the rig has read nothing for `patience_s`
+        (or once `stop` is set, or after the pty is closed) the rest is lost, and the count
+        says so. A reader that keeps reading, however slowly (a loaded host), loses nothing.
         `waiting` is entered while it waits for a reader that has stalled (`SimClock.running`).
         """
         view = memoryview(data)
@@ -39,6 +40,7 @@ class Pty:
         while view:
             try:
                 view = view[os.write(self.master, view) :]
+                give_up = time.monotonic() + patience_s
                 continue
             except BlockingIOError:
                 pass
