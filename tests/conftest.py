@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,34 @@ def sim_bench_text() -> str:
     return (REPO / "benches" / "sim.toml").read_text()
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its ended (waited-for) child processes."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """Give each phase's report the CPU its process and ended children used since the last
+    phase (a module fixture's processes count where they end), for the suite's CPU table."""
+    outcome = yield
+    now = _cpu_s()
+    report = outcome.get_result()
+    report.cpu_s = now - item.config.stash.get(_CPU_MARK, now)
+    item.config.stash[_CPU_MARK] = now
+
+
+_CPU_MARK = pytest.StashKey[float]()
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With ``RIG_TEST_REPORT`` set (`make test`), append each phase's outcome and duration
-    for tests/suite_report.py. Under xdist the controller gets every worker's reports."""
+    """With ``RIG_TEST_REPORT`` set (`make test`), append each phase's outcome, duration and
+    CPU for tests/suite_report.py. Under xdist the controller gets every worker's reports."""
     target = os.environ.get("RIG_TEST_REPORT")
     if not target or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller writes
         return
     with open(target, "a", encoding="utf-8") as out:
         out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
-                              "outcome": report.outcome, "duration": report.duration}) + "\n")
+                              "outcome": report.outcome, "duration": report.duration,
+                              "cpu": getattr(report, "cpu_s", None)}) + "\n")

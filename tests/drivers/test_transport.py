@@ -46,7 +46,7 @@ def test_a_device_that_stops_reading_times_the_write_out_after_its_patience() ->
     port = SerialTransport(pty.path, 115200, name="DUT", write_timeout_s=0.3)
     try:
         start = time.monotonic()
-        with pytest.raises(DeviceTimeout, match="DUT: write to .* timed out") as info:
+        with pytest.raises(DeviceTimeout, match=r"DUT: write to .* timed out") as info:
             for _ in range(64):
                 port.write(bytes(1024))
         assert 0.3 <= time.monotonic() - start < 10.0
