@@ -297,15 +297,28 @@ def test_unpowered_dut_ignores_input_and_says_nothing(make_bench) -> None:
     assert bench.client.command("name") == [Name("dut", "neurobench-rig virtual bench"), Ready()]
 
 
-def test_power_cut_mid_inference_times_out_and_the_dut_reboots_cleanly(make_bench) -> None:
+def test_power_cut_mid_inference_times_out_and_the_dut_reboots_cleanly(make_bench,
+                                                                      monkeypatch) -> None:
     bench = make_bench("energy")
     world = bench.world
     before = len(bench.edges())
+    # Cut once the DUT has said m-infer-start (its run registered, both pulses scheduled): a
+    # cut as soon as the pulses are registered can beat that line out, under load.
+    started = threading.Event()
+    write = bench.dut._write
+
+    def write_and_tell(data: bytes) -> None:
+        write(data)
+        if b"m-infer-start" in data:
+            started.set()
+
+    monkeypatch.setattr(bench.dut, "_write", write_and_tell)
+
+    edges_at_cut: list[int] = []
 
     def cut_power_once_the_run_is_registered() -> None:
-        deadline = time.monotonic() + 5.0
-        while len(bench.edges()) < before + 2 and time.monotonic() < deadline:
-            time.sleep(0.001)
+        started.wait(5.0)
+        edges_at_cut.append(len(bench.edges()))
         world.power(False)
 
     cutter = threading.Thread(target=cut_power_once_the_run_is_registered)
@@ -315,7 +328,7 @@ def test_power_cut_mid_inference_times_out_and_the_dut_reboots_cleanly(make_benc
                        match=r"never said m-infer-done for 'infer 10000000 0' within 0\.5 s"):
         bench.client.infer(10_000_000, 0, timeout_s=0.5)
     cutter.join()
-    assert not world.powered
+    assert edges_at_cut == [before + 2] and not world.powered
     # The power cut dropped the end-of-window pulse that was scheduled for the future.
     assert len(bench.edges()) == before + 1
     world.power(True)
