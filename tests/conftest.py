@@ -46,6 +46,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not target or os.environ.get("PYTEST_XDIST_WORKER"):  # the controller writes
         return
     with open(target, "a", encoding="utf-8") as out:
+        worker = getattr(getattr(report, "node", None), "gateway", None)
         out.write(json.dumps({"nodeid": report.nodeid, "when": report.when,
                               "outcome": report.outcome, "duration": report.duration,
-                              "cpu": getattr(report, "cpu_s", None)}) + "\n")
+                              "cpu": getattr(report, "cpu_s", None), "start": report.start,
+                              "worker": getattr(worker, "id", None)}) + "\n")
