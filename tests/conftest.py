@@ -18,6 +18,24 @@ def sim_bench_text() -> str:
     return (REPO / "benches" / "sim.toml").read_text()
 
 
+#: Files holding `serial` tests, as this session deselected them (`RIG_SERIAL_FILES`).
+_serial_files: set[str] = set()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """With ``RIG_SERIAL_FILES`` set (`make test`'s parallel part, ``-m "not serial"``), write
+    the files of the deselected `serial` tests there, one a line, so that the serial part
+    collects only those files. Every worker collects every test, so each writes the same list
+    (whole, by rename: never half a file)."""
+    target = os.environ.get("RIG_SERIAL_FILES")
+    if not target:
+        return
+    _serial_files.update(i.nodeid.split("::")[0] for i in items if i.get_closest_marker("serial"))
+    part = f"{target}.{os.getpid()}"
+    Path(part).write_text("".join(f"{f}\n" for f in sorted(_serial_files)), encoding="utf-8")
+    os.replace(part, target)
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and of its ended (waited-for) child processes."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
