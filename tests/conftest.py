@@ -36,6 +36,10 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
     os.replace(part, target)
 
 
+#: The CPU reading at the end of the last phase (`pytest_runtest_makereport`).
+_CPU_MARK = pytest.StashKey[float]()
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and of its ended (waited-for) child processes."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
@@ -52,9 +56,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = outcome.get_result()
     report.cpu_s = now - item.config.stash.get(_CPU_MARK, now)
     item.config.stash[_CPU_MARK] = now
-
-
-_CPU_MARK = pytest.StashKey[float]()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
