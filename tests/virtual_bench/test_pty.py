@@ -12,13 +12,19 @@ from virtual_bench.pty import Pty
 DATA = bytes(range(256)) * 1024  # 256 KB
 
 
+#: The simulated instruments' patience (virtual_bench WRITE_PATIENCE_S): a loaded CI host has
+#: left a reader thread unscheduled for more than 0.2 s.
+PATIENCE_S = 1.0
+
+
 def read_slowly(fd: int, got: bytearray, stop_after: int | None = None) -> None:
-    """Read 8 KB every 20 ms (~400 KB/s), stopping for good after `stop_after` bytes (or 5 s)."""
-    deadline = time.monotonic() + 5.0
+    """Read 4 KB every 50 ms (~80 KB/s: DATA in ~3.2 s), stopping for good after `stop_after`
+    bytes (or 20 s)."""
+    deadline = time.monotonic() + 20.0
     while (stop_after is None or len(got) < stop_after) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.05)
         try:
-            got += os.read(fd, 8192)
+            got += os.read(fd, 4096)
         except BlockingIOError:
             continue
         if len(got) >= len(DATA):
@@ -33,12 +39,12 @@ def test_a_reader_slower_than_the_patience_but_reading_gets_every_byte() -> None
     reader = threading.Thread(target=read_slowly, args=(pty.slave, got))
     reader.start()
     try:
-        # The whole write takes ~0.6 s, three times the patience: none of it is lost.
-        assert pty.write(DATA, patience_s=0.2) == 0
-        reader.join(10)
+        # The whole write takes ~3.2 s, three times the patience: none of it is lost.
+        assert pty.write(DATA, patience_s=PATIENCE_S) == 0
+        reader.join(30)
         assert bytes(got) == DATA
     finally:
-        reader.join(10)
+        reader.join(30)
         pty.close()
 
 
@@ -50,8 +56,8 @@ def test_a_reader_that_stops_loses_what_it_did_not_read() -> None:
     reader = threading.Thread(target=read_slowly, args=(pty.slave, got, 64 * 1024))
     reader.start()
     try:
-        dropped = pty.write(DATA, patience_s=0.2)
-        reader.join(10)
+        dropped = pty.write(DATA, patience_s=PATIENCE_S)
+        reader.join(30)
         # What was written reached the reader or sits in the pty; the rest was dropped.
         assert len(got) >= 64 * 1024 and dropped > 0
         left = bytearray()
@@ -62,5 +68,5 @@ def test_a_reader_that_stops_loses_what_it_did_not_read() -> None:
                 break
         assert bytes(got + left) == DATA[: len(DATA) - dropped]
     finally:
-        reader.join(10)
+        reader.join(30)
         pty.close()
