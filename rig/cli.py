@@ -28,14 +28,19 @@ COMMANDS += ["worker", "cluster"]
 COMMANDS += ["dashboard"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered, or only `command` where it names
+    one of ours: each subcommand's module imports what its work needs, and the test suite starts
+    hundreds of `rig` processes that each run one subcommand."""
     parser = argparse.ArgumentParser(
         prog="rig", description="NeuroBench system-track bench: measure, analyse, report."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"neurobench-rig {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if command in COMMANDS:
+        importlib.import_module(f"rig.commands.{command}").add_parser(sub)
+        return parser
     for name in COMMANDS:
         module = importlib.import_module(f"rig.commands.{name}")
         module.add_parser(sub)
@@ -48,9 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_named(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (the top level's
+    options, --debug and --version, take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rig` console script."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(command_named(argv))
     args = parser.parse_args(argv)
     try:
         code = int(args.run(args) or 0)

@@ -79,7 +79,7 @@ def test_bench_errors_cover_every_error_of_the_bench() -> None:
 def test_cli_maps_every_layer_to_its_exit_code(error: ActionableError, code: int,
                                                monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    def parser() -> argparse.ArgumentParser:
+    def parser(command: str | None = None) -> argparse.ArgumentParser:
         def run(args: argparse.Namespace) -> int:
             raise error
         p = argparse.ArgumentParser(prog="rig")
@@ -98,7 +98,7 @@ def test_cli_maps_the_firmware_tools_errors(monkeypatch: pytest.MonkeyPatch,
     sys.path.append(str(cli.__file__).rsplit("/rig/", 1)[0])
     from firmware.xylo.spec import SpecError
 
-    def parser() -> argparse.ArgumentParser:
+    def parser(command: str | None = None) -> argparse.ArgumentParser:
         def run(args: argparse.Namespace) -> int:
             raise SpecError("spec.npz: checksum mismatch", hint="write it again")
         p = argparse.ArgumentParser(prog="rig")
