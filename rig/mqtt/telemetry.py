@@ -160,7 +160,8 @@ class PowerSummarizer:
         summary = {
             "t_s": self._first / self._fs,
             "interval_s": self._samples / self._fs,
-            "mean_w": self._sum / self._samples,
+            # the float sum of a flat stretch can put its mean one ulp outside [min, max]
+            "mean_w": min(max(self._sum / self._samples, self._min), self._max),
             "min_w": self._min,
             "max_w": self._max,
             "samples": self._samples,

@@ -106,6 +106,8 @@ class PowerDecimator:
         if not self._parts or self._first is None:
             return
         lows, highs, means = (np.concatenate(p) for p in zip(*self._parts, strict=True))
+        # A flat bin's float mean can come out one ulp above its max: it never leaves the band.
+        means = np.clip(means, lows, highs)
         preview = PowerPreview(
             first_sample=self._first, step=self.step, sample_rate_hz=self.sample_rate,
             min_w=lows.tolist(), max_w=highs.tolist(), mean_w=means.tolist(),

@@ -148,6 +148,17 @@ def test_power_summary_mean_is_sample_weighted():
     assert summary["interval_s"] == pytest.approx(40 / 1e4)
 
 
+def test_a_flat_summarys_mean_stays_inside_its_min_and_max():
+    # three bins of 0.1 W: their float sum over three is 0.10000000000000002, above the max
+    assert (0.1 + 0.1 + 0.1) / 3 > 0.1
+    now = [0.0]
+    s = PowerSummarizer(rate_hz=10.0, clock=lambda: now[0])
+    assert s.add(preview(0, 3, 1, 1e3, 0.1)) == []
+    [summary] = s.flush()
+    assert summary["min_w"] <= summary["mean_w"] <= summary["max_w"]
+    assert summary["mean_w"] == 0.1 and summary["samples"] == 3
+
+
 # -- the queue's accounting with no broker -------------------------------------------------------
 def test_unreachable_broker_costs_only_counted_telemetry():
     port = free_port()  # nothing listens there

@@ -183,6 +183,17 @@ def test_a_gap_mid_bin_with_nothing_whole_pending_emits_nothing() -> None:
     assert previews[0].mean_w == pytest.approx(SLOPE * (10 + 5 * np.arange(20) + 2), rel=1e-12)
 
 
+def test_a_flat_bins_mean_stays_inside_its_min_and_max() -> None:
+    # six samples of 0.7 W: their float mean is 0.7000000000000001, one ulp above the max
+    assert np.full(6, 0.7).mean() > 0.7
+    dec, previews = collect(1000.0, bin_s=0.006)
+    feed(dec, np.full(600, 0.7), [7])
+    dec.flush()
+    _, lows, highs, means = bins(previews)
+    assert len(means) == 100
+    assert (lows == 0.7).all() and (highs == 0.7).all() and (means == 0.7).all()
+
+
 def test_nan_stays_in_its_own_bin() -> None:
     power = ramp(0, 200)
     power[23] = np.nan  # bin 4 = samples [20, 25)
