@@ -44,9 +44,10 @@ def make_dut() -> Iterator[Callable[..., SimDut]]:
         dut.start()
         duts.append(dut)
         if power:
-            dut.world.power(True)
-            # Let it boot and say its banner to someone, so that the CLI meets a quiet DUT.
+            # Let it boot and say its banner to someone, so that the CLI meets a quiet DUT. The
+            # port is open before the power, so the banner cannot go before anyone listens.
             with DutClient(SerialTransport(dut.path, 115200)) as client:
+                dut.world.power(True)
                 client.wait_for_boot(5.0)
         return dut
 
