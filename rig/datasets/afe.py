@@ -22,7 +22,6 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import os
 import struct
 import time
 import types
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from protocols.errors import ProtocolError
-from rig.datasets.dcase import resample
+from rig.datasets.dcase import resample, save_npz
 from rig.errors import RigError
 
 #: Channels of the Xylo Audio 2 front end.
@@ -192,12 +191,8 @@ def cached_afe(audio: np.ndarray, rate_hz: int, cache_dir: Path, name: str,
         except (OSError, ValueError, KeyError):
             pass  # unreadable cache: simulate again and overwrite it
     result = simulate_afe(audio, rate_hz, config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        np.savez(f, rasters=result.rasters, hardware_time_s=result.hardware_time_s,
-                 sim_host_s=result.sim_host_s, key=np.array(key))
-    os.replace(tmp, path)  # rename last: a killed run never leaves a cache that looks valid
+    save_npz(path, rasters=result.rasters, hardware_time_s=result.hardware_time_s,
+             sim_host_s=result.sim_host_s, key=np.array(key))
     return result
 
 

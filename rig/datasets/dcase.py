@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import wave
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -300,13 +301,24 @@ def convert_split(root: Path, split: str, rate_hz: int, key: str = "") -> AscSpl
 
 
 def _save_cache(path: Path, s: AscSplit) -> None:
-    """Write then rename, so a killed conversion never leaves a half cache that looks valid."""
+    save_npz(path, audio=s.audio, labels=s.labels, clip_index=s.clip_index,
+             filenames=np.array(s.filenames, dtype=str), key=np.array(s.key))
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """Write `arrays` to `path` (.npz) through a file of this writer's own, then rename it: a
+    killed writer never leaves a cache that looks valid, and two filling the same cache at once
+    (two runs, or a sweep's workers, on one host) cannot write into each other's file; the
+    last rename wins, whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "wb") as f:
-        np.savez(f, audio=s.audio, labels=s.labels, clip_index=s.clip_index,
-                 filenames=np.array(s.filenames, dtype=str), key=np.array(s.key))
-    os.replace(tmp, path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 # ---------------------------------------------------------------------------- info

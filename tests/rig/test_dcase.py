@@ -221,3 +221,41 @@ def test_cli_info_on_a_missing_folder_exits_2(tmp_path: Path,
     assert main(["dataset", "info", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "fold1_train.csv" in err
+
+
+def test_two_writers_of_one_cache_file_cannot_write_into_each_others(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    """A second writer (another run on the host: here a thread) fills the same cache file while
+    the first is writing: each writes its own file, both finish, the last rename wins whole."""
+    import threading
+
+    path = tmp_path / "cache" / "split.npz"
+    savez = np.savez
+    calls = []
+
+    def savez_with_a_second_writer(f, **arrays):
+        calls.append(arrays["x"][0])
+        if len(calls) == 1:  # the first writer, half way: the second writes the whole file
+            other = threading.Thread(target=dcase.save_npz, args=(path,),
+                                     kwargs={"x": np.full(1000, 2.0)})
+            other.start()
+            other.join()
+        savez(f, **arrays)
+
+    monkeypatch.setattr(np, "savez", savez_with_a_second_writer)
+    dcase.save_npz(path, x=np.full(1000, 1.0))
+    assert calls == [1.0, 2.0]
+    with np.load(path) as z:
+        assert (z["x"] == 1.0).all()  # the first writer renamed last: its file, whole
+    assert [p.name for p in path.parent.iterdir()] == ["split.npz"]  # no .partial left
+
+
+def test_a_writer_that_fails_leaves_no_partial_file(tmp_path: Path, monkeypatch) -> None:
+    def savez_fails(f, **arrays):
+        f.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", savez_fails)
+    with pytest.raises(OSError, match="No space"):
+        dcase.save_npz(tmp_path / "split.npz", x=np.zeros(3))
+    assert list(tmp_path.iterdir()) == []
