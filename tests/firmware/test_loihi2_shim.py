@@ -239,6 +239,18 @@ def test_a_solve_of_even_steps_ends_within_0_8_step_early_and_0_2_late(fraction:
     assert bounds[-1] == (want, want * step) and measured == pytest.approx(step / 1e9)
 
 
+def test_a_stale_step_estimate_longer_than_the_timeout_does_not_stop_the_first_step() -> None:
+    """CI: the previous solves on a loaded host raised the estimate to 13.5 ms; a 10 ms solve
+    then stopped before its first step and ran 0 s. The first step runs and measures 20 us."""
+    from firmware.loihi2.shim import solve_until
+
+    step = 20_000
+    net = SteppedNetwork([step], max_steps=100_000)
+    elapsed, bounds, measured = solve_until(net, 0.01, 13.5e-3, clock=net.clock)
+    assert (net.steps, elapsed) == (500, 500 * step)  # 0.01 s of 20 us steps, closed form
+    assert bounds[1] == (1, step) and measured == pytest.approx(step / 1e9)
+
+
 def test_a_slow_last_step_is_not_started_with_less_than_0_8_step_left() -> None:
     """CI's overrun: 0.7 of a step left, and the step the old rule (stop under half a step)
     took then ran 3x the mean; the solve overshot by more than a step. Now it ends there, 0.7
