@@ -62,7 +62,7 @@ class SerialTransport:
                 f"{self.name}: write to {self.url} timed out",
                 hint="the device is not reading its port; check that it is powered and running",
             ) from exc
-        except (serial.SerialException, OSError) as exc:
+        except _FLUSH_ERRORS as exc:  # the drain after the write raises termios.error
             raise PortError(
                 f"{self.name}: write to {self.url} failed: {exc}", hint=_GONE_HINT
             ) from exc

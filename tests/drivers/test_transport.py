@@ -40,6 +40,19 @@ def test_flushing_an_unplugged_device_raises_port_error(transport, monkeypatch) 
     assert "reconnect" in info.value.hint
 
 
+def test_a_device_unplugged_between_the_write_and_its_drain_raises_port_error(
+        transport, monkeypatch) -> None:
+    """CI: the runner window's port vanished after `write` took the bytes; pyserial's flush
+    (tcdrain) raised termios.error, which is no OSError, and the window showed a traceback."""
+    def unplugged(fd: int) -> None:
+        raise termios.error(5, "Input/output error")
+
+    monkeypatch.setattr(termios, "tcdrain", unplugged)
+    with pytest.raises(PortError, match=r"DUT: write to .* failed: .*Input/output error") as info:
+        transport.write(b"infer 10 1%")
+    assert "reconnect" in info.value.hint
+
+
 def test_a_device_that_stops_reading_times_the_write_out_after_its_patience() -> None:
     # Nobody reads the pty's other side: it takes ~16 KB, then the write waits.
     pty = Pty()
