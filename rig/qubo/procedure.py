@@ -229,6 +229,7 @@ def fixed_timeout_point(
         "improvements": [[float(t), int(c)] for t, c in result.improvements],
         "tts": time_to_solution(result, target_cost, power_w=reading.power_w),
         "load_s": None if result.load_s is None else float(result.load_s),
+        "solver_cpu_s": None if result.cpu_s is None else float(result.cpu_s),
         "result": result,
     }
 

@@ -78,6 +78,8 @@ class SolveResult:
     starting the seeded network), by the SUT's clock, None where the SUT does not say.
     `power_w` and `energy_j` are the SUT's own average power over the solve and the energy it
     gives over `elapsed_s` (the Loihi 2 profiler), None where the SUT does not measure them.
+    `cpu_s` is the CPU time the solver's thread got over `elapsed_s` (CPU SUTs; None elsewhere):
+    well under `elapsed_s`, the host kept the solver waiting, so its result understates the SUT.
     """
 
     best_cost: int
@@ -89,6 +91,7 @@ class SolveResult:
     load_s: float | None = None
     power_w: float | None = None
     energy_j: float | None = None
+    cpu_s: float | None = None
 
 
 class QuboSut(Protocol):
@@ -272,6 +275,7 @@ def _solve_in_worker(
     n = workload.nodes
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
+    cpu0 = time.thread_time()
     deadline = t0 + timeout_s
     best = np.zeros(n, dtype=bool)  # the trivial state, cost 0, is where every solve starts
     best_cost = 0
@@ -294,7 +298,7 @@ def _solve_in_worker(
         if c < best_cost:
             best, best_cost = state, c
             conn.send(("improve", t, c, _pack(state)))
-    conn.send(("done", time.perf_counter() - t0, steps))
+    conn.send(("done", time.perf_counter() - t0, steps, time.thread_time() - cpu0))
 
 
 def exit_with_parent(poll_s: float = PARENT_POLL_S) -> threading.Thread:
@@ -459,14 +463,15 @@ class CpuSut:
                 improvements.append((float(t), int(c)))
                 best_state = _unpack(packed, n)
             elif reply[0] == "done":
-                _, elapsed, steps = reply
+                _, elapsed, steps, cpu_s = reply
                 break
         if best_state is None:
             raise SutError(f"{self.name} finished without any state",
                            hint="the worker is broken: report this")
         best_cost = improvements[-1][1]
         return SolveResult(best_cost, best_state, improvements, float(elapsed), "sut",
-                           int(steps) if self._algorithm == "sa" else None, self._load_s)
+                           int(steps) if self._algorithm == "sa" else None, self._load_s,
+                           cpu_s=float(cpu_s))
 
     def _receive(self, deadline: float, what: str) -> tuple | None:
         """The worker's next message, or None if it sent none by `deadline`."""

@@ -250,7 +250,9 @@ class QuboPointMeasured(Event):
     the SUT's load before the solve's clock started (None if not measured), never in `elapsed_s`.
     `energy_j` is the solve's energy (average power x `elapsed_s`, or the SUT's own figure), None
     without power; `power_source` names what measured the power ("rapl", "loihi-profiler", ...;
-    "loihi-profiler (SIMULATED)" for the Loihi 2 shim's stand-in).
+    "loihi-profiler (SIMULATED)" for the Loihi 2 shim's stand-in). `solver_cpu_s` is the CPU
+    time a CPU SUT's solver got over `elapsed_s` (None for other SUTs): well under it, the host
+    was loaded and the point understates the SUT.
     """
 
     kind: ClassVar[str] = "qubo_point"
@@ -274,6 +276,7 @@ class QuboPointMeasured(Event):
     load_s: float | None = None
     energy_j: float | None = None
     power_source: str = ""
+    solver_cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
