@@ -11,6 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# As `rig` itself does (rig.cli.main): the processes tests start directly (the virtual bench,
+# the instruments' stand-ins) then skip OpenBLAS's spinning threads too.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 @pytest.fixture
 def sim_bench_text() -> str:

@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from rig.bench.broker import PASSWORD_ENV, MqttSettings, check_rig_name, resolve
@@ -22,6 +20,9 @@ from rig.errors import ConfigError
 from rig.mqtt.board import Board
 from rig.mqtt.connection import client
 from rig.mqtt.session import started
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 #: `rig mqtt watch` takes its broker from here when --mqtt is not given.
 URL_ENV = "RIG_MQTT_URL"
@@ -89,6 +90,12 @@ def run_watch(args: argparse.Namespace) -> int:
     settings = resolve(None, url=url, rig="watch", password_file=args.mqtt_password_file,
                        ca_file=args.mqtt_ca)
     board = Board(args.rig)
+    # Imported here, as `rig measure` and `rig sweep` import this module for their --mqtt
+    # options: asyncio alone costs them ~30 ms at every start.
+    import asyncio
+
+    from rich.live import Live
+
     try:
         import aiomqtt
     except ImportError as exc:
@@ -117,6 +124,8 @@ def run_watch(args: argparse.Namespace) -> int:
 
 async def _watch(settings: MqttSettings, board: Board,
                  args: argparse.Namespace, live: Live | None) -> None:
+    import asyncio
+
     async with client(settings, f"watch-{os.getpid()}", timeout=5) as mqtt:
         for topic in board.subscriptions():
             await mqtt.subscribe(topic, qos=1)

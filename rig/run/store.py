@@ -26,13 +26,8 @@ import platform
 import socket
 import sys
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from rig.errors import ConfigError, StorageError
 from rig.run.events import (
@@ -78,6 +73,8 @@ _ROW_EVENTS = {
 
 def software_versions() -> dict[str, str]:
     """Versions of Python and of every package a measurement depends on."""
+    from importlib import metadata  # ~50 ms to import: only a new run needs it
+
     versions = {"python": sys.version.split()[0]}
     for dist in ("neurobench-rig", "numpy", "pyserial", "pyjls", "pyarrow", "rich"):
         try:
@@ -241,6 +238,12 @@ def result_row(event: Event) -> dict[str, Any] | None:
 
 def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool) -> None:
     """results.parquet and results.csv: one row per measurement, union of columns."""
+    # Imported here: pyarrow costs ~0.1 s of CPU to import, and most `rig` commands that read
+    # run folders never write a table.
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
     columns: list[str] = ["kind"]
     for row in rows:
         columns += [k for k in row if k not in columns]

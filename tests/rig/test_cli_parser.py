@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 
@@ -68,3 +69,30 @@ def test_a_typo_lists_every_command() -> None:
     assert "invalid choice: 'measur'" in out.stderr
     for name in [*cli.COMMANDS, "view", "gui"]:
         assert name in out.stderr
+
+
+def run_rig_in(code: str, env: dict[str, str]) -> dict:
+    """Run `rig show --help` through cli.main in a fresh interpreter, then `code`; its JSON."""
+    script = ("import json, os, sys\nfrom rig import cli\ntry:\n    cli.main(['show', '--help'])\n"
+              "except SystemExit as e:\n    assert e.code == 0, e.code\n" + code)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_reading_a_run_does_not_import_what_only_writing_or_mqtt_needs() -> None:
+    loaded = run_rig_in("print(json.dumps(sorted(sys.modules)))", dict(os.environ))
+    for costly in ("pyarrow", "asyncio", "importlib.metadata", "aiomqtt"):
+        assert costly not in loaded, costly
+
+
+@pytest.mark.parametrize(("given", "threads"), [(None, 1), ("2", 2)])
+def test_numpy_in_rig_starts_no_blas_threads_unless_asked(given: str | None, threads: int) -> None:
+    """OpenBLAS's threads (one per extra core, each spinning ~0.1 s of CPU) are off in `rig`
+    and what it starts; a value the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    seen = run_rig_in("import numpy\nprint(json.dumps({'env': os.environ['OPENBLAS_NUM_THREADS'],"
+                      " 'threads': len(os.listdir('/proc/self/task'))}))", env)
+    assert seen == {"env": given or "1", "threads": threads}
