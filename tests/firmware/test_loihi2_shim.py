@@ -261,3 +261,16 @@ def test_a_slow_last_step_is_not_started_with_less_than_0_8_step_left() -> None:
     net = SteppedNetwork([step] * 20 + [3 * step])
     elapsed, _, _ = solve_until(net, 20.7 * step / 1e9, step / 1e9, clock=net.clock)
     assert (net.steps, elapsed) == (20, 20 * step)
+
+
+def test_self_test_solves_a_small_qubo_and_says_so() -> None:
+    """`make lava-env` ends with `shim.py --self-test`: a 4-variable MIS (the path 0-1-2-3,
+    optimum -2: two nodes apart) loaded and solved, seeded, for 300 steps; exit 0 at the
+    optimum."""
+    done = subprocess.run([str(LAVA_PYTHON), str(SHIM), "--self-test"], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, RIG_LOIHI2_BACKEND="CPU"))
+    line = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0, (line, done.stderr[-2000:])
+    assert line.startswith("loihi2 shim self-test: Lava CPU backend, ") and line.endswith(": ok")
+    assert "301 steps" in line  # the load's step and 300
+    assert "best cost -2 (optimum -2)" in line  # -2: nodes {0, 2}, {1, 3} or {0, 3}
