@@ -16,6 +16,20 @@ REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def rig_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One RIG_CACHE (converted datasets, AFE rasters) for the session, shared by its xdist
+    workers: each XyloSim run with a cold cache spent ~7 s of CPU making the same set and
+    rasters again. Never the user's ~/.cache. (Cache writers rename whole files and folders
+    into place, so workers filling it at once is safe; tests of the cache itself use their own.)
+    """
+    base = tmp_path_factory.getbasetemp()
+    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "rig-cache"
+    path.mkdir(exist_ok=True)
+    os.environ["RIG_CACHE"] = str(path)
+    return path
+
+
 @pytest.fixture
 def sim_bench_text() -> str:
     """The shipped virtual-bench file's text, to derive variants from."""

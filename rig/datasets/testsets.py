@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +59,8 @@ def load_test_set(bench: Bench) -> TestSet:
     from rig.datasets import afe, dcase  # Rockpool and scipy only for these datasets
 
     if cfg.name == "synthetic-dcase":
-        root = cache_root() / "datasets" / f"{dcase.SYNTHETIC_DIRNAME}-seed{cfg.seed}"
-        if not (root / "evaluation_setup").is_dir():
-            clips = max(1, -(-cfg.samples_per_class // 10))  # ten 1 s slices per clip
-            dcase.make_synthetic_dcase(root, clips_per_class=clips, seed=cfg.seed)
+        clips = max(1, -(-cfg.samples_per_class // 10))  # ten 1 s slices per clip
+        root = synthetic_dcase_cached(clips, cfg.seed)
     else:
         root = Path(cfg.path)
         if not root.is_dir():
@@ -82,6 +82,33 @@ def load_test_set(bench: Bench) -> TestSet:
         preprocess_host_s=np.asarray(result.sim_host_s, dtype=float),
         preprocess_method="Xylo Audio 2 AFE (simulated; hardware time = audio duration)",
     )
+
+
+def synthetic_dcase_cached(clips_per_class: int, seed: int) -> Path:
+    """The cache's synthetic DCASE set with this many clips per class, made if missing.
+
+    Its folder names the clip count (a set made for fewer samples is not reused for more). It
+    is made in a private folder and renamed into place whole, so a process never reads half a
+    set: not one a run interrupted, nor one another process (a sweep's other worker, the
+    runner window) is still writing. Of two making it at once, the first rename wins.
+    """
+    from rig.datasets import dcase
+
+    name = f"{dcase.SYNTHETIC_DIRNAME}-seed{seed}-{clips_per_class}clips"
+    root = cache_root() / "datasets" / name
+    if root.is_dir():
+        return root
+    partial = root.with_name(f"{root.name}.partial-{os.getpid()}-{threading.get_ident()}")
+    try:
+        dcase.make_synthetic_dcase(partial, clips_per_class=clips_per_class, seed=seed)
+        try:
+            os.rename(partial, root)
+        except OSError:
+            if not root.is_dir():  # not another writer's finished set: a real failure
+                raise
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return root
 
 
 def _per_class(labels: np.ndarray, per_class: int) -> np.ndarray:

@@ -75,7 +75,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                         f'spec = "{model}"').replace("samples_per_class = 10",
                                                      "samples_per_class = 1")
     (root / "xylo.toml").write_text(text)
-    env = dict(os.environ, RIG_CACHE=str(root / "cache"))
+    env = dict(os.environ)  # RIG_CACHE: the session's (conftest)
     proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(root / "xylo.toml"),
                            "--runs-dir", str(root / "xylo")], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)

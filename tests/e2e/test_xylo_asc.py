@@ -30,7 +30,7 @@ def test_xylo_asc_times_preprocessing_and_inference_apart(tmp_path: Path) -> Non
                                                      "samples_per_class = 1")
     bench = tmp_path / "xylo.toml"
     bench.write_text(text)
-    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"))
+    env = dict(os.environ)  # RIG_CACHE: the session's (conftest)
     proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
                            str(tmp_path / "runs"), "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -85,7 +85,7 @@ def test_hdk_power_rails_give_idle_active_dynamic(tmp_path: Path) -> None:
             .replace('voltage_limit_v = 3.3', 'voltage_limit_v = 3.3\nsimulated = true'))
     bench = tmp_path / "xylo-hdk.toml"
     bench.write_text(text)
-    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"),
+    env = dict(os.environ,
                RIG_XYLO_STAND_IN_RAILS=json.dumps({"idle_uw": IDLE_UW, "active_uw": ACTIVE_UW}))
     proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(bench), "--runs-dir",
                            str(tmp_path / "runs"), "--json"], cwd=REPO, env=env,

@@ -259,3 +259,78 @@ def test_a_writer_that_fails_leaves_no_partial_file(tmp_path: Path, monkeypatch)
     with pytest.raises(OSError, match="No space"):
         dcase.save_npz(tmp_path / "split.npz", x=np.zeros(3))
     assert list(tmp_path.iterdir()) == []
+
+
+def set_cache(monkeypatch: pytest.MonkeyPatch, root: Path) -> Path:
+    monkeypatch.setenv("RIG_CACHE", str(root))
+    return root / "datasets"
+
+
+def test_a_set_made_for_fewer_samples_is_not_reused_for_more(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    """ten 1 s slices per clip: 10 samples per class need 1 clip, 11 need 2. The old cache
+    folder had no clip count in its name, so 11 got the 10 of the set made first."""
+    from rig.datasets.testsets import synthetic_dcase_cached
+
+    sets = set_cache(monkeypatch, tmp_path)
+    one, two = synthetic_dcase_cached(1, 0), synthetic_dcase_cached(2, 0)
+    assert one != two and sorted(p.name for p in sets.iterdir()) == sorted([one.name, two.name])
+    for root, clips in ((one, 1), (two, 2)):
+        split = dcase.load_split(root, "test", synthetic.RATE_HZ)
+        assert np.bincount(split.labels).tolist() == [10 * clips] * len(synthetic.CLASSES)
+    assert synthetic_dcase_cached(2, 0) == two  # made once
+
+
+def test_a_set_interrupted_while_written_is_not_left_for_the_next_run(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    from rig.datasets import testsets
+
+    sets = set_cache(monkeypatch, tmp_path)
+    real, written = dcase.write_wav, []
+
+    def unplugged(path, *args, **kwargs):
+        if len(written) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the set
+        written.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(dcase, "write_wav", unplugged)
+    with pytest.raises(KeyboardInterrupt):
+        testsets.synthetic_dcase_cached(1, 0)
+    assert len(written) == 3 and not any(sets.iterdir())  # neither the set nor its draft
+    monkeypatch.setattr(dcase, "write_wav", real)
+    root = testsets.synthetic_dcase_cached(1, 0)
+    assert len(list((root / "audio").iterdir())) == 2 * len(synthetic.CLASSES)  # train + test
+
+
+def test_two_processes_making_one_set_at_once_both_read_it_whole(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    """Two writers in step (each held after its first file until both have one): the first
+    rename wins, the second finds the set there, and each reads all of it."""
+    import threading
+
+    from rig.datasets import testsets
+
+    sets = set_cache(monkeypatch, tmp_path)
+    real, both = dcase.write_wav, threading.Barrier(2, timeout=30)
+    firsts: set[int] = set()
+
+    def in_step(path, *args, **kwargs):
+        out = real(path, *args, **kwargs)
+        if threading.get_ident() not in firsts:
+            firsts.add(threading.get_ident())
+            both.wait()
+        return out
+
+    monkeypatch.setattr(dcase, "write_wav", in_step)
+    roots: list[Path] = []
+    threads = [threading.Thread(target=lambda: roots.append(testsets.synthetic_dcase_cached(1, 7)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(roots) == 2 and roots[0] == roots[1]
+    assert [p.name for p in sets.iterdir()] == [roots[0].name]  # no draft left behind
+    split = dcase.load_split(roots[0], "test", synthetic.RATE_HZ)
+    assert np.bincount(split.labels).tolist() == [10] * len(synthetic.CLASSES)

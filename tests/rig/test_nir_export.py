@@ -154,7 +154,7 @@ def test_a_bench_running_the_graph_scores_every_sample_like_the_spec(tmp_path: P
         "samples_per_class = 10", "samples_per_class = 1").replace(
         "runs = 5", "runs = 1").replace("min_run_s = 10.0", "min_run_s = 1.0")
     assert 'spec = "../firmware/xylo/models/asc_synthetic.npz"' in text
-    env = dict(os.environ, RIG_CACHE=str(tmp_path / "cache"))
+    env = dict(os.environ)  # RIG_CACHE: the session's (conftest)
     samples = {}
     for name, spec in (("npz", SHIPPED_XYLO), ("nir", graph)):
         bench = tmp_path / f"xylo-{name}.toml"
