@@ -241,8 +241,11 @@ def test_a_bench_file_with_an_error_is_a_message(window, tmp_path: Path) -> None
 def test_a_dut_that_answers_e_is_a_message_and_the_folder_is_kept(window, qtbot, tmp_path: Path
                                                                   ) -> None:
     # Spike rasters for a DUT whose model takes audio: the DUT itself refuses (`e-[...]`).
+    # One sample per class: the AFE simulation of a set takes ~1 s of CPU per sample, and the
+    # refusal comes at the first.
     path = bench_variant(tmp_path, "rasters",
-                         d=('name = "synthetic-asc"', 'name = "synthetic-dcase"'))
+                         d=('name = "synthetic-asc"', 'name = "synthetic-dcase"'),
+                         n=("samples_per_class = 10", "samples_per_class = 1"))
     w = window()
     assert w.bench_panel.load(path)
     click_start(qtbot, w)
