@@ -25,7 +25,8 @@ run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtua
 
 # The suite in two parts: everything not marked `serial` on $(TEST_WORKERS) xdist workers (whole
 # files to a worker, so module fixtures are built once; three on two cores, because many e2e
-# tests wait on a simulated or emulated device rather than compute), then the `serial` tests
+# tests wait on a simulated or emulated device rather than compute; files in the conftest's
+# order, the `slow` ones first, not xdist's by number of tests), then the `serial` tests
 # alone (timing-sensitive: README, "Tests"), collected from the files the first part found them
 # in (tests/conftest.py lists them; without the list, from the whole tree: collecting all 2800
 # tests again took 8 of the serial part's 18 s). Both always run; tests/suite_report.py then
@@ -40,7 +41,7 @@ test:  ## Install test deps, build the shims, run the suite.
 	$(BIN)/ruff check .
 	@mkdir -p build && rm -f $(TEST_REPORT) $(SERIAL_FILES); status=0; \
 	RIG_TEST_REPORT=$(TEST_REPORT) RIG_SERIAL_FILES=$(SERIAL_FILES) $(BIN)/python -m pytest -q \
-		-n $(TEST_WORKERS) --dist loadfile -m "not serial" || status=$$?; \
+		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
 	RIG_TEST_REPORT=$(TEST_REPORT) $(BIN)/python -m pytest -q -m serial \
 		$$(cat $(SERIAL_FILES) 2>/dev/null); serial=$$?; \
 	[ $$status != 0 ] || status=$$serial; \
