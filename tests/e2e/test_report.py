@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.requires import needs
+
 from .runs import REPO, RIG, bench_variant, only_run, run_rig
 
-pytestmark = pytest.mark.slow
-pytest.importorskip("matplotlib")
-pytest.importorskip("weasyprint")
+pytestmark = [pytest.mark.slow, needs("matplotlib", "weasyprint")]
 
 REQUIRED = ("System architecture", "Algorithm", "Workflow", "Latency measurement",
             "Power measurement", "Results")

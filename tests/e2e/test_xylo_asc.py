@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.requires import needs
+
 from .runs import REPO, RIG
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs("rockpool", "xylosim")]
 
 MODEL = REPO / "firmware" / "xylo" / "models" / "asc_synthetic.npz"
 

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-pytest.importorskip("scipy")
-
 from firmware.xylo.spec import load_spec
 from rig.datasets import afe, synthetic
 from rig.model import xylo
+from tests.requires import needs
+
+pytestmark = needs("rockpool", "xylosim", "scipy")
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "firmware" / "xylo" / "models" / "asc_synthetic.npz"

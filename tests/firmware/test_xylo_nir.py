@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-pytest.importorskip("nir")
+from tests.requires import needs
+
+pytest.importorskip("nir")  # imported below, at module level
 
 import nir
 
@@ -43,6 +43,8 @@ from firmware.xylo.spec import SpecError, XyloSpec, load_spec
 from protocols.errors import ActionableError
 from rig.datasets import afe, synthetic
 from rig.model.xylo import run_xylo
+
+pytestmark = needs("rockpool", "xylosim")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "firmware" / "xylo" / "shim.py"

@@ -18,9 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-
 from drivers.dut.client import DutClient
 from drivers.errors import DutError
 from drivers.process import ProcessTransport
@@ -35,6 +32,9 @@ from firmware.xylo.spec import (
     load_spec,
     save_spec,
 )
+from tests.requires import needs
+
+pytestmark = needs("rockpool", "xylosim")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIM = REPO / "firmware" / "xylo" / "shim.py"

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-
 from rig.model import xylo
 from rig.model.xylo import Candidate, Rasters, TrainConfig
 from rig.report.models import describe_asc_model
+from tests.requires import needs
+
+pytestmark = needs("rockpool", "xylosim")
 
 TINY = TrainConfig(hidden_sizes=(8, 16), ridges=(0.01, 1.0), seed=0, val_fraction=0.25,
                    val_seed=0)

@@ -8,13 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("rockpool")
-pytest.importorskip("xylosim")
-pytest.importorskip("nir")
+from tests.requires import needs
+
+pytest.importorskip("nir")  # imported below, at module level
 
 import nir
 
 from rig.cli import main
+
+pytestmark = needs("rockpool", "xylosim")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_XYLO = REPO / "firmware" / "xylo" / "models" / "asc_synthetic.npz"
