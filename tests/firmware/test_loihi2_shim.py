@@ -8,7 +8,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -29,6 +28,14 @@ pytestmark = pytest.mark.skipif(
 #: The workload: 20 nodes, density 0.25 (NeuroBench's m = 0.5 * density * n^2 edges), graph seed
 #: 2; with solver seed 2 the CPU backend finds the optimum at step 60 (seeded, so repeatable).
 NODES, EDGES, GRAPH_SEED, SOLVER_SEED = 20, 50, 2, 2
+
+
+def graph_edges() -> np.ndarray:
+    """The test graph's edges (networkx's G(n, m), as NeuroBench draws its graphs), sorted."""
+    import networkx as nx  # here, not at collection: every xdist worker would import it
+
+    graph = nx.gnm_random_graph(NODES, EDGES, seed=GRAPH_SEED)
+    return np.array(sorted(graph.edges), dtype=np.int64)
 
 
 def mis_terms(nodes: int, edges: np.ndarray) -> np.ndarray:
@@ -77,8 +84,7 @@ def test_boot_caps_and_identity(shim: DutClient) -> None:
 
 
 def test_a_20_node_mis_is_solved_to_its_exact_optimum(shim: DutClient) -> None:
-    graph = nx.gnm_random_graph(NODES, EDGES, seed=GRAPH_SEED)
-    edges = np.array(sorted(graph.edges), dtype=np.int64)
+    edges = graph_edges()
     costs = all_costs(NODES, edges)
     optimum = int(costs.min())
     assert optimum == -9  # this graph's maximum independent set has 9 nodes
@@ -137,8 +143,7 @@ def test_the_stand_in_profiler_reports_its_power_and_says_it_is_simulated() -> N
     try:
         assert client.negotiate() == frozenset({"bload", "qubo", "rcrc", "power", "simpower"})
         assert "SIMULATED" in client.identify().vendor
-        graph = nx.gnm_random_graph(NODES, EDGES, seed=GRAPH_SEED)
-        edges = np.array(sorted(graph.edges), dtype=np.int64)
+        edges = graph_edges()
         client.qubo_load(NODES, mis_terms(NODES, edges))
         elapsed_us = client.qubo_solve(200_000, SOLVER_SEED, deadline_s=60)
         result = client.qubo_result()

@@ -17,16 +17,19 @@ from pathlib import Path
 from PySide6 import QtCore
 from serial.tools.list_ports_common import ListPortInfo
 
-from gui.runner import RunnerWindow, report_folder
 from rig.bench.config import load_bench
 from rig.errors import ConfigError
 from rig.report.runs import run_summary
 from rig.run.store import load_run
 from rig.run.summary import asc_figure_rows
 from tests.e2e.runs import REPO, TRUTH, bench_variant, only_run, run_rig, sim_children
+from tests.requires import LazyModule
 from virtual_bench.bench import VirtualBench
 from virtual_bench.description import load_description
 from virtual_bench.pty import Pty
+
+# pyqtgraph (1-2 s cold) only when a test here runs, not in every xdist worker at collection.
+gui_runner = LazyModule("gui.runner")
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +42,8 @@ def window(qtbot, tmp_path: Path):
     """A runner window on tmp runs; a run still going at the end is stopped (DUT off)."""
     made = []
 
-    def make(**kwargs) -> RunnerWindow:
-        w = RunnerWindow(runs_root=tmp_path / "runs", hotplug=False, **kwargs)
+    def make(**kwargs) -> gui_runner.RunnerWindow:
+        w = gui_runner.RunnerWindow(runs_root=tmp_path / "runs", hotplug=False, **kwargs)
         qtbot.addWidget(w)
         w.show()
         made.append(w)
@@ -53,11 +56,11 @@ def window(qtbot, tmp_path: Path):
             qtbot.waitUntil(lambda w=w: not w.running, timeout=RUN_MS)
 
 
-def click_start(qtbot, w: RunnerWindow) -> None:
+def click_start(qtbot, w: gui_runner.RunnerWindow) -> None:
     qtbot.mouseClick(w.start_button, QtCore.Qt.MouseButton.LeftButton)
 
 
-def wait_end(qtbot, w: RunnerWindow) -> None:
+def wait_end(qtbot, w: gui_runner.RunnerWindow) -> None:
     qtbot.waitUntil(lambda: w.last_end is not None and not w.running, timeout=RUN_MS)
 
 
@@ -331,7 +334,7 @@ def test_make_report_writes_it_and_links_it(window, qtbot, sim_run) -> None:
     qtbot.waitUntil(lambda: w.last_report is not None or w.banner_level == "error",
                     timeout=RUN_MS)
     assert w.banner_level == "info", w.banner_text()
-    out = report_folder(run)
+    out = gui_runner.report_folder(run)
     assert out == run.parent.parent / "reports" / run.name
     md = (out / "report.md").read_text()
     assert "45.00 µJ" in md and (out / "report.html").is_file()

@@ -22,9 +22,6 @@ from pathlib import Path
 
 from PySide6 import QtGui
 
-from gui.live_plot import POWER_COLOUR
-from gui.results_panel import VERDICT_STYLE
-
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path("/tmp/runner-shots")
 
@@ -153,6 +150,9 @@ def test_runner_window_under_xvfb(tmp_path: Path) -> None:
 
     # Running: the power trace is drawn in red inside the live plot, reaching the active
     # level (3.6 mW) within a few pixels.
+    from gui.live_plot import POWER_COLOUR  # pyqtgraph: imported when this test runs
+    from gui.results_panel import VERDICT_STYLE
+
     image = QtGui.QImage(str(tmp_path / "runner-running.png"))
     assert [image.width(), image.height()] == [1500, 980]
     x0, y0, x1, y1 = (round(v) for v in geo["running"]["plot"])

@@ -13,15 +13,17 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from gui.viewer import COLOURS, ViewerWindow, render_png, si_format
 from rig.cli import main
 from rig.run.view import open_view
 from rig.traces.analysis import span_statistics
 from rig.traces.files import write_csv_trace
+from tests.requires import LazyModule
 from tests.trace_samples import FS, V, step_trace, write_jls
+
+# pyqtgraph (1-2 s cold) only when a test here runs, not in every xdist worker at collection.
+gui_viewer = LazyModule("gui.viewer")
 
 STAT_FIELDS = ("duration_s", "current_mean_a", "current_min_a", "current_max_a", "power_mean_w",
                "power_min_w", "power_max_w", "charge_c", "energy_j")
@@ -32,9 +34,9 @@ def open_window(qtbot):
     """Open a trace in a ViewerWindow; the window and the trace are closed after the test."""
     opened = []
 
-    def make(path: Path, sample_rate: float | None = None, **kwargs) -> ViewerWindow:
+    def make(path: Path, sample_rate: float | None = None, **kwargs) -> gui_viewer.ViewerWindow:
         view = open_view(path, sample_rate=sample_rate)
-        window = ViewerWindow(view, **kwargs)
+        window = gui_viewer.ViewerWindow(view, **kwargs)
         qtbot.addWidget(window)
         window.resize(1200, 800)
         window.show()
@@ -74,7 +76,8 @@ def test_marker_stats_equal_the_analysis_and_the_closed_form(open_window, steps)
     for key, value in closed.items():
         assert getattr(stats, key) == pytest.approx(value, rel=1e-6), key
     # The panel shows those numbers.
-    assert window._stat_labels["energy"].text() == si_format(stats.energy_j, "J") == "3.000 mJ"
+    energy = gui_viewer.si_format(stats.energy_j, "J")
+    assert window._stat_labels["energy"].text() == energy == "3.000 mJ"
     assert window._stat_labels["p_mean"].text() == "1.500 mW"
     assert window.marker_message() == ""
 
@@ -141,14 +144,16 @@ def test_run_folder_marks_list_and_row_click(open_window, sim_run, qtbot) -> Non
     meas = show["measurements"]
     idle, windows = meas["idle_spans"], meas["energy_windows"]
     assert len(windows) == 5 and len(idle) == 1
-    expected = [("idle", si_format(i["duration_s"], "s"), si_format(i["power_w"], "W"),
-                 si_format(i["power_w"] * i["duration_s"], "J"), "—") for i in idle]
-    expected += [(f"run {w['index'] + 1}", si_format(w["duration_s"], "s"),
-                  si_format(w["mean_power_w"], "W"), si_format(w["energy_j"], "J"),
-                  si_format(w["energy_per_inference_j"], "J")) for w in windows]
+    si = gui_viewer.si_format
+    expected = [("idle", si(i["duration_s"], "s"), si(i["power_w"], "W"),
+                 si(i["power_w"] * i["duration_s"], "J"), "—") for i in idle]
+    expected += [(f"run {w['index'] + 1}", si(w["duration_s"], "s"), si(w["mean_power_w"], "W"),
+                  si(w["energy_j"], "J"), si(w["energy_per_inference_j"], "J")) for w in windows]
     assert window.mark_rows() == expected
 
     # One shaded region per mark on every plot, exactly over the mark's samples.
+    import pyqtgraph as pg
+
     fs, first = window.source.sample_rate, window.source.first_sample_id
     spans = sorted(((i["start_sample"] - first) / fs, (i["end_sample"] - first) / fs)
                    for i in idle + windows)
@@ -359,7 +364,7 @@ def test_rig_view_png(steps, tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().out.strip() == str(out)
     image = QtGui.QImage(str(out))
     assert (image.width(), image.height()) == (800, 600)
-    power = QtGui.QColor(COLOURS["power"])
+    power = QtGui.QColor(gui_viewer.COLOURS["power"])
     colours, power_pixels = set(), 0
     for y in range(0, 600, 2):
         for x in range(0, 800, 2):
@@ -377,7 +382,7 @@ def test_csv_trace_renders(tmp_path: Path) -> None:
     write_csv_trace(tmp_path / "t.csv", current, voltage, gpio)
     view = open_view(tmp_path / "t.csv", sample_rate=FS)
     try:
-        out = render_png(view, tmp_path / "t.png", size=(900, 700))
+        out = gui_viewer.render_png(view, tmp_path / "t.png", size=(900, 700))
     finally:
         view.close()
     assert QtGui.QImage(str(out)).size() == QtCore.QSize(900, 700)

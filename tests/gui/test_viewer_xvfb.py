@@ -20,8 +20,6 @@ from pathlib import Path
 
 from PySide6 import QtGui
 
-from gui.viewer import COLOURS
-
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = Path("/tmp/viewer-shots")
 
@@ -123,6 +121,8 @@ def test_viewer_window_under_xvfb(sim_run, tmp_path: Path) -> None:
 
     # The power trace: red pixels inside the power plot, and at each window's middle the
     # trace sits at the window's mean power (within 3 pixels).
+    from gui.viewer import COLOURS  # pyqtgraph: imported when this test runs
+
     x0, y0, x1, y1 = (round(v) for v in geo["power"])
     red = QtGui.QColor(COLOURS["power"])
     trace = sum(_near(_rgb(image, x, y), red)

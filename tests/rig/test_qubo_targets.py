@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -49,6 +48,8 @@ def test_exact_against_brute_force_and_networkx(nodes: int, density: float, seed
     brute = int(cost(w, every).min())
     assert exact(w).cost == brute
     # Independently: a maximum clique of the complement graph is a maximum independent set.
+    import networkx as nx  # here, not at collection: every xdist worker would import it
+
     graph = nx.gnm_random_graph(nodes, int(0.5 * density * nodes**2), seed=seed)
     _, weight = nx.max_weight_clique(nx.complement(graph), weight=None)
     assert brute == -weight

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -25,6 +24,8 @@ from rig.qubo.workloads import (
 
 def networkx_edges(nodes: int, density: float, seed: int) -> np.ndarray:
     """NeuroBench's own construction, straight from networkx."""
+    import networkx as nx  # here, not at collection: every xdist worker would import it
+
     graph = nx.gnm_random_graph(nodes, int(0.5 * density * nodes**2), seed=seed)
     pairs = sorted((min(u, v), max(u, v)) for u, v in graph.edges())
     return np.array(pairs, dtype=np.int64).reshape(-1, 2)
@@ -32,6 +33,8 @@ def networkx_edges(nodes: int, density: float, seed: int) -> np.ndarray:
 
 def networkx_q(nodes: int, density: float, seed: int) -> np.ndarray:
     """Q from networkx's adjacency matrix: 4 * A with -1 on the diagonal."""
+    import networkx as nx
+
     graph = nx.gnm_random_graph(nodes, int(0.5 * density * nodes**2), seed=seed)
     adjacency = nx.to_numpy_array(graph, nodelist=range(nodes), dtype=np.int64)
     return 4 * adjacency - np.eye(nodes, dtype=np.int64)

@@ -10,22 +10,13 @@ from typing import Any
 import numpy as np
 import pyjls
 import pytest
-from matplotlib.image import imread
 
-from rig.report.figures import (
-    DPI,
-    HEIGHT_IN,
-    TRACE_HEIGHT_IN,
-    WIDTH_IN,
-    AscRunInput,
-    FigureFile,
-    SweepInput,
-    asc_figures,
-    qubo_figures,
-)
-from rig.report.workflow import HEIGHT_IN as WORKFLOW_HEIGHT_IN
-from rig.report.workflow import Stage, _groups, draw_workflow
 from rig.traces.files import TraceWriter
+from tests.requires import LazyModule
+
+# matplotlib (2-3 s cold) only when a test here runs, not in every xdist worker at collection.
+figures = LazyModule("rig.report.figures")
+workflow = LazyModule("rig.report.workflow")
 
 RATE = 1000  # Hz
 SECONDS = 30
@@ -118,15 +109,21 @@ def sweep_show(*, power: bool, tts: bool = True, sut: str = "sut-a") -> dict[str
 
 
 def image(path: Path) -> np.ndarray:
+    from matplotlib.image import imread
+
     return imread(path)[:, :, :3]
 
 
-def assert_png(fig: FigureFile, height_in: float = HEIGHT_IN) -> np.ndarray:
+def assert_png(fig: figures.FigureFile, height_in: float | None = None) -> np.ndarray:
+    """The PNG of `fig`, checked: the column's width, `height_in` (default the figures'), not
+    blank, a caption."""
+    height_in = figures.HEIGHT_IN if height_in is None else height_in
     assert fig.path.is_file(), fig.path
     assert fig.caption.strip(), fig.key
     img = image(fig.path)
     h, w = img.shape[:2]
-    assert abs(w - WIDTH_IN * DPI) <= 3 and abs(h - height_in * DPI) <= 3, (fig.key, w, h)
+    dpi = figures.DPI
+    assert abs(w - figures.WIDTH_IN * dpi) <= 3 and abs(h - height_in * dpi) <= 3, (fig.key, w, h)
     assert img.std() > 0.01, f"{fig.key} is blank"
     return img
 
@@ -148,33 +145,33 @@ def over_white(hex_rgb: str, alpha: float) -> tuple[int, int, int]:
 
 
 @pytest.fixture(scope="module")
-def traced_run(tmp_path_factory: pytest.TempPathFactory, trace: Path) -> list[FigureFile]:
+def traced_run(tmp_path_factory: pytest.TempPathFactory, trace: Path) -> list[figures.FigureFile]:
     """The four ASC figures of a run with a trace, drawn once for the tests that look at them."""
     show = asc_show([80.0, 81.0, 79.0, 80.5, 80.0], [4.5e-5, 4.6e-5, 4.4e-5])
     out = tmp_path_factory.mktemp("asc")
-    files = asc_figures([AscRunInput("sim", show, trace)], out, "s1")
+    files = figures.asc_figures([figures.AscRunInput("sim", show, trace)], out, "s1")
     assert all(f.path == out / f"s1-{f.key}.png" for f in files)
     return files
 
 
-def test_a_run_with_a_trace_gets_all_four_figures(traced_run: list[FigureFile]) -> None:
+def test_a_run_with_a_trace_gets_all_four_figures(traced_run: list[figures.FigureFile]) -> None:
     by_key = {f.key: f for f in traced_run}
     assert set(by_key) == ASC_KEYS and len(traced_run) == 4
     for f in traced_run:
-        assert_png(f, TRACE_HEIGHT_IN if f.key == "asc-trace" else HEIGHT_IN)
+        assert_png(f, figures.TRACE_HEIGHT_IN if f.key == "asc-trace" else figures.HEIGHT_IN)
     cap = by_key["asc-trace"].caption
     assert "30 s at 1 kHz" in cap and "3 energy windows" in cap and "raw samples" in cap
 
 
 def test_trace_figure_shades_the_idle_span_and_the_windows(
-        tmp_path: Path, trace: Path, traced_run: list[FigureFile]) -> None:
+        tmp_path: Path, trace: Path, traced_run: list[figures.FigureFile]) -> None:
     img = image(next(f for f in traced_run if f.key == "asc-trace").path)
     assert has_colour(img, over_white("#ff7f0e", 0.16)), "no energy window shaded"
     assert has_colour(img, over_white("#2ca02c", 0.2)), "no idle span shaded"
     # Without windows and idle spans in the show dict, nothing is shaded (and, with no timed
     # runs either, the trace is the only figure).
     bare = asc_show([], [], windows=False, idle=False)
-    [fig] = asc_figures([AscRunInput("sim", bare, trace)], tmp_path, "u")
+    [fig] = figures.asc_figures([figures.AscRunInput("sim", bare, trace)], tmp_path, "u")
     assert fig.key == "asc-trace"
     img = image(fig.path)
     assert not has_colour(img, over_white("#ff7f0e", 0.16))
@@ -192,15 +189,15 @@ def test_trace_without_a_power_signal_is_drawn_from_current_and_voltage(tmp_path
             w.signal_def(sid, 1, pyjls.SignalType.FSR, dtype, RATE, name=name)
             w.fsr(sid, 0, data.astype(np.float32 if dtype == pyjls.DataType.F32 else np.uint8))
     show = asc_show([], [4.5e-5] * 3)
-    files = asc_figures([AscRunInput("old", show, path)], tmp_path, "o")
+    files = figures.asc_figures([figures.AscRunInput("old", show, path)], tmp_path, "o")
     fig = next(f for f in files if f.key == "asc-trace")
-    assert_png(fig, TRACE_HEIGHT_IN)
+    assert_png(fig, figures.TRACE_HEIGHT_IN)
     assert "no power signal" in fig.caption
 
 
 def test_a_run_without_windows_gets_throughput_and_replicability_only(tmp_path: Path) -> None:
     show = asc_show([1.0, 1.0, 1.02, 0.99, 1.0], [], windows=False, idle=False)
-    files = asc_figures([AscRunInput("xylo", show, None)], tmp_path, "x")
+    files = figures.asc_figures([figures.AscRunInput("xylo", show, None)], tmp_path, "x")
     assert {f.key for f in files} == {"asc-throughput", "asc-replicability"}
     for f in files:
         assert_png(f)
@@ -213,23 +210,23 @@ def test_a_missing_or_broken_trace_means_no_trace_figure(tmp_path: Path,
     if content is not None:
         path.write_bytes(content)
     show = asc_show([80.0] * 5, [4.5e-5] * 3)
-    files = asc_figures([AscRunInput("r", show, path)], tmp_path, "m")
+    files = figures.asc_figures([figures.AscRunInput("r", show, path)], tmp_path, "m")
     assert {f.key for f in files} == ASC_KEYS - {"asc-trace"}
 
 
 def test_the_trace_figure_comes_from_the_first_run_whose_trace_reads(tmp_path: Path,
                                                                       trace: Path) -> None:
     show = asc_show([], [], windows=False)  # the trace figure only
-    runs = [AscRunInput("gone", show, tmp_path / "gone.jls"), AscRunInput("a", show, trace),
-            AscRunInput("b", show, trace)]
-    traces = [f for f in asc_figures(runs, tmp_path, "f") if f.key == "asc-trace"]
+    run = figures.AscRunInput
+    runs = [run("gone", show, tmp_path / "gone.jls"), run("a", show, trace), run("b", show, trace)]
+    traces = [f for f in figures.asc_figures(runs, tmp_path, "f") if f.key == "asc-trace"]
     assert len(traces) == 1 and "run a " in traces[0].caption
 
 
 def test_the_label_is_stamped_top_right(tmp_path: Path) -> None:
     show = asc_show([80.0, 82.0, 78.0], [], windows=False, idle=False)
-    plain = asc_figures([AscRunInput("r", show, None)], tmp_path / "plain", "p")
-    stamped = asc_figures([AscRunInput("r", show, None)], tmp_path / "stamped", "p",
+    plain = figures.asc_figures([figures.AscRunInput("r", show, None)], tmp_path / "plain", "p")
+    stamped = figures.asc_figures([figures.AscRunInput("r", show, None)], tmp_path / "stamped", "p",
                           label="SIMULATED (virtual bench)")
     for a, b in zip(plain, stamped, strict=True):
         diff = np.any(image(a.path) != image(b.path), axis=2)
@@ -244,10 +241,10 @@ def test_replicability_marks_points_outside_the_band_red(tmp_path: Path) -> None
     red = (0xD6, 0x27, 0x28)
     inside = asc_show([80.0, 81.0, 79.0], [], windows=False, idle=False)
     outside = asc_show([80.0, 90.0, 70.0], [], windows=False, idle=False)
-    [a] = [f for f in asc_figures([AscRunInput("r", inside, None)], tmp_path, "in")
+    [a] = [f for f in figures.asc_figures([figures.AscRunInput("r", inside, None)], tmp_path, "in")
            if f.key == "asc-replicability"]
-    [b] = [f for f in asc_figures([AscRunInput("r", outside, None)], tmp_path, "out")
-           if f.key == "asc-replicability"]
+    [b] = [f for f in figures.asc_figures([figures.AscRunInput("r", outside, None)], tmp_path,
+                                          "out") if f.key == "asc-replicability"]
     assert not has_colour(image(a.path), red, at_least=10)
     # Two red markers (plus the legend's): red in at least two separate column ranges.
     close = np.all(np.abs(image(b.path) - np.array(red) / 255) <= 4 / 255, axis=2)
@@ -257,9 +254,9 @@ def test_replicability_marks_points_outside_the_band_red(tmp_path: Path) -> None
 
 
 def test_several_runs_are_several_series(tmp_path: Path) -> None:
-    runs = [AscRunInput(f"run-{i}", asc_show([80.0 + i, 80.5, 79.5], [4.5e-5, 4.6e-5]), None)
-            for i in range(3)]
-    files = asc_figures(runs, tmp_path, "m")
+    runs = [figures.AscRunInput(f"run-{i}", asc_show([80.0 + i, 80.5, 79.5], [4.5e-5, 4.6e-5]),
+                                None) for i in range(3)]
+    files = figures.asc_figures(runs, tmp_path, "m")
     assert {f.key for f in files} == ASC_KEYS - {"asc-trace"}
     assert "run-2" in next(f.caption for f in files if f.key == "asc-throughput")
 
@@ -268,7 +265,8 @@ def test_several_runs_are_several_series(tmp_path: Path) -> None:
 
 
 def test_a_sweep_without_power_has_no_power_figure(tmp_path: Path) -> None:
-    files = qubo_figures("sut-a", [SweepInput("small", sweep_show(power=False))], tmp_path, "q")
+    files = figures.qubo_figures("sut-a", [figures.SweepInput("small", sweep_show(power=False))],
+                                 tmp_path, "q")
     assert {f.key for f in files} == {"qubo-gap", "qubo-tts", "qubo-largest"}
     for f in files:
         assert f.path == tmp_path / f"q-{f.key}.png"
@@ -278,17 +276,18 @@ def test_a_sweep_without_power_has_no_power_figure(tmp_path: Path) -> None:
 
 
 def test_a_sweep_with_power_has_a_power_figure(tmp_path: Path) -> None:
-    files = qubo_figures("sut-a", [SweepInput("standin", sweep_show(power=True, tts=False))],
-                         tmp_path, "q", label="SIMULATED (stand-in)")
+    sweep = figures.SweepInput("standin", sweep_show(power=True, tts=False))
+    files = figures.qubo_figures("sut-a", [sweep], tmp_path, "q", label="SIMULATED (stand-in)")
     assert {f.key for f in files} == {"qubo-gap", "qubo-power", "qubo-largest"}
     for f in files:
         assert_png(f)
 
 
 def test_qubo_figures_only_for_the_sut_asked(tmp_path: Path) -> None:
-    sweeps = [SweepInput("a", sweep_show(power=True)), SweepInput("b", sweep_show(power=False))]
-    assert qubo_figures("someone-else", sweeps, tmp_path, "q") == []
-    two = qubo_figures("sut-a", sweeps, tmp_path, "q2")
+    sweeps = [figures.SweepInput("a", sweep_show(power=True)),
+              figures.SweepInput("b", sweep_show(power=False))]
+    assert figures.qubo_figures("someone-else", sweeps, tmp_path, "q") == []
+    two = figures.qubo_figures("sut-a", sweeps, tmp_path, "q2")
     assert {f.key for f in two} == {"qubo-gap", "qubo-power", "qubo-tts", "qubo-largest"}
 
 
@@ -297,51 +296,56 @@ def test_no_gap_means_no_gap_figure(tmp_path: Path) -> None:
     for row in show["summary"]:
         row["gap_mean"] = None
     show["largest_solved"] = []
-    assert qubo_figures("sut-a", [SweepInput("s", show)], tmp_path, "q") == []
+    assert figures.qubo_figures("sut-a", [figures.SweepInput("s", show)], tmp_path, "q") == []
 
 
 # ---- workflow ---------------------------------------------------------------------------------
 
 
-STAGES = [
-    Stage("Data initialisation", "host", "synthetic ASC audio, 40 x 1 s clips, seeded", False),
-    Stage("Host pre-processing", "host", "audio as int16 at 16000 Hz (not measured)", False),
-    Stage("Data loading", "link", "over UART at 921600 baud before each timed run", False),
-    Stage("On-device pre-processing", "dut", "log-mel band energies inside infer", True, True),
-    Stage("Inference", "dut", "model asc01 on the virtual DUT", True, True),
-    Stage("Post-processing", "host", "top-1 of the score vector", False),
-]
+def workflow_stages() -> list[workflow.Stage]:
+    """An ASC run's six stages, as the report draws them (a function: `Stage` is
+    matplotlib's module, imported when a test runs)."""
+    stage = workflow.Stage
+    return [
+        stage("Data initialisation", "host", "synthetic ASC audio, 40 x 1 s clips, seeded", False),
+        stage("Host pre-processing", "host", "audio as int16 at 16000 Hz (not measured)", False),
+        stage("Data loading", "link", "over UART at 921600 baud before each timed run", False),
+        stage("On-device pre-processing", "dut", "log-mel band energies inside infer", True, True),
+        stage("Inference", "dut", "model asc01 on the virtual DUT", True, True),
+        stage("Post-processing", "host", "top-1 of the score vector", False),
+    ]
 
 
 def test_workflow_png(tmp_path: Path) -> None:
     path = tmp_path / "wf" / "workflow.png"
-    got = draw_workflow(STAGES, path, title="Workflow — ASC",
-                        measurement_note="power: LPM01A sources the DUT supply, 1 kHz")
+    got = workflow.draw_workflow(workflow_stages(), path, title="Workflow — ASC",
+                                 measurement_note="power: LPM01A sources the DUT supply, 1 kHz")
     assert got == path
-    img = assert_png(FigureFile("workflow", path, "-"), WORKFLOW_HEIGHT_IN)
+    img = assert_png(figures.FigureFile("workflow", path, "-"), workflow.HEIGHT_IN)
     assert has_colour(img, (0xE0, 0x7B, 0x00), tol=0.03), "no power-measurement outline"
     assert has_colour(img, (0x14, 0x52, 0xB8), tol=0.03), "no timed-window outline"
 
 
 def test_workflow_without_measurement_has_no_outline(tmp_path: Path) -> None:
-    stages = [Stage(s.name, s.where, s.detail, False, False) for s in STAGES]
-    stages[3] = Stage("On-device pre-processing", "none", "none", False)
-    img = image(draw_workflow(stages, tmp_path / "w.png", title="Workflow — none measured"))
+    stages = [workflow.Stage(s.name, s.where, s.detail, False, False) for s in workflow_stages()]
+    stages[3] = workflow.Stage("On-device pre-processing", "none", "none", False)
+    img = image(workflow.draw_workflow(stages, tmp_path / "w.png",
+                                       title="Workflow — none measured"))
     assert not has_colour(img, (0xE0, 0x7B, 0x00), tol=0.03, at_least=5)
     assert not has_colour(img, (0x14, 0x52, 0xB8), tol=0.03, at_least=5)
 
 
 def test_workflow_label_changes_the_image(tmp_path: Path) -> None:
-    a = image(draw_workflow(STAGES, tmp_path / "a.png", title="Workflow"))
-    b = image(draw_workflow(STAGES, tmp_path / "b.png", title="Workflow",
+    a = image(workflow.draw_workflow(workflow_stages(), tmp_path / "a.png", title="Workflow"))
+    b = image(workflow.draw_workflow(workflow_stages(), tmp_path / "b.png", title="Workflow",
                             label="SIMULATED (virtual bench)"))
     assert a.shape == b.shape and np.any(a != b)
 
 
 def test_measured_stages_group_into_contiguous_runs() -> None:
-    assert _groups([False, True, True, False, True]) == [(1, 2), (4, 4)]
-    assert _groups([True] * 3) == [(0, 2)]
-    assert _groups([False, False]) == []
+    assert workflow._groups([False, True, True, False, True]) == [(1, 2), (4, 4)]
+    assert workflow._groups([True] * 3) == [(0, 2)]
+    assert workflow._groups([False, False]) == []
 
 
 def test_a_trace_with_a_set_voltage_is_drawn_from_current_and_the_set_value(
@@ -356,9 +360,9 @@ def test_a_trace_with_a_set_voltage_is_drawn_from_current_and_the_set_value(
                      set_voltage=(VOLTS, "set: LPM01A volt 1800m")) as w:
         w.append(0, current, voltage, gpio)
     show = asc_show([], [4.5e-5] * 3)
-    files = asc_figures([AscRunInput("set", show, path)], tmp_path, "s")
+    files = figures.asc_figures([figures.AscRunInput("set", show, path)], tmp_path, "s")
     fig = next(f for f in files if f.key == "asc-trace")
-    assert_png(fig, TRACE_HEIGHT_IN)
+    assert_png(fig, figures.TRACE_HEIGHT_IN)
     from rig.report.figures import _measurements
 
     ex = _read_excerpt(path, _measurements(show))
