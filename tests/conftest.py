@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,18 @@ def rig_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sim_bench_text() -> str:
     """The shipped virtual-bench file's text, to derive variants from."""
     return (REPO / "benches" / "sim.toml").read_text()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller, before its workers start: the test modules' rewritten asserts
+    and the rig's bytecode, made once by a pool rather than by every worker at once
+    (tests/bytecode.py)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if (os.environ.get("PYTEST_XDIST_WORKER") is None and workers not in (None, 0)
+            and not sys.dont_write_bytecode):
+        from tests.bytecode import warm
+
+        warm(REPO)
 
 
 #: Files holding `serial` tests, as this session deselected them (`RIG_SERIAL_FILES`).
