@@ -117,6 +117,16 @@ firmware-avr: system-deps  ## Build io_manager.ino for the UNO with avr-gcc and 
 		$(MAKE) -s -C firmware/io_manager/simavr OUT=$(CURDIR)/build/firmware; \
 	else echo "no avr-gcc or arduino-mk (make system-deps): the simavr IO manager is unavailable"; fi
 
+# A venv with a current pip, made without ensurepip: ensurepip installs and compiles the Python's
+# bundled pip (and, on 3.11, setuptools) only for it to be replaced, 7-9 s here on the longest
+# path of the setup; the Python's own pip (22.3 or later: --python) puts the current one into
+# the bare venv in 4-5 s. A Python without a pip of its own gets ensurepip, as before.
+define make_venv
+$(1) -m venv --without-pip $(2) && \
+	{ $(1) -m pip --python $(2)/bin/python install -q --upgrade pip 2>/dev/null || \
+	{ $(2)/bin/python -m ensurepip && $(2)/bin/python -m pip install -q --upgrade pip; }; }
+endef
+
 # The Loihi 2 shim runs Lava, which needs Python 3.10 (facts.md): its own environment.
 PYTHON310 ?= $(firstword $(shell python3.10 -c 'import sys; print(sys.executable)' 2>/dev/null) \
 	$(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10) $(wildcard /usr/bin/python3.10))
@@ -133,8 +143,7 @@ $(LAVA_STAMP):
 	@if [ -z "$(PYTHON310)" ] || [ ! -f firmware/loihi2/requirements.txt ]; then \
 		echo "no Python 3.10 (or no firmware/loihi2): the Loihi 2 shim is unavailable"; \
 	else \
-		$(PYTHON310) -m venv $(LAVA_VENV) && \
-		$(LAVA_VENV)/bin/python -m pip install -q --upgrade pip && \
+		$(call make_venv,$(PYTHON310),$(LAVA_VENV)) && \
 		$(LAVA_VENV)/bin/python -m pip install -q --no-compile -r firmware/loihi2/requirements.txt && \
 		$(LAVA_VENV)/bin/python firmware/loihi2/shim.py --self-test && \
 		rm -f $(LAVA_VENV)/.installed-* && touch $@; \
@@ -146,8 +155,7 @@ $(BIN)/python:
 	@[ -n "$(PYTHON_EXE)" ] || { echo "no $(PYTHON) on the PATH or under pyenv: install it \
 	(pyenv install $(PY_VERSION), or apt-get install python$(PY_VERSION)-venv) or pass \
 	PYTHON=/path/to/python$(PY_VERSION)"; exit 2; }
-	$(PYTHON_EXE) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(call make_venv,$(PYTHON_EXE),$(VENV))
 
 # --no-compile: pip would compile every module of every package (PySide6, JAX, SciPy, their
 # tests) up front, 30 s here; with bytecode caches on (above) each module is compiled once, by
