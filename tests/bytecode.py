@@ -12,6 +12,7 @@ stale or unreadable is only made again by the worker that imports it.
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import py_compile
 import struct
@@ -93,7 +94,10 @@ def warm(repo: Path, processes: int | None = None) -> dict[str, int]:
     returns how many of each were written."""
     todo = jobs(repo)
     written = {"rewrite": 0, "compile": 0}
-    with ProcessPoolExecutor(max_workers=processes or os.cpu_count() or 1) as pool:
+    # Spawned, not forked: a fork of a process with threads (JAX's, when a test calls this)
+    # can deadlock in the child.
+    with ProcessPoolExecutor(max_workers=processes or os.cpu_count() or 1,
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
         for kind, wrote in pool.map(_job, todo, chunksize=8):
             written[kind] += wrote
     return written

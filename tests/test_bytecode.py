@@ -59,8 +59,9 @@ def test_only_the_controller_of_a_parallel_run_warms(tmp_path: Path) -> None:
     files = small_repo(tmp_path)
     for name in ("conftest.py", "bytecode.py"):
         shutil.copy(HERE / name, tmp_path / "tests" / name)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONDONTWRITEBYTECODE", "RIG_TEST_REPORT", "RIG_SERIAL_FILES")}
+    # Not this run's: a worker's PYTEST_XDIST_WORKER would make the inner controller a worker.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")
+           and k not in ("PYTHONDONTWRITEBYTECODE", "RIG_TEST_REPORT", "RIG_SERIAL_FILES")}
     unused = Path(importlib.util.cache_from_source(str(files["module"])))
     for workers, warmed in ((), False), (("-n", "2"), True):
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
