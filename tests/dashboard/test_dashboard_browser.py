@@ -246,11 +246,14 @@ def test_sweep_grid_fills_a_killed_rig_turns_offline_and_resume_completes_it(
 
 @pytest.fixture(scope="module")
 def serving_rig(broker, tmp_path_factory):
-    """`rig serve` as rig-b, with one bench it may start: the virtual bench, 5 runs of 10 s."""
+    """`rig serve` as rig-b, with one bench it may start: the virtual bench, 5 runs of 10 s, at
+    speed 5 (10 s of host time in all), so that a stop clicked once the run shows its power
+    lands part way; at the shipped speed 50 the five took 1 s, which a loaded host's browser
+    (its screenshot, then the click) outlasted once."""
     folder = tmp_path_factory.mktemp("serve")
     benches = folder / "benches"
     benches.mkdir()
-    bench_variant(benches, "long")
+    bench_variant(benches, "long", speed=("speed = 50", "speed = 5"))
     proc = subprocess.Popen(
         [*RIG, "serve", "--mqtt", broker.url("rig-b"), "--benches-dir", str(benches),
          "--sweeps-dir", str(benches), "--runs-dir", str(folder / "runs")],
