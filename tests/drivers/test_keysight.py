@@ -13,6 +13,7 @@ from drivers.emon.base import Chunk
 from drivers.emon.keysight import N6705, Keysight34465A
 from drivers.errors import DeviceError, DeviceTimeout, InstrumentError, VoltageLimitError
 from protocols.scpi import encode_reals, real_dtype
+from tests.deadline import wait_until
 
 OK = b'+0,"No error"'
 YAML = Path(__file__).with_name("keysight_sim.yaml")
@@ -155,6 +156,9 @@ def test_n6705_configure_start_fetch_close_conversation() -> None:
     monitor.power_on()
     chunks: list[Chunk] = []
     monitor.start(chunks.append)
+    # The whole capture, then the stop: a stop before the capture ended would be an abort
+    # (test_n6705_stop_before_the_trigger_aborts), which a loaded host could otherwise give.
+    wait_until(lambda: len(chunks) == 1, "the capture delivered")
     monitor.stop()
     monitor.close()
     monitor.close()  # idempotent: nothing more is sent
@@ -182,6 +186,7 @@ def test_n6705_bus_trigger_arms_and_triggers_at_once() -> None:
     monitor._sample_rate_hz = 1e4  # as after configure()
     chunks: list[Chunk] = []
     monitor.start(chunks.append)
+    wait_until(lambda: len(chunks) == 1, "the capture delivered")  # then the stop (above)
     monitor.stop()
     assert res.script == []
     assert chunks[0].gpio.tolist() == [1, 0, 1, 1]
@@ -255,6 +260,9 @@ def test_34465a_conversation_reads_blocks_while_acquiring() -> None:
     monitor.power_on()  # a no-op for a DMM: nothing is sent
     chunks: list[Chunk] = []
     monitor.start(chunks.append)
+    # Its three readings (max_samples) read while it acquires, then the stop: a stop before
+    # them would be an ABOR, which a loaded host gave once (CI run 32).
+    wait_until(lambda: sum(map(len, chunks)) == 3, "the three readings delivered")
     monitor.stop()
     monitor.close()  # no OUTP: a DMM sources nothing
     assert res.script == [] and res.closed
