@@ -62,7 +62,10 @@ def _compile(path: str) -> bool:
                 return False
     except OSError:
         pass
-    py_compile.compile(path, cfile=pyc, doraise=True)
+    # Timestamp-based, as an import writes it (py_compile would write a hash-based file under
+    # SOURCE_DATE_EPOCH, which the check above would then never find current).
+    py_compile.compile(path, cfile=pyc, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
     return True
 
 
