@@ -10,7 +10,8 @@ whatever it was doing.
 
 With `extensions` (the default) it also speaks the rig's negotiated extensions that a DUT shim
 implements: ``caps``, the binary ``bload`` download (raw bytes on the same pty after its
-ready line, CRC-32 checked, inter-byte timeout) and, in energy mode, ``elap`` (``infer`` prints
+ready line, CRC-32 checked, inter-byte timeout), ``db crc`` (``dbcrc``: the count and CRC-32 of
+the bytes a hex download left in the buffer) and, in energy mode, ``elap`` (``infer`` prints
 the lap counter of both pulses once the window has closed) and ``rcrc`` (after ``caps``, result
 lines end with their CRC-32, as the C shim's do). Without, it is plain MLPerf Tiny
 firmware that answers ``caps`` with ``e-[Unknown command: caps]``.
@@ -30,6 +31,7 @@ import numpy as np
 
 from protocols.dut.codec import (
     CAP_BLOAD,
+    CAP_DB_CRC,
     CAP_ELAP,
     CAP_RESULT_CRC,
     MAX_COMMAND,
@@ -218,7 +220,7 @@ class SimDut:
         words = text.split()
         head = words[0] if words else ""
         if head == "caps" and self.extensions:
-            caps = f"{CAP_BLOAD},{CAP_RESULT_CRC}"
+            caps = f"{CAP_BLOAD},{CAP_DB_CRC},{CAP_RESULT_CRC}"
             caps += f",{CAP_ELAP}" if self.timestamp_mode == "energy" else ""
             self._result_crc = True
             self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{caps}]")
@@ -268,6 +270,9 @@ class SimDut:
             else:
                 self._expected, self._pos = n, 0
                 self._say(gen, f"m-[Expecting {n} bytes]")
+        elif args[0] == "crc" and self.extensions:
+            crc = payload_crc(bytes(self._buffer[: self._pos]))
+            self._say(gen, f"m-db-crc-{self._pos}-{crc:08x}")
         elif args[0] == "print":
             data = bytes(self._buffer[: self._pos])
             step = DUMP_BYTES_PER_LINE

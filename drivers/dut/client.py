@@ -2,7 +2,8 @@
 
 Every reply is checked: an ``e-`` line raises `DutError`, counts echoed by the DUT must match
 what was asked, every wait has a deadline, and every download is verified (``m-bload-done`` with
-the CRC for the binary download, a ``db print`` read-back for legacy firmware) and retried once
+the CRC for the binary download; for the hex one ``db crc`` where the DUT offers it, else a
+``db print`` read-back) and retried once
 before `DownloadError`. The rig's extensions (protocols/dut/SPEC.md) are negotiated with
 ``caps`` and used only when the DUT offers them. Not thread-safe: one client per port, used from
 one thread.
@@ -21,6 +22,7 @@ import numpy as np
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from protocols.dut.codec import (
     CAP_BLOAD,
+    CAP_DB_CRC,
     CAP_ELAP,
     CAP_POWER,
     CAP_QUBO,
@@ -29,6 +31,7 @@ from protocols.dut.codec import (
     TIMESTAMP_MODES,
     BloadDone,
     BloadReady,
+    BufferCrc,
     BufferDump,
     Capabilities,
     DutDecoder,
@@ -63,6 +66,7 @@ from protocols.dut.codec import (
     WarmupStart,
     cmd_bload,
     cmd_caps,
+    cmd_db_crc,
     cmd_db_load,
     cmd_db_print,
     cmd_infer,
@@ -191,11 +195,13 @@ class DutInfo:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """A verified download: its size, "binary" or "hex", and attempts used (1 or 2)."""
+    """A verified download: its size, "binary" or "hex", attempts used (1 or 2), and how it
+    was checked: "crc" (``bload``'s CRC-32, or ``db crc``) or "read-back" (``db print``)."""
 
     n_bytes: int
     method: str
     attempts: int
+    check: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -369,28 +375,33 @@ class DutClient:
 
         Binary (``bload`` with CRC-32) when the DUT offers it and the transport carries raw
         bytes, else ``db`` hex commands (`per_command` bytes each; default the transport's
-        ``hex_per_command`` or 31) checked by a ``db print`` read-back. A failed verification
-        is retried once; then `DownloadError`.
+        ``hex_per_command`` or 31) checked by ``db crc`` where the DUT offers it (one short
+        reply), else by a ``db print`` read-back (about 4 characters per byte). A failed
+        verification is retried once; then `DownloadError`.
         """
         data = bytes(data)
         if not data:
             raise ProtocolError("nothing to download: the input is empty",
                                 hint="load at least one byte")
         if self._binary_offered(CAP_BLOAD):
-            method, attempt = "binary", self._load_binary
+            method, check, attempt = "binary", "crc", self._load_binary
         else:
             if per_command is None:
                 per_command = getattr(self._transport, "hex_per_command", DEFAULT_HEX_PER_COMMAND)
             hex_chunks(b"\0", per_command)  # refuses a bad per_command before anything is sent
             method = "hex"
+            if self.capabilities is None:
+                self.negotiate()
+            by_crc = CAP_DB_CRC in (self.capabilities or ())
+            check = "crc" if by_crc else "read-back"
 
             def attempt(payload: bytes) -> None:
-                self._load_hex(payload, per_command)
+                self._load_hex(payload, per_command, by_crc=by_crc)
 
-        attempts = self._with_one_retry(attempt, data, method)
+        attempts = self._with_one_retry(attempt, data, method, diagnose=check == "crc")
         self.stats.downloads += 1
         self.stats.bytes_loaded += len(data)
-        return LoadResult(len(data), method, attempts)
+        return LoadResult(len(data), method, attempts, check)
 
     def read_buffer(self, *, timeout_s: float | None = None) -> bytes:
         """``db print%``: the bytes the DUT has received since the last ``db load``."""
@@ -574,8 +585,11 @@ class DutClient:
         self.close()
 
     # -- downloads ----------------------------------------------------------------------------
-    def _with_one_retry(self, attempt: Callable[[bytes], None], data: bytes, method: str) -> int:
-        """Run `attempt(data)`; after a failed verification resynchronise and try once more."""
+    def _with_one_retry(self, attempt: Callable[[bytes], None], data: bytes, method: str, *,
+                        diagnose: bool = False) -> int:
+        """Run `attempt(data)`; after a failed verification resynchronise and try once more.
+        With `diagnose` (a CRC check, which says only that something differs) a second failure
+        reads the buffer back to name the first differing byte."""
         try:
             attempt(data)
             return 1
@@ -587,7 +601,7 @@ class DutClient:
                 return 2
             except _TransferFailed as second:
                 offset = second.offset
-                if offset is None and method == "binary":
+                if offset is None and diagnose:
                     offset = self._diagnose(data)
                 where = f"; first difference at byte {offset}" if offset is not None else ""
                 raise DownloadError(
@@ -626,8 +640,9 @@ class DutClient:
                 f"not {n_vars} and {n_terms}"
             )
 
-    def _load_hex(self, data: bytes, per_command: int) -> None:
-        """One legacy attempt: ``db load``, ``db <hex>`` commands, ``db print`` read-back."""
+    def _load_hex(self, data: bytes, per_command: int, *, by_crc: bool = False) -> None:
+        """One hex attempt: ``db load``, ``db <hex>`` commands, then ``db crc`` (`by_crc`) or
+        a ``db print`` read-back."""
         chunks = hex_chunks(data, per_command)
         announce = cmd_db_load(len(data))
         events = self._exchange(announce)
@@ -660,6 +675,9 @@ class DutClient:
                     hint="bytes were lost on the line; lower per_command (26 behind an IO "
                     "manager) or the baud rate",
                 )
+        if by_crc:
+            self._check_buffer_crc(data)
+            return
         try:
             back = self.read_buffer(
                 timeout_s=self._transfer_timeout(_DUMP_BYTES_PER_BYTE * len(data))
@@ -672,6 +690,21 @@ class DutClient:
                 f"the db print read-back differs from the data at byte {offset} "
                 f"({len(back)} bytes read back)",
                 offset=offset,
+            )
+
+    def _check_buffer_crc(self, data: bytes) -> None:
+        """``db crc``: `_TransferFailed` unless the DUT holds len(data) bytes of data's CRC-32."""
+        text = cmd_db_crc()
+        events = self._exchange(text)
+        _fail_on_refusal(events, text)
+        held = [e for e in events if isinstance(e, BufferCrc)]
+        if not held:
+            raise _TransferFailed(f"{self.name} answered {text!r} without an m-db-crc line")
+        crc = payload_crc(data)
+        if (held[0].n, held[0].crc) != (len(data), crc):
+            raise _TransferFailed(
+                f"{self.name} holds {held[0].n} bytes of CRC {held[0].crc:08x}; the data is "
+                f"{len(data)} bytes of CRC {crc:08x}"
             )
 
     def _binary_exchange(

@@ -6,6 +6,7 @@ The wire format and command table are in SPEC.md in this package.
 
 from protocols.dut.codec import (
     CAP_BLOAD,
+    CAP_DB_CRC,
     CAP_QUBO,
     DEFAULT_HEX_PER_COMMAND,
     EVENT_TYPES,
@@ -18,6 +19,7 @@ from protocols.dut.codec import (
     TIMESTAMP_MODES,
     BloadDone,
     BloadReady,
+    BufferCrc,
     BufferDump,
     Capabilities,
     DutDecoder,
@@ -50,6 +52,7 @@ from protocols.dut.codec import (
     WarmupStart,
     cmd_bload,
     cmd_caps,
+    cmd_db_crc,
     cmd_db_hex,
     cmd_db_load,
     cmd_db_print,
@@ -72,6 +75,7 @@ from protocols.dut.codec import (
 
 __all__ = [
     "CAP_BLOAD",
+    "CAP_DB_CRC",
     "CAP_QUBO",
     "DEFAULT_HEX_PER_COMMAND",
     "EVENT_TYPES",
@@ -84,6 +88,7 @@ __all__ = [
     "TIMESTAMP_MODES",
     "BloadDone",
     "BloadReady",
+    "BufferCrc",
     "BufferDump",
     "Capabilities",
     "DutDecoder",
@@ -116,6 +121,7 @@ __all__ = [
     "WarmupStart",
     "cmd_bload",
     "cmd_caps",
+    "cmd_db_crc",
     "cmd_db_hex",
     "cmd_db_load",
     "cmd_db_print",

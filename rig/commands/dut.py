@@ -141,7 +141,7 @@ def _load(client: DutClient, args: argparse.Namespace) -> dict[str, Any]:
         raise RigError(f"{path} is empty", hint="give a file with the raw input bytes")
     result = client.load(data)
     return {"bytes": result.n_bytes, "method": result.method, "verified": True,
-            "attempts": result.attempts}
+            "check": result.check, "attempts": result.attempts}
 
 
 def _infer(client: DutClient, args: argparse.Namespace) -> dict[str, Any]:

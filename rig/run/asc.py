@@ -180,8 +180,8 @@ class AscProcedure:
         """Calibrate, measure idle (energy), then the timed runs."""
         self.publish(PhaseStarted(phase="calibrate", description="time one short run", total=1))
         loaded = self.dut.load(test.inputs[0])
-        how = ("binary with CRC-32" if loaded.method == "binary"
-               else "hex, checked by read-back")
+        how = {("binary", "crc"): "binary with CRC-32", ("hex", "crc"): "hex, checked by CRC-32",
+               }.get((loaded.method, loaded.check), "hex, checked by read-back")
         self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
         host_start = time.monotonic()
         cal = self._timed(self.opts.calibration_iterations, 0)

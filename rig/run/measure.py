@@ -63,7 +63,10 @@ INPUT_BYTES_GUESS = 16_000
 #: UART characters (10 bits each) per input byte, by download method. Binary (`bload`): the
 #: byte itself (the command and its CRC reply are a few dozen characters per input). Hex (`db`):
 #: two hex digits, each command's share of "db ", "%" and its "m-ready" reply (13 characters
-#: per command of `per_command` bytes), and the `db print` read-back (~4 characters per byte).
+#: per command of `per_command` bytes), and the check: `db crc` (a few dozen characters per
+#: input) from a DUT offering it (the rig's shims), else the `db print` read-back (~4 characters
+#: per byte), which is what a DUT on a port is priced at (what it offers is known only after
+#: `caps`).
 BINARY_CHARS_PER_BYTE = 1.0
 HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 #: Test samples assumed when a bench asks for every sample (samples_per_class = 0) and the
@@ -334,7 +337,8 @@ def _download_s(bench: Bench) -> float:
     if binary:
         chars = BINARY_CHARS_PER_BYTE
     else:
-        chars = 2 + len("db %m-ready\r\n") / per_command + HEX_READ_BACK_CHARS_PER_BYTE
+        check = 0.0 if _virtual_dut(bench) else HEX_READ_BACK_CHARS_PER_BYTE
+        chars = 2 + len("db %m-ready\r\n") / per_command + check
     uart_s = INPUT_BYTES_GUESS * chars * 10 / baud
     # The simavr UNO's link takes that long in its emulated time, which runs at about the
     # host's pace (as fast as the host emulates it: an upper estimate on a fast host).

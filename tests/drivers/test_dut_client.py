@@ -112,6 +112,10 @@ def test_restart_during_a_command_is_reported() -> None:
 CAPS_PLAIN = (b"caps%", b"e-[Unknown command: caps]\r\nm-ready\r\n")
 CAPS_BLOAD = (b"caps%", b"m-timestamp-mode-energy\r\nm-caps-[bload]\r\nm-ready\r\n")
 CAPS_QUBO = (b"caps%", b"m-timestamp-mode-performance\r\nm-caps-[bload,qubo]\r\nm-ready\r\n")
+#: A DUT offering db crc with bload (which an IO manager's pass-through cannot carry), and one
+#: offering db crc alone (firmware without the binary download).
+CAPS_DBCRC = (b"caps%", b"m-timestamp-mode-energy\r\nm-caps-[bload,dbcrc,rcrc]\r\nm-ready\r\n")
+CAPS_DBCRC_ONLY = (b"caps%", b"m-timestamp-mode-energy\r\nm-caps-[dbcrc]\r\nm-ready\r\n")
 RESYNC = (b"name%", b"m-name-dut-[x]\r\nm-ready\r\n")
 
 
@@ -121,14 +125,21 @@ def dump(data: bytes) -> bytes:
     return b"".join(b"m-buffer-" + row.hex("-").encode() + b"\r\n" for row in rows) + b"m-ready\r\n"
 
 
-def hex_load(data: bytes, per_command: int = 31, readback: bytes | None = None) -> list:
-    """The legacy download of `data` as a plain firmware answers it, with its read-back."""
+def hex_load(data: bytes, per_command: int = 31, readback: bytes | None = None, *,
+             crc: bool = False) -> list:
+    """The hex download of `data` as a plain firmware answers it, with its read-back (or,
+    with `crc`, the ``db crc`` of a DUT offering dbcrc; `readback` is then what it holds)."""
     script = [(b"db load %d%%" % len(data), b"m-[Expecting %d bytes]\r\nm-ready\r\n" % len(data))]
     chunks = [data[i : i + per_command] for i in range(0, len(data), per_command)]
     for k, chunk in enumerate(chunks, start=1):
         done = b"m-load-done\r\n" if k == len(chunks) else b""
         script.append((b"db " + chunk.hex().encode() + b"%", done + b"m-ready\r\n"))
-    script.append((b"db print%", dump(data if readback is None else readback)))
+    held = data if readback is None else readback
+    if crc:
+        script.append((b"db crc%", b"m-db-crc-%d-%08x\r\nm-ready\r\n" % (len(held),
+                                                                          zlib.crc32(held))))
+    else:
+        script.append((b"db print%", dump(held)))
     return script
 
 
@@ -169,7 +180,7 @@ def test_load_binary_when_offered() -> None:
     data = bytes(range(200))
     client, transport = booted([CAPS_BLOAD, *bload(data)])
     result = client.load(data)
-    assert result == LoadResult(200, "binary", 1)
+    assert result == LoadResult(200, "binary", 1, "crc")
     assert transport.written[2] == data  # raw, no framing
     assert client.stats == DutStats(downloads=1, retries=0, bytes_loaded=200)
     assert transport.done()
@@ -196,7 +207,7 @@ def test_binary_crc_mismatch_is_retried_once_after_a_resync() -> None:
     crc = zlib.crc32(data)
     mismatch = b"e-[bload crc mismatch: expected %08x got 12345678]\r\n" % crc
     client, transport = booted([CAPS_BLOAD, *bload(data, mismatch), RESYNC, *bload(data)])
-    assert client.load(data) == LoadResult(40, "binary", 2)
+    assert client.load(data) == LoadResult(40, "binary", 2, "crc")
     assert client.stats.retries == 1 and client.stats.downloads == 1
     assert transport.done()
 
@@ -264,7 +275,7 @@ def test_binary_payload_is_not_sent_when_the_dut_expects_another_length() -> Non
 def test_load_hex_with_plain_firmware_is_verified_by_read_back() -> None:
     data = bytes(range(40))
     client, transport = booted([CAPS_PLAIN, *hex_load(data)])
-    assert client.load(data) == LoadResult(40, "hex", 1)
+    assert client.load(data) == LoadResult(40, "hex", 1, "read-back")
     assert transport.written[1:4] == [
         b"db load 40%",
         b"db " + data[:31].hex().encode() + b"%",
@@ -300,7 +311,7 @@ def test_hex_missing_load_done_is_retried() -> None:
     first = hex_load(data)[:2]
     first[1] = (first[1][0], b"m-ready\r\n")  # the last db command without m-load-done
     client, transport = booted([CAPS_PLAIN, *first, RESYNC, *hex_load(data)])
-    assert client.load(data) == LoadResult(10, "hex", 2)
+    assert client.load(data) == LoadResult(10, "hex", 2, "read-back")
     assert client.stats.retries == 1
     assert transport.done()
 
@@ -346,14 +357,43 @@ class PassThroughTransport(ScriptedTransport):
     hex_per_command = 26
 
 
-def test_a_transport_without_binary_uses_hex_and_never_asks_caps() -> None:
+def test_a_transport_without_binary_uses_hex_checked_by_the_duts_crc() -> None:
     data = bytes(range(30))
-    transport = PassThroughTransport(hex_load(data, 26), initial=BANNER_ENERGY)
+    transport = PassThroughTransport([CAPS_DBCRC, *hex_load(data, 26, crc=True)],
+                                     initial=BANNER_ENERGY)
     client = DutClient(transport)
     client.wait_for_boot(1.0)
-    assert client.load(data).method == "hex"
-    assert transport.written[1] == b"db " + data[:26].hex().encode() + b"%"
-    assert client.capabilities is None
+    # bload is offered but cannot pass; db crc can, and replaces the read-back.
+    assert client.load(data) == LoadResult(30, "hex", 1, "crc")
+    assert transport.written[2] == b"db " + data[:26].hex().encode() + b"%"
+    assert transport.written[-1] == b"db crc%"
+    assert client.capabilities == {"bload", "dbcrc", "rcrc"}
+    assert transport.done()
+
+
+def test_a_hex_crc_mismatch_is_retried_then_named_by_a_read_back() -> None:
+    data = bytes(range(40))
+    held = data[:21] + b"\x99" + data[22:]
+    once = hex_load(data, crc=True, readback=held)
+    client, transport = booted([CAPS_DBCRC_ONLY, *once, RESYNC, *once,
+                                (b"db print%", dump(held))])
+    with pytest.raises(DownloadError) as exc:
+        client.load(data)
+    err = exc.value
+    assert (err.n_bytes, err.method, err.offset) == (40, "hex", 21)
+    assert f"holds 40 bytes of CRC {zlib.crc32(held):08x}" in err.reason
+    assert f"the data is 40 bytes of CRC {zlib.crc32(data):08x}" in err.reason
+    assert "first difference at byte 21" in err.message
+    assert client.stats == DutStats(downloads=0, retries=1, bytes_loaded=0)
+    assert transport.done()
+
+
+def test_a_hex_digit_changed_on_the_line_fails_the_crc_and_the_retry_recovers() -> None:
+    data = bytes(range(50))
+    # '2a' became '2b' on the way: still hex, so only the CRC can tell.
+    changed = hex_load(data, crc=True, readback=data[:42] + b"\x2b" + data[43:])
+    client, transport = booted([CAPS_DBCRC_ONLY, *changed, RESYNC, *hex_load(data, crc=True)])
+    assert client.load(data) == LoadResult(50, "hex", 2, "crc")
     assert transport.done()
 
 

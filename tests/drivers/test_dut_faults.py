@@ -203,7 +203,7 @@ def assert_loaded(line: Line) -> None:
 
 def test_clean_line_needs_no_retry(make_line) -> None:
     line = make_line()
-    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 1)
+    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 1, "crc")
     assert line.client.stats.retries == 0
     assert DATA[:1024] in line.faulty.sent
 
@@ -211,7 +211,7 @@ def test_clean_line_needs_no_retry(make_line) -> None:
 def test_corrupted_byte_fails_the_crc_and_the_retry_recovers(make_line) -> None:
     line = make_line()
     line.faulty.add(first_chunk, corrupt(500, DATA[500] ^ 0x40))
-    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 2)
+    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 2, "crc")
     assert line.client.stats.retries == 1
     assert_loaded(line)
 
@@ -232,7 +232,7 @@ def test_corruption_on_both_attempts_is_a_download_error_naming_the_offset(make_
 def test_dropped_bytes_end_in_the_duts_timeout_and_the_retry_recovers(make_line) -> None:
     line = make_line()
     line.faulty.add(first_chunk, drop(100, 5))
-    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 2)
+    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 2, "crc")
     assert_loaded(line)
 
 
@@ -302,7 +302,17 @@ def other_digit(byte: int) -> tuple[int, int]:
 def test_hex_digit_changed_on_the_line_is_caught_by_the_read_back(make_line) -> None:
     line = make_line(extensions=False)
     line.faulty.add(first_db_data, corrupt(*other_digit(10)))
-    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 2)
+    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 2, "read-back")
+    assert_loaded(line)
+
+
+def test_hex_digit_changed_on_the_line_is_caught_by_the_duts_crc(make_line) -> None:
+    line = make_line()
+    line.client.negotiate()
+    line.client.capabilities -= {"bload"}  # the hex path, as behind an IO manager
+    line.faulty.add(first_db_data, corrupt(*other_digit(10)))
+    assert line.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 2, "crc")
+    assert b"db crc%" in line.faulty.sent and b"db print%" not in line.faulty.sent
     assert_loaded(line)
 
 
@@ -398,9 +408,9 @@ def test_m4_corrupted_and_dropped_bytes_are_caught_and_the_retry_recovers(m4_elf
             board.power_on()
             assert client.wait_for_boot(5.0) == "performance"
             faulty.add(lambda d: d == data[:1024], corrupt(500, data[500] ^ 0x40))
-            assert client.load(data) == LoadResult(16000, "binary", 2)
+            assert client.load(data) == LoadResult(16000, "binary", 2, "crc")
             faulty.add(lambda d: d == data[:1024], drop(100, 1))
-            assert client.load(data) == LoadResult(16000, "binary", 2)
+            assert client.load(data) == LoadResult(16000, "binary", 2, "crc")
             assert client.stats.retries == 2
             assert client.read_buffer() == data
         finally:

@@ -67,7 +67,8 @@ def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
     emon = manifest["instruments"]["emon"]
     assert emon["simulated"] is True and emon["version"].endswith("-sim")
     dut = manifest["instruments"]["dut"]
-    assert dut["timestamp_mode"] == "energy" and dut["capabilities"] == ["bload", "elap", "rcrc"]
+    assert dut["timestamp_mode"] == "energy"
+    assert dut["capabilities"] == ["bload", "dbcrc", "elap", "rcrc"]
     assert dut["model"] == "asc01"
     # gcc is on every machine this suite runs on: the real C firmware was the DUT.
     assert manifest["instruments"]["virtual_bench"]["dut"].startswith("c-shim")
@@ -197,7 +198,8 @@ def test_through_an_io_manager(tmp_path: Path) -> None:
     assert manifest["instruments"]["io_manager"]["name"]
     notes = [e["text"] for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
              if e["event"] == "note"]
-    assert any("downloaded hex, checked by read-back" in n for n in notes)
+    # Hex behind the IO manager, checked by the DUT's db crc (passed through), not read back.
+    assert any("downloaded hex, checked by CRC-32" in n for n in notes)
 
 
 def test_with_a_joulescope(tmp_path: Path) -> None:

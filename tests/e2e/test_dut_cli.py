@@ -66,7 +66,8 @@ def test_info_json_takes_the_mode_from_caps(make_dut, capsys) -> None:
     out = rig_json(capsys, "dut", "--port", dut.path, "info", "--json", "--boot-wait", "0.05")
     assert out == {
         "name": "dut", "vendor": VENDOR, "profile": "ULPMark for tinyML Firmware V0.0.1",
-        "model": "asc01", "timestamp_mode": "performance", "capabilities": ["bload", "rcrc"],
+        "model": "asc01", "timestamp_mode": "performance",
+        "capabilities": ["bload", "dbcrc", "rcrc"],
     }
 
 
@@ -117,7 +118,7 @@ def test_info_human_output(make_dut, capsys) -> None:
     dut = make_dut()
     assert main(["dut", "--port", dut.path, "info", "--boot-wait", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "timestamp_mode  energy" in lines and "capabilities    bload, elap, rcrc" in lines
+    assert "timestamp_mode  energy" in lines and "capabilities    bload, dbcrc, elap, rcrc" in lines
 
 
 @pytest.mark.parametrize(("extensions", "method"), [(True, "binary"), (False, "hex")])
@@ -127,7 +128,8 @@ def test_load_then_infer(make_dut, capsys, tmp_path: Path, extensions: bool, met
     path = tmp_path / "input.bin"
     path.write_bytes(data)
     out = rig_json(capsys, "dut", "--port", dut.path, "load", str(path), "--json")
-    assert out == {"bytes": INPUT_SIZE, "method": method, "verified": True, "attempts": 1}
+    assert out == {"bytes": INPUT_SIZE, "method": method, "verified": True,
+                   "check": "crc" if extensions else "read-back", "attempts": 1}
     out = rig_json(capsys, "dut", "--port", dut.path, "infer", "5", "--warmup", "2", "--json")
     # 5 inferences of 12.5 ms of simulated time, timed by the DUT's own µs timer.
     # Firmware with the rig's extensions sends its results with a CRC-32 (rcrc).

@@ -51,8 +51,8 @@ def test_direct_binary_download_and_infer(binary, audio, mode) -> None:
     world, dut, client = booted(binary, mode)
     try:
         # Energy-mode firmware also offers `elap`: its lap counter around the window.
-        assert client.negotiate() == ({"bload", "rcrc"} if mode == "performance"
-                                     else {"bload", "rcrc", "elap"})
+        assert client.negotiate() == ({"bload", "dbcrc", "rcrc"} if mode == "performance"
+                                     else {"bload", "dbcrc", "rcrc", "elap"})
         info = client.identify()
         assert (info.model, info.vendor) == ("asc01", "neurobench-rig host shim")
         loaded = client.load(audio)
@@ -81,7 +81,7 @@ def test_legacy_hex_download_is_read_back(binary, audio) -> None:
     try:
         client.capabilities = frozenset()  # drive it as plain MLPerf Tiny firmware
         loaded = client.load(audio)
-        assert (loaded.method, loaded.attempts) == ("hex", 1)
+        assert (loaded.method, loaded.attempts, loaded.check) == ("hex", 1, "read-back")
         assert client.infer(1, 0).results.argmax() == LinearAscModel.load().predict(audio)
     finally:
         world.power(False)
@@ -114,9 +114,10 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         world.power(True)
         assert client.wait_for_boot(10.0) == "energy"
         # The DUT could download binary, the path cannot:
-        assert client.negotiate() == frozenset({"bload", "rcrc", "elap"})
+        assert client.negotiate() == frozenset({"bload", "dbcrc", "rcrc", "elap"})
         loaded = client.load(audio)
-        assert loaded.method == "hex"  # so the client used hex, 26 bytes a command
+        assert loaded.method == "hex"  # so the client used hex, 26 bytes a command...
+        assert loaded.check == "crc"  # ...and the DUT's db crc, which passes through
         edges_before = len(world.falling_edges_between(0, 2**62))
         result = client.infer(8, 1)
         np.testing.assert_allclose(result.results, expected_scores(audio), atol=1.5e-3)

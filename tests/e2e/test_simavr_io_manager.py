@@ -77,7 +77,7 @@ def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path, tag: bytes) -
     assert json.loads(info.stdout) == {
         "name": "dut", "vendor": "neurobench-rig host shim",
         "profile": "ULPMark for tinyML Firmware V0.0.1", "model": "asc01",
-        "timestamp_mode": "energy", "capabilities": ["bload", "elap", "rcrc"],
+        "timestamp_mode": "energy", "capabilities": ["bload", "dbcrc", "elap", "rcrc"],
         # the sketch's own name: the Python simulation calls itself "(simulated)"
         "io_manager": "neurobench-rig IO manager 1.0.0",
     }
@@ -85,9 +85,9 @@ def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path, tag: bytes) -
     data.write_bytes(bytes(range(256)) * 2)
     load = rig_dut("load", str(data), "--json")
     assert load.returncode == 0, load.stderr
-    # Hex behind an IO manager (binary cannot pass through), verified by a db print read-back.
+    # Hex behind an IO manager (binary cannot pass through), verified by the DUT's db crc.
     assert json.loads(load.stdout) == {"bytes": 512, "method": "hex", "verified": True,
-                                       "attempts": 1,
+                                       "check": "crc", "attempts": 1,
                                        "io_manager": "neurobench-rig IO manager 1.0.0"}
     # A fresh power-up has no input: the DUT's refusal comes back through the UNO, exit 2.
     infer = rig_dut("infer", "1")

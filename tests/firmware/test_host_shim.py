@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient
+from drivers.dut.client import BINARY_WRITE_CHUNK, DutClient, LoadResult
 from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.io_manager import IoManagerTransport
 from drivers.transport import SerialTransport
@@ -279,11 +279,11 @@ def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     )
     # Energy mode adds `elap`: infer prints its lap counter once the window has closed.
     assert shim.exchange(b"caps%") == (
-        b"m-timestamp-mode-energy\r\nm-caps-[bload,rcrc,elap]\r\nm-ready\r\n"
+        b"m-timestamp-mode-energy\r\nm-caps-[bload,dbcrc,rcrc,elap]\r\nm-ready\r\n"
     )
     performance = start_shim("performance")
     assert performance.exchange(b"caps%") == (
-        b"m-timestamp-mode-performance\r\nm-caps-[bload,rcrc]\r\nm-ready\r\n"
+        b"m-timestamp-mode-performance\r\nm-caps-[bload,dbcrc,rcrc]\r\nm-ready\r\n"
     )
     info = shim.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", VENDOR, "asc01")
@@ -293,8 +293,13 @@ def test_name_profile_and_caps_exact_lines(start_shim) -> None:
 def test_hex_download_of_a_model_input_reads_back(start_shim) -> None:
     shim = start_shim()
     data = audio_input()
-    shim.client.load(data)  # 517 db commands, m-load-done after the last one only
+    shim.client.negotiate()
+    shim.client.capabilities -= {"bload"}  # the hex path, as behind an IO manager
+    # 517 db commands, m-load-done after the last one only; then the DUT's db crc
+    assert shim.client.load(data) == LoadResult(len(data), "hex", 1, "crc")
     assert shim.client.read_buffer() == data
+    assert shim.exchange(b"db crc%") == b"m-db-crc-%d-%08x\r\nm-ready\r\n" % (
+        len(data), zlib.crc32(data))
 
 
 @VIA_ALL
@@ -393,7 +398,7 @@ def test_result_lines_carry_their_crc_once_caps_was_asked(start_build) -> None:
     checked = f"{plain}-crc-{zlib.crc32(plain.encode()):08x}"
     assert shim.exchange(b"results%") == (checked + "\r\nm-ready\r\n").encode()
     assert shim.exchange(b"infer 1 0%").decode().split("\r\n")[6] == checked
-    assert shim.client.negotiate() == {"bload", "rcrc"}
+    assert shim.client.negotiate() == {"bload", "dbcrc", "rcrc"}
     assert shim.client.infer(1, 0).checked
 
 
@@ -460,7 +465,8 @@ class _BigBufferModel:
 #: Commands whose replies do not depend on timing or on the model.
 SAME_AS_SIMDUT = [
     b"name%", b"profile%", b"results%",
-    b"db load 5%", b"db 0a0B0c%", b"db 0d0e%", b"db print%", b"db 0f%",
+    b"db crc%", b"db load 5%", b"db 0a0B0c%", b"db crc%", b"db 0d0e%", b"db print%",
+    b"db crc%", b"db 0f%",
     b"db 123%", b"db zz%", b"db 0g%", b"db load 0%", b"db load abc%", b"db load%",
     b"db load 40000%", b"db load 00040000000000000000%", b"db%", b"db print%",
     b"infer 0%", b"infer -1 2%", b"infer 1 -1%", b"infer x%",

@@ -17,6 +17,7 @@ from protocols.dut.codec import (
     MAX_LINE,
     BloadDone,
     BloadReady,
+    BufferCrc,
     BufferDump,
     Capabilities,
     DutDecoder,
@@ -47,6 +48,7 @@ from protocols.dut.codec import (
     WarmupStart,
     cmd_bload,
     cmd_caps,
+    cmd_db_crc,
     cmd_db_hex,
     cmd_db_load,
     cmd_db_print,
@@ -78,6 +80,7 @@ from protocols.errors import ProtocolError
         (cmd_db_load(490), b"db load 490%"),
         (cmd_db_hex(bytes([0x00, 0xAB, 0x7F, 0xFF])), b"db 00ab7fff%"),
         (cmd_db_print(), b"db print%"),
+        (cmd_db_crc(), b"db crc%"),
         (cmd_infer(100, 10), b"infer 100 10%"),
         (cmd_infer(1, 0), b"infer 1 0%"),
         (cmd_results(), b"results%"),
@@ -265,6 +268,11 @@ REPLIES = [
     (b"m-bload-done-cbf43926", BloadDone(0xCBF43926)),
     (b"m-bload-done-CBF43926", BloadDone(0xCBF43926)),
     (b"m-bload-done-cbf4392", Message("bload-done-cbf4392")),
+    (b"m-db-crc-16000-3c9e51a2", BufferCrc(16000, 0x3C9E51A2)),
+    (b"m-db-crc-0-00000000", BufferCrc(0, 0)),
+    (b"m-db-crc-5-3C9E51A2", BufferCrc(5, 0x3C9E51A2)),
+    (b"m-db-crc-5-3c9e51a", Message("db-crc-5-3c9e51a")),
+    (b"m-db-crc-3c9e51a2", Message("db-crc-3c9e51a2")),
     (b"e-[bload crc mismatch: expected cbf43926 got 00000000]",
      DutErrorLine("bload crc mismatch: expected cbf43926 got 00000000")),
     (b"e-[bload timeout: got 10 of 16000 bytes]",
@@ -367,6 +375,7 @@ _events = st.one_of(
     ),
     st.builds(BloadReady, st.integers(0, 2**32)),
     st.builds(BloadDone, st.integers(0, 2**32 - 1)),
+    st.builds(BufferCrc, st.integers(0, 2**32), st.integers(0, 2**32 - 1)),
     st.builds(QloadReady, st.integers(0, 2**32)),
     st.builds(QloadDone, st.integers(0, 2**32), st.integers(0, 2**32)),
     st.builds(QsolveDone, st.integers(0, 2**40)),
@@ -420,6 +429,8 @@ def _render(event: object) -> bytes:
             line = f"m-bload-ready-{n}"
         case BloadDone(crc):
             line = f"m-bload-done-{crc:08x}"
+        case BufferCrc(n, crc):
+            line = f"m-db-crc-{n}-{crc:08x}"
         case QloadReady(n):
             line = f"m-qload-ready-{n}"
         case QloadDone(n_vars, n_terms):

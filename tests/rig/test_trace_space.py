@@ -210,17 +210,19 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
         replace(io, io_manager=None)) == pytest.approx(
         (1 + io.dataset.samples_per_class * 4) * (hex_load - 2 * 1.5e-3 * io.sim.speed))
     # Through the simavr UNO the DUT's link is the sketch's SoftwareSerial at 9600 baud, in
-    # the emulated UNO's time (taken as the host's, x speed): ~108 s of it per input.
+    # the emulated UNO's time (taken as the host's, x speed): ~42 s of it per input, as the
+    # DUT (the C shim) checks a hex download by `db crc` rather than a read-back (~4
+    # characters more per byte: ~108 s).
     avr = load_bench(REPO / "benches" / "simavr-io-manager.toml")
-    uno_load = 16_000 * (2 + 13 / 26 + 4) * 10 / 9600
+    uno_load = 16_000 * (2 + 13 / 26) * 10 / 9600
     assert runner.asc_trace_seconds(avr) - runner.asc_trace_seconds(
         replace(avr, sim=replace(avr.sim, io_manager="python"))) == pytest.approx(
         (1 + avr.dataset.samples_per_class * 4)
         * (uno_load - (2 + math.ceil(16_000 / 26)) * 1.5e-3) * avr.sim.speed)
     assert "emulated UNO at 9600 baud" in runner.asc_trace_basis(avr)
-    # A DUT on a port: `bload` is known only after `caps`, so the slower hex (31 bytes a
-    # command) at its baud rate, its boot timeout and an assumed 1 s per inference; the
-    # preflight's message says so.
+    # A DUT on a port: `bload` and `dbcrc` are known only after `caps`, so the slower hex (31
+    # bytes a command, checked by a read-back) at its baud rate, its boot timeout and an
+    # assumed 1 s per inference; the preflight's message says so.
     board = load_bench(REPO / "benches" / "arduino.toml")
     assert runner.asc_download_method(board) == "hex"
     b = board.asc

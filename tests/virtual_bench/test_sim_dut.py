@@ -17,10 +17,13 @@ from drivers.transport import SerialTransport
 from protocols.dut.codec import (
     BloadDone,
     BloadReady,
+    BufferCrc,
     Capabilities,
     DutDecoder,
     DutErrorLine,
+    ExpectingBytes,
     InferStart,
+    LoadDone,
     Name,
     Ready,
     Results,
@@ -88,7 +91,7 @@ def test_identify_load_and_db_print(make_bench) -> None:
     info = bench.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", "neurobench-rig virtual bench", "ic01")
     assert info.profile == "ULPMark for tinyML Firmware V0.0.1"
-    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 1)
+    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "binary", 1, "crc")
     assert bench.client.read_buffer() == DATA
 
 
@@ -96,7 +99,7 @@ def test_plain_firmware_is_loaded_with_hex_commands(make_bench) -> None:
     bench = make_bench(extensions=False)
     assert bench.client.negotiate() == frozenset()
     # 31 + 31 + 31 + 7 bytes, m-load-done after the last, then the db print read-back.
-    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 1)
+    assert bench.client.load(DATA) == LoadResult(INPUT_SIZE, "hex", 1, "read-back")
     assert bench.client.read_buffer() == DATA
     with pytest.raises(DutError, match=r"Unknown command: bload 1 00000000"):
         bench.client.command("bload 1 00000000")
@@ -113,10 +116,10 @@ def converse(bench: Bench, *writes: bytes) -> list:
 
 def test_caps_reply_has_the_mode_and_the_capability_words(make_bench) -> None:
     assert converse(make_bench("performance"), b"caps%") == [
-        TimestampMode("performance"), Capabilities(("bload", "rcrc")), Ready()
+        TimestampMode("performance"), Capabilities(("bload", "dbcrc", "rcrc")), Ready()
     ]
     assert converse(make_bench("energy"), b"caps%") == [
-        TimestampMode("energy"), Capabilities(("bload", "rcrc", "elap")), Ready()
+        TimestampMode("energy"), Capabilities(("bload", "dbcrc", "rcrc", "elap")), Ready()
     ]
     assert converse(make_bench(extensions=False), b"caps%") == [
         DutErrorLine("Unknown command: caps"), Ready()
@@ -334,3 +337,18 @@ def test_power_cut_mid_inference_times_out_and_the_dut_reboots_cleanly(make_benc
     world.power(True)
     assert bench.client.wait_for_boot(timeout_s=5.0) == "energy"
     assert bench.client.identify().model == "ic01"
+
+
+def test_db_crc_gives_the_count_and_crc_of_what_the_hex_commands_left(make_bench) -> None:
+    bench = make_bench()
+    assert converse(bench, b"db load 5%") == [ExpectingBytes(5), Ready()]
+    assert converse(bench, b"db crc%") == [BufferCrc(0, 0), Ready()]
+    assert converse(bench, b"db 0a0b%") == [Ready()]
+    assert converse(bench, b"db crc%") == [BufferCrc(2, zlib.crc32(b"\x0a\x0b")), Ready()]
+    assert converse(bench, b"db 0c0d0e%") == [LoadDone(), Ready()]
+    assert converse(bench, b"db crc%") == [BufferCrc(5, zlib.crc32(bytes(range(10, 15)))),
+                                           Ready()]
+    # Plain firmware does not know it: "crc" is then an odd number of hex digits.
+    plain = make_bench(extensions=False)
+    assert converse(plain, b"db crc%") == [DutErrorLine("Insufficent number of hex digits"),
+                                           Ready()]

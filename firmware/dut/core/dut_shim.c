@@ -315,6 +315,17 @@ static void cmd_db_print(void)
     }
 }
 
+/* `db crc` (capability dbcrc): the count and CRC-32 of the bytes received since `db load`, so
+ * that the host checks a hex download without reading it back (~4 characters per byte). */
+static void cmd_db_crc(void)
+{
+    put("m-db-crc-");
+    put_u32(g_pos);
+    put("-");
+    put_hex8(crc32_update(0u, g_input, (size_t)g_pos));
+    end_line();
+}
+
 static void cmd_db_hex(const char *digits)
 {
     size_t len = strlen(digits);
@@ -357,6 +368,8 @@ static void cmd_db(int argc, char **words)
         cmd_db_load(argc > 2 ? words[2] : "");
     } else if (strcmp(words[1], "print") == 0) {
         cmd_db_print();
+    } else if (strcmp(words[1], "crc") == 0) {
+        cmd_db_crc();
     } else {
         cmd_db_hex(words[1]);
     }

@@ -32,7 +32,7 @@ extern "C" {
 #define DUT_NAME "dut"
 #define DUT_PROFILE "ULPMark for tinyML Firmware V0.0.1"
 /* Capability words answered to `caps` (comma separated). */
-#define DUT_CAPABILITIES "bload,rcrc"
+#define DUT_CAPABILITIES "bload,dbcrc,rcrc"
 /* Added to them in energy mode: `infer` also prints its lap counter at both timestamp pulses
  * (m-lap-us lines after the window has closed), so the DUT's timer and the energy monitor time
  * the same window. */
