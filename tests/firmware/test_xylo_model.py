@@ -2,8 +2,9 @@
 
 The accuracy check runs XyloSim on the shipped spec, exactly as the shim does, on 12 one-second
 SYNTHETIC test scenes (3 per class) from the rig's own default test stream (seed 0; the model
-was trained on seed 1), pre-processed by the AFE simulator (~1 s per second of audio, so this
-file takes about 20 s). The trainer itself is tested in tests/rig/test_model_xylo.py.
+was trained on seed 1), pre-processed by the AFE simulator (~1 s per second of audio; the
+rasters are shared with test_xylo_nir.py through the session's cache: tests/scenes.py). The
+trainer itself is tested in tests/rig/test_model_xylo.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from firmware.xylo.spec import load_spec
 from rig.datasets import afe, synthetic
 from rig.model import xylo
 from tests.requires import needs
+from tests.scenes import afe_scenes
 
 pytestmark = needs("rockpool", "xylosim", "scipy")
 
@@ -36,10 +38,9 @@ def test_shipped_spec_loads_with_the_asc_shape() -> None:
 
 
 def test_shipped_model_beats_chance_on_synthetic_scenes() -> None:
-    split = synthetic.make_split(3, seed=0, name="test")
-    rasters = afe.simulate_afe(split.inputs, synthetic.RATE_HZ).rasters
-    acc = xylo.accuracy(load_spec(MODEL), rasters, split.labels)
-    assert acc >= MIN_ACCURACY, f"accuracy {acc:.3f} on {len(split)} synthetic slices"
+    rasters, labels = afe_scenes(3)
+    acc = xylo.accuracy(load_spec(MODEL), rasters, labels)
+    assert acc >= MIN_ACCURACY, f"accuracy {acc:.3f} on {len(labels)} synthetic slices"
 
 
 def test_shipped_settings_were_chosen_on_a_validation_split_of_the_train_data() -> None:

@@ -2,7 +2,7 @@
 
 The shipped ASC spec written as a NIR graph, read back with ``nir.read``, and mapped and
 quantised by Rockpool for Xylo Audio 2 must be the same network: the same integer arrays, the
-same XyloSim output spike counts on SYNTHETIC ASC test scenes (8 one-second slices, AFE
+same XyloSim output spike counts on SYNTHETIC ASC test scenes (12 one-second slices, AFE
 simulated, ~10 s), and the same scores from the shim started on the .nir file. Graphs Xylo cannot
 hold are refused with a typed error naming the reason.
 """
@@ -41,8 +41,8 @@ from firmware.xylo.nir_graph import (
 from firmware.xylo.shim import class_scores, encode_raster
 from firmware.xylo.spec import SpecError, XyloSpec, load_spec
 from protocols.errors import ActionableError
-from rig.datasets import afe, synthetic
 from rig.model.xylo import run_xylo
+from tests.scenes import afe_scenes
 
 pytestmark = needs("rockpool", "xylosim")
 
@@ -69,9 +69,9 @@ def from_graph(graph_path: Path) -> XyloSpec:
 
 @pytest.fixture(scope="module")
 def rasters() -> np.ndarray:
-    """8 SYNTHETIC test scenes (2 per class, the rig's test stream, seed 0) through the AFE."""
-    split = synthetic.make_split(2, seed=0, name="test")
-    return afe.simulate_afe(split.inputs, synthetic.RATE_HZ).rasters
+    """12 SYNTHETIC test scenes (3 per class, the rig's test stream, seed 0) through the AFE
+    (shared with test_xylo_model.py: tests/scenes.py)."""
+    return afe_scenes(3)[0]
 
 
 # -- the shipped model through NIR ---------------------------------------------------------------
