@@ -108,7 +108,8 @@ class VirtualBench:
             self.world.power(True)
         if self._wants_io_manager and self._io_manager_kind == "simavr":
             harness, elf = self._avr
-            self.io_manager = SimavrUno(self.dut.path, harness=harness, elf=elf)
+            self.io_manager = SimavrUno(self.dut.path, harness=harness, elf=elf,
+                                        world=self.world)
         elif self._wants_io_manager:
             self.io_manager = SimIoManager(self.dut.path, world=self.world)
             self.io_manager.start()

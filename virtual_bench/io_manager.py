@@ -7,6 +7,15 @@ pyserial like the UNO's wires) before the acknowledgement, with every DUT line r
 from the world and prints ``m-lap-us-<n>`` from the UNO's own µs clock (4 µs steps, 32 bits)
 once simulated time has passed them. Without a world the timer commands are accepted but
 capture nothing. The reset line is not modelled: ``res`` only records its polarity.
+
+A hex download through it (``db load``, the ``db <hex>`` commands, then the ``db crc`` or
+``db print`` check) takes, in simulated time, what a real UNO's two lines take for its
+characters: the sketch's 9600-baud line to the DUT and its 115200-baud USB serial to the rig
+(each command, the sketch's acknowledgement, the DUT's relayed lines). While it lasts simulated
+time stands still (held); when it ends the clock jumps by both lines' time. Without
+that, each of its ~600 command exchanges would cost the host's time for the ptys and Python
+(~1 ms, more on a loaded host) times `speed`, and the recording's length would depend on the
+host (20-50 s of simulated time per input at `speed = 50`, varying by a quarter run to run).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ import contextlib
 import os
 import select
 import threading
+import time
+from dataclasses import dataclass
 
 import serial
 
@@ -23,11 +34,12 @@ from protocols.io_manager.codec import (
     DUT_BAUD,
     DUT_PREFIX,
     EDGE_CHANGE,
+    HOST_BAUD,
     MAX_COMMAND,
     PASSTHROUGH_PREFIX,
 )
 from virtual_bench.pty import Pty
-from virtual_bench.world import World
+from virtual_bench.world import NS, World
 
 NAME = "neurobench-rig IO manager (simulated)"
 VERSION = "1.0.0"
@@ -49,6 +61,26 @@ HELP = (
 _POLL_S = 0.005
 #: Host seconds a write to the host pty may wait for the reader; then the bytes are lost.
 _WRITE_WAIT_S = 0.5
+#: Characters per second on the UNO's SoftwareSerial line to the DUT and on its USB serial to the
+#: host (start, 8 data and stop bits each).
+DUT_CHARS_PER_S = DUT_BAUD / 10
+HOST_CHARS_PER_S = HOST_BAUD / 10
+#: Host seconds a held download may wait for the host's next command before it ends anyway: a
+#: rig that stopped in the middle must not leave the bench's time standing still.
+DOWNLOAD_IDLE_S = 2.0
+
+
+@dataclass
+class _Download:
+    """A hex download in progress: simulated time is held (`hold`) while the characters it puts
+    on the DUT's line and on the host's are counted, to be charged at its end."""
+
+    hold: contextlib.ExitStack
+    last: float
+    dut_chars: int = 0
+    host_chars: int = 0
+    #: The check (``db crc``/``db print``) was forwarded: the DUT's ``m-ready`` ends it.
+    ending: bool = False
 
 
 class SimIoManager:
@@ -73,6 +105,11 @@ class SimIoManager:
         self.edge_mode = 0
         self._epoch_ns = world.clock.now_ns() if world else 0
         self._edges_from = 0
+        self._download: _Download | None = None
+        #: Simulated seconds charged for downloads' line time so far, and the characters on the
+        #: DUT's line and on the host's they were for (tests read them).
+        self.download_line_s = 0.0
+        self.download_chars = (0, 0)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -86,6 +123,7 @@ class SimIoManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._end_download()
         with contextlib.suppress(serial.SerialException, OSError):
             self._dut.close()
         self._pty.close()
@@ -115,6 +153,9 @@ class SimIoManager:
                 else:
                     self._from_dut(data)
             self._report_edges()
+            download = self._download
+            if download is not None and time.monotonic() - download.last > DOWNLOAD_IDLE_S:
+                self._end_download()
 
     def _from_host(self, data: bytes) -> None:
         """Collect command bytes; run each command at its ``%``."""
@@ -141,6 +182,8 @@ class SimIoManager:
         arg = words[1] if len(words) == 2 else None
         if head + " " == PASSTHROUGH_PREFIX and len(text) > len(PASSTHROUGH_PREFIX):
             command = text[len(PASSTHROUGH_PREFIX) :].strip()
+            if self.world is not None:
+                self._track_download(command)
             # Forward first, acknowledge second: on the UNO the host must not send while
             # SoftwareSerial transmits, and it waits for this acknowledgement.
             self._write_dut((command + "%").encode("ascii", errors="replace"))
@@ -187,6 +230,45 @@ class SimIoManager:
             text = self._dut_line.decode("ascii", errors="replace")
             self._dut_line.clear()
             self._say(DUT_PREFIX + text)
+            download = self._download
+            if download is not None:
+                download.dut_chars += len(text) + 2  # with its CR LF
+                if download.ending and text == "m-ready":
+                    self._end_download()
+
+    # -- downloads: the line's time, not the host's ----------------------------------------------
+    def _track_download(self, command: str) -> None:
+        """Before `command` goes to the DUT: start or continue a held download (``db load``,
+        ``db <hex>``), mark its check (``db crc``/``db print``: its reply ends it), or end it
+        before anything else, which runs on running time (an inference must)."""
+        words = command.split()
+        sub = words[1] if len(words) >= 2 and words[0] == "db" else None
+        if sub is not None and sub not in ("print", "crc"):
+            if self._download is None:
+                assert self.world is not None
+                hold = contextlib.ExitStack()
+                hold.enter_context(self.world.clock.held(firm=True))
+                self._download = _Download(hold, last=time.monotonic())
+        elif sub is None:
+            self._end_download()
+        download = self._download
+        if download is not None:
+            download.dut_chars += len(command) + 1  # with its '%'
+            download.host_chars += len(PASSTHROUGH_PREFIX) + len(command) + 1
+            download.last = time.monotonic()
+            download.ending = sub in ("print", "crc")
+
+    def _end_download(self) -> None:
+        """Charge the held download's line time to the clock and let time run again."""
+        download, self._download = self._download, None
+        if download is None or self.world is None:
+            return
+        line_s = download.dut_chars / DUT_CHARS_PER_S + download.host_chars / HOST_CHARS_PER_S
+        self.download_line_s += line_s
+        dut, host = self.download_chars
+        self.download_chars = (dut + download.dut_chars, host + download.host_chars)
+        self.world.clock.advance(round(line_s * NS))
+        download.hold.close()
 
     def _report_edges(self) -> None:
         """Print a lap for every timestamp edge that simulated time has passed."""
@@ -215,6 +297,8 @@ class SimIoManager:
     # -- I/O ----------------------------------------------------------------------------------
     def _say(self, *lines: str) -> None:
         data = "".join(line + "\r\n" for line in lines).encode("ascii", errors="replace")
+        if self._download is not None:
+            self._download.host_chars += len(data)
         # Nobody reading the host port: the rest is lost, as on a real UART.
         self._pty.write(data, patience_s=_WRITE_WAIT_S, stop=self._stop)
 

@@ -50,6 +50,8 @@ class SimClock:
         #: whole, so that `now_ns` reads a consistent pair without a lock.
         self._state: tuple[int, int | None] = (time.monotonic_ns(), None)
         self._holds = 0
+        #: Holds `running` does not lift (`held(firm=True)`).
+        self._firm = 0
         self._hold_lock = threading.Lock()
         #: Host time [ns] the clock has stood still in all, for the record.
         self.held_ns = 0
@@ -65,38 +67,49 @@ class SimClock:
         return max(0.0, (until_ns - self.now_ns()) / self.speed / NS)
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Simulated time stands still inside (holds nest: it runs again after the last)."""
-        self._take_holds(1)
-        try:
-            yield
-        finally:
-            self._take_holds(-1)
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Time runs inside, even within a hold: for a stream that waits on its reader (a
-        reader that waits on simulated time must not wait on a held clock)."""
+    def held(self, *, firm: bool = False) -> Iterator[None]:
+        """Simulated time stands still inside (holds nest: it runs again after the last). A
+        `firm` hold is one `running` does not lift: time that passes on a line the host does
+        not pace (a download through an IO manager), charged when it ends (`advance`)."""
         with self._hold_lock:
-            holds = self._holds
-            self._set_holds(0)
+            self._set_holds(self._holds + (not firm), self._firm + firm)
         try:
             yield
         finally:
             with self._hold_lock:
-                self._set_holds(self._holds + holds)
+                self._set_holds(self._holds - (not firm), self._firm - firm)
 
-    def _take_holds(self, change: int) -> None:
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Time runs inside, even within a hold (but not a firm one): for a stream that waits on
+        its reader (a reader that waits on simulated time must not wait on a held clock)."""
         with self._hold_lock:
-            self._set_holds(self._holds + change)
+            holds = self._holds
+            self._set_holds(0, self._firm)
+        try:
+            yield
+        finally:
+            with self._hold_lock:
+                self._set_holds(self._holds + holds, self._firm)
 
-    def _set_holds(self, holds: int) -> None:
+    def advance(self, ns: int) -> None:
+        """Simulated time jumps `ns` ahead at once: time that passed on something the host does
+        not pace (the IO manager's 9600-baud line to the DUT while a download was held)."""
+        if ns < 0:
+            raise ValueError("simulated time only runs forward")
+        with self._hold_lock:
+            wall0, held_at = self._state
+            self._state = (wall0 - round(ns / self.speed), held_at)
+
+    def _set_holds(self, holds: int, firm: int) -> None:
         """Stop or restart the clock as the count of holds leaves or reaches 0 (lock held)."""
-        before, self._holds = self._holds, holds
+        before = self._holds + self._firm
+        self._holds, self._firm = holds, firm
+        after = holds + firm
         wall0, held_at = self._state
-        if before == 0 and holds > 0:
+        if before == 0 and after > 0:
             self._state = (wall0, time.monotonic_ns())
-        elif before > 0 and holds == 0:
+        elif before > 0 and after == 0:
             assert held_at is not None
             stood = time.monotonic_ns() - held_at
             self.held_ns += stood

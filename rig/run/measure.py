@@ -27,7 +27,10 @@ from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
 from protocols.errors import ActionableError
 from protocols.io_manager import DUT_BAUD as IO_DUT_BAUD
+from protocols.io_manager import DUT_PREFIX as IO_DUT_PREFIX
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
+from protocols.io_manager import HOST_BAUD as IO_HOST_BAUD
+from protocols.io_manager import PASSTHROUGH_PREFIX as IO_PASSTHROUGH_PREFIX
 from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
@@ -60,15 +63,10 @@ POWER_OFF_S = 0.2
 DEFAULT_INFERENCE_S = 1.0
 #: Largest input downloaded per test sample: 1 s of 8 kHz int16 audio (synthetic-asc).
 INPUT_BYTES_GUESS = 16_000
-#: UART characters (10 bits each) per input byte, by download method. Binary (`bload`): the
-#: byte itself (the command and its CRC reply are a few dozen characters per input). Hex (`db`):
-#: two hex digits, each command's share of "db ", "%" and its "m-ready" reply (13 characters
-#: per command of `per_command` bytes), and the check: `db crc` (a few dozen characters per
-#: input) from a DUT offering it (the rig's shims), else the `db print` read-back (~4 characters
-#: per byte), which is what a DUT on a port is priced at (what it offers is known only after
-#: `caps`).
+#: UART characters (10 bits each) per input byte of a binary download (`bload`): the byte itself
+#: (the command and its CRC reply are a few dozen characters per input). A hex download is
+#: priced by its protocol's own lines (`hex_download_chars`).
 BINARY_CHARS_PER_BYTE = 1.0
-HEX_READ_BACK_CHARS_PER_BYTE = 4.0
 #: Test samples assumed when a bench asks for every sample (samples_per_class = 0) and the
 #: split's csv cannot be counted: a generous guess.
 ALL_TEST_SAMPLES_GUESS = 2000
@@ -143,7 +141,7 @@ def measure_asc(
         raise ConfigError(f"unknown ASC scope {scope!r}",
                           hint=f"choose one of {', '.join(asc.SCOPES)}")
     check_bench_setup(bench)
-    space_warning = _check_trace_space(bench, runs_root)
+    space_warning = _check_trace_space(bench, runs_root, scope)
     store = RunStore.create(runs_root, "asc", device)
     events: list[Event] = []
     bus = EventBus()
@@ -228,12 +226,13 @@ def records_trace(bench: Bench) -> bool:
     return bench.emon.driver != "none" and bench.dut.kind != "xylo"
 
 
-def asc_trace_seconds(bench: Bench) -> float:
+def asc_trace_seconds(bench: Bench, scope: str = "all") -> float:
     """Estimate [s] of an ASC run's trace (scope "all"): the DUT's boot, the calibration run,
     idle (energy mode), the timed runs, the accuracy pass (a download and an inference per test
     sample), each input's download by the method the DUT offers, and on the virtual bench the
-    host's command exchanges at its speed (`asc_trace_basis` says what it rests on)."""
-    return sum(_asc_phase_trace_seconds(bench, "all").values())
+    host's command exchanges at its speed (`asc_trace_basis` says what it rests on). `scope`:
+    the parts of the method the run does (`asc.SCOPES`)."""
+    return sum(_asc_phase_trace_seconds(bench, scope).values())
 
 
 def asc_trace_basis(bench: Bench) -> str:
@@ -242,8 +241,14 @@ def asc_trace_basis(bench: Bench) -> str:
     method = asc_download_method(bench)
     if _virtual_dut(bench) and bench.io_manager is not None and bench.sim.io_manager == "simavr":
         return (f"estimated from the [sim] timing and hex downloads through the emulated UNO "
-                f"at {IO_DUT_BAUD} baud, its time taken as the host's x speed "
-                f"{bench.sim.speed:g}: a faster host records less")
+                f"at {IO_DUT_BAUD} baud (the bench's time follows the UNO's while it works) "
+                f"and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x speed "
+                f"{bench.sim.speed:g}; a loaded host records longer")
+    if _virtual_dut(bench) and bench.io_manager is not None:
+        return (f"estimated from the [sim] timing, {method} downloads through the IO manager "
+                f"at {IO_DUT_BAUD} baud (the virtual one charges its line's time, not the "
+                f"host's) and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x "
+                f"speed {bench.sim.speed:g}; a loaded host records longer")
     if _virtual_dut(bench):
         return (f"estimated from the [sim] timing, {method} downloads over ptys and "
                 f"{VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per command x speed "
@@ -263,11 +268,11 @@ def measures_voltage(bench: Bench) -> bool:
     return monitor_class(bench.emon.driver).measures_voltage_with(**_monitor_options(bench))
 
 
-def asc_trace_bytes(bench: Bench) -> int:
+def asc_trace_bytes(bench: Bench, scope: str = "all") -> int:
     """Projected size [bytes] of an ASC run's trace (0 when the bench records none)."""
     if not records_trace(bench):
         return 0
-    return projected_trace_bytes(asc_trace_seconds(bench), bench.emon.sample_rate_hz,
+    return projected_trace_bytes(asc_trace_seconds(bench, scope), bench.emon.sample_rate_hz,
                                  voltage_measured=measures_voltage(bench))
 
 
@@ -323,26 +328,62 @@ def asc_download_method(bench: Bench) -> str:
 
 def _download_s(bench: Bench) -> float:
     """Seconds one input's download takes, by `asc_download_method`: on the DUT's UART at its
-    baud rate, or on the virtual bench's ptys (no baud rate) its command exchanges."""
+    baud rate (behind an IO manager, real or the virtual bench's, the UNO's 9600-baud line), or
+    on the virtual bench's ptys (no baud rate) its command exchanges."""
     binary = asc_download_method(bench) == "binary"
     per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
     # Behind an IO manager the DUT's UART is the UNO's SoftwareSerial link, at its own baud.
     baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
-    emulated_uno = bench.io_manager is not None and bench.sim is not None \
-        and bench.sim.io_manager == "simavr"
-    if _virtual_dut(bench) and not emulated_uno:
+    if _virtual_dut(bench) and bench.io_manager is None:
         # bload and its data; or db load, one db per per_command bytes, and db print.
         exchanges = 2 if binary else 2 + math.ceil(INPUT_BYTES_GUESS / per_command)
         return exchanges * _exchange_s(bench)
+    # Behind the virtual bench's IO manager, the Python one or the emulated UNO, a download
+    # takes its lines' time, as on a real one: simulated time is held while the host sends
+    # (virtual_bench/io_manager.py) or follows the UNO's (virtual_bench/simavr_uno.py).
     if binary:
-        chars = BINARY_CHARS_PER_BYTE
+        uart_s = INPUT_BYTES_GUESS * BINARY_CHARS_PER_BYTE * 10 / baud
     else:
-        check = 0.0 if _virtual_dut(bench) else HEX_READ_BACK_CHARS_PER_BYTE
-        chars = 2 + len("db %m-ready\r\n") / per_command + check
-    uart_s = INPUT_BYTES_GUESS * chars * 10 / baud
-    # The simavr UNO's link takes that long in its emulated time, which runs at about the
-    # host's pace (as fast as the host emulates it: an upper estimate on a fast host).
-    return uart_s * bench.sim.speed if emulated_uno else uart_s
+        # The virtual bench's DUTs (the rig's shims) offer `db crc`; a DUT on a port is priced
+        # with the read-back (what it offers is known only after `caps`).
+        dut_chars, host_chars = hex_download_chars(INPUT_BYTES_GUESS, per_command,
+                                                   read_back=not _virtual_dut(bench))
+        uart_s = dut_chars * 10 / baud
+        if bench.io_manager:
+            uart_s += host_chars * 10 / IO_HOST_BAUD
+    return uart_s
+
+
+def hex_download_chars(n_bytes: int, per_command: int, *, read_back: bool
+                       ) -> tuple[int, int]:
+    """UART characters of one hex download of `n_bytes`: on the DUT's line, and on the rig's
+    line to an IO manager when there is one (its 115200-baud USB serial).
+
+    Every exchange as the protocol writes it: `db load`, the `db <hex>` commands of
+    `per_command` bytes (the last one shorter, answered with `m-load-done`), then the check,
+    `db crc` or (`read_back`) a `db print` of 16 bytes a line; each command with its "%", each
+    reply line with CR LF, then `m-ready`. Through an IO manager each command also goes
+    "dut <cmd>%" to the UNO, which answers "m-dut-passthrough(<cmd>)" and `m-ready`, and
+    relays every DUT line with "[dut]: ".
+    """
+    sizes = [per_command] * (n_bytes // per_command) + [n_bytes % per_command] * bool(
+        n_bytes % per_command)
+    exchanges = [(f"db load {n_bytes}", [f"m-[Expecting {n_bytes} bytes]"])]
+    exchanges += [("db " + "00" * k, ["m-load-done"] if i == len(sizes) - 1 else [])
+                  for i, k in enumerate(sizes)]
+    if read_back:
+        rows = [min(16, n_bytes - i) for i in range(0, n_bytes, 16)]
+        exchanges.append(("db print", ["m-buffer-" + "-".join(["00"] * k) for k in rows]))
+    else:
+        exchanges.append(("db crc", [f"m-db-crc-{n_bytes}-00000000"]))
+    dut = host = 0
+    for command, lines in exchanges:
+        replies = sum(len(line) + 2 for line in [*lines, "m-ready"])
+        dut += len(command) + 1 + replies
+        host += (len(IO_PASSTHROUGH_PREFIX) + len(command) + 1
+                 + len(f"m-dut-passthrough({command})\r\nm-ready\r\n")
+                 + replies + (len(lines) + 1) * len(IO_DUT_PREFIX))
+    return dut, host
 
 
 def _virtual_dut(bench: Bench) -> bool:
@@ -383,11 +424,11 @@ def _asc_test_samples(bench: Bench) -> int:
     return ALL_TEST_SAMPLES_GUESS
 
 
-def _check_trace_space(bench: Bench, runs_root: Path) -> str | None:
+def _check_trace_space(bench: Bench, runs_root: Path, scope: str = "all") -> str | None:
     """Refuse a run whose trace cannot fit under `runs_root`; a warning text if it is tight."""
     if not records_trace(bench):
         return None
-    seconds, rate = asc_trace_seconds(bench), bench.emon.sample_rate_hz
+    seconds, rate = asc_trace_seconds(bench, scope), bench.emon.sample_rate_hz
     return check_trace_space(
         runs_root, seconds, rate, voltage_measured=measures_voltage(bench),
         what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, "

@@ -7,6 +7,7 @@ over real ptys: World + SimDut + SimIoManager, driven by DutClient through IoMan
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,12 +15,14 @@ import numpy as np
 import pytest
 
 import drivers.io_manager as io_module
+import virtual_bench.io_manager as sim_io_module
 from drivers.dut.client import DutClient, DutInfo
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.io_manager import IoManager, IoManagerError, IoManagerTransport
 from drivers.transport import SerialTransport
 from protocols.errors import ProtocolError
 from protocols.io_manager.codec import EDGE_CHANGE, EDGE_FALL, Message, Unparsed
+from rig.run.measure import hex_download_chars
 from virtual_bench.dut import SimDut
 from virtual_bench.io_manager import MICROS_STEP, SimIoManager
 from virtual_bench.world import NS, World
@@ -413,3 +416,67 @@ def test_e2e_the_uno_refuses_a_command_beyond_its_buffer(make_bench) -> None:
     bench.port.write(b"dut " + b"x" * 77 + b"%")  # 82 bytes: bypasses the client's own check
     got = bench.port.read_until(time.monotonic() + 5.0, lambda b: b.endswith(b"m-ready\r\n"))
     assert got == b"e-[Command too long: more than 80 characters]\r\nm-ready\r\n"
+
+
+def _line_chars(commands: list[str], replies: list[str]) -> int:
+    """Characters on the UNO's line to the DUT: each command with its '%', each DUT line with
+    its CR LF."""
+    return sum(len(c) + 1 for c in commands) + sum(len(r) + 2 for r in replies)
+
+
+@pytest.mark.slow
+def test_a_download_takes_the_uno_lines_time_not_the_hosts() -> None:
+    """Simulated time stands still while the host sends a hex download and then jumps by what
+    a real UNO's lines take for its characters (9600 baud to the DUT, 115200 to the rig): on a
+    bench at speed 1 the download's length is that time (plus the host's few ms around it),
+    however slow the host is."""
+    world = World(speed=1.0)
+    with SimDut(world, ByteScoresModel(), timestamp_mode="energy") as dut, \
+            SimIoManager(dut.path, world=world) as sim, \
+            SerialTransport(sim.path, 115200, name="IO manager") as port:
+        io = IoManager(port)
+        client = DutClient(IoManagerTransport(io))
+        io.handshake(timeout_s=5.0)
+        world.power(True)
+        client.wait_for_boot(timeout_s=5.0)
+        assert "dbcrc" in client.negotiate()
+        start = world.clock.now_ns()
+        loaded = client.load(DATA)
+        took_s = (world.clock.now_ns() - start) / NS
+    assert (loaded.method, loaded.check) == ("hex", "crc")
+    chunks = [DATA[i : i + 26] for i in range(0, INPUT_SIZE, 26)]
+    commands = [f"db load {INPUT_SIZE}", *(f"db {c.hex()}" for c in chunks), "db crc"]
+    replies = [f"m-[Expecting {INPUT_SIZE} bytes]", "m-ready",
+               *["m-ready"] * (len(chunks) - 1), "m-load-done", "m-ready",
+               f"m-db-crc-{INPUT_SIZE}-{zlib.crc32(DATA):08x}", "m-ready"]
+    dut_chars = _line_chars(commands, replies)
+    # The rig's line to the UNO: "dut <cmd>%", the sketch's acknowledgement, relayed lines.
+    host_chars = (sum(len(f"dut {c}%") + len(f"m-dut-passthrough({c})\r\nm-ready\r\n")
+                      for c in commands) + sum(len(f"[dut]: {r}\r\n") for r in replies))
+    assert sim.download_chars == (dut_chars, host_chars)
+    # What the disk preflight prices a download with is this count.
+    assert hex_download_chars(INPUT_SIZE, 26, read_back=False) == (dut_chars, host_chars)
+    line_s = dut_chars / 960 + host_chars / 11520
+    assert sim.download_line_s == pytest.approx(line_s, rel=1e-12)  # ~0.54 s
+    assert line_s <= took_s < line_s + 0.25
+
+
+@pytest.mark.slow
+def test_a_download_the_host_abandons_lets_time_run_again(monkeypatch) -> None:
+    monkeypatch.setattr(sim_io_module, "DOWNLOAD_IDLE_S", 0.1)
+    world = World(speed=1.0)
+    with SimDut(world, ByteScoresModel(), timestamp_mode="energy") as dut, \
+            SimIoManager(dut.path, world=world) as sim, \
+            SerialTransport(sim.path, 115200, name="IO manager") as port:
+        io = IoManager(port)
+        io.handshake(timeout_s=5.0)
+        world.power(True)
+        io.passthrough(f"db load {INPUT_SIZE}")
+        held = world.clock.now_ns()
+        time.sleep(0.05)
+        assert world.clock.now_ns() == held  # standing still while the download is open
+        deadline = time.monotonic() + 5.0
+        while world.clock.now_ns() == held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert world.clock.now_ns() > held  # ended: charged and running again
+        assert sim.download_line_s > 0

@@ -202,31 +202,46 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
     assert runner.asc_trace_seconds(sim) == pytest.approx(expected)
     assert runner.asc_trace_seconds(sim) == pytest.approx(76.40, abs=0.01)
     # Behind an IO manager the pass-through carries no raw bytes: `db load`, one `db` command
-    # per 26 bytes and `db print`, each an exchange over the ptys.
+    # per 26 bytes and `db crc` (the virtual DUT offers it), on the UNO's 9600-baud line to the
+    # DUT and its 115200-baud one to the rig, whose time the virtual IO manager charges instead
+    # of the host's: ~50 s per input, however fast the host or the bench's speed.
+    # (test_io_manager.py checks these counts against what the virtual UNO relays.)
     io = load_bench(REPO / "benches" / "sim-io-manager.toml")
     assert runner.asc_download_method(io) == "hex"
-    hex_load = (2 + math.ceil(16_000 / 26)) * 1.5e-3 * io.sim.speed
+    dut_chars, host_chars = runner.hex_download_chars(16_000, 26, read_back=False)
+    # db load + its reply 50, 615 x ("db " 52 hex "%" + m-ready) 65, the last 10 bytes with
+    # m-load-done 46, db crc + its reply 41.
+    assert dut_chars == 50 + 615 * 65 + 46 + 41
+    hex_load = dut_chars * 10 / 9600 + host_chars * 10 / 115200
+    assert hex_load == pytest.approx(50.41, abs=0.01)
     assert runner.asc_trace_seconds(io) - runner.asc_trace_seconds(
         replace(io, io_manager=None)) == pytest.approx(
         (1 + io.dataset.samples_per_class * 4) * (hex_load - 2 * 1.5e-3 * io.sim.speed))
-    # Through the simavr UNO the DUT's link is the sketch's SoftwareSerial at 9600 baud, in
-    # the emulated UNO's time (taken as the host's, x speed): ~42 s of it per input, as the
-    # DUT (the C shim) checks a hex download by `db crc` rather than a read-back (~4
-    # characters more per byte: ~108 s).
+    assert "charges its line's time" in runner.asc_trace_basis(io)
+    # Through the simavr UNO the same lines, in the emulated UNO's time, which the bench's
+    # follows while the UNO works: the same ~50 s per input, as the DUT (the C shim) checks a
+    # hex download by `db crc` rather than a read-back (~3.6 characters more per byte each
+    # way: ~125 s).
     avr = load_bench(REPO / "benches" / "simavr-io-manager.toml")
-    uno_load = 16_000 * (2 + 13 / 26) * 10 / 9600
-    assert runner.asc_trace_seconds(avr) - runner.asc_trace_seconds(
-        replace(avr, sim=replace(avr.sim, io_manager="python"))) == pytest.approx(
-        (1 + avr.dataset.samples_per_class * 4)
-        * (uno_load - (2 + math.ceil(16_000 / 26)) * 1.5e-3) * avr.sim.speed)
+    assert runner.asc_trace_seconds(avr) == pytest.approx(runner.asc_trace_seconds(
+        replace(avr, sim=replace(avr.sim, io_manager="python"))))
     assert "emulated UNO at 9600 baud" in runner.asc_trace_basis(avr)
+    # A run of fewer parts projects only those: `--scope energy` has one download, no
+    # accuracy pass.
+    assert runner.asc_trace_seconds(avr, "energy") == pytest.approx(
+        runner.asc_trace_seconds(avr) - avr.dataset.samples_per_class * 4
+        * (hex_load + avr.sim.inference_ms / 1e3 + 1.5e-3 * 50 + 5e-3 * 50))
     # A DUT on a port: `bload` and `dbcrc` are known only after `caps`, so the slower hex (31
     # bytes a command, checked by a read-back) at its baud rate, its boot timeout and an
     # assumed 1 s per inference; the preflight's message says so.
     board = load_bench(REPO / "benches" / "arduino.toml")
     assert runner.asc_download_method(board) == "hex"
     b = board.asc
-    hex_uart = 16_000 * (2 + 13 / 31 + 4) * 10 / board.dut.baud
+    read_back = runner.hex_download_chars(16_000, 31, read_back=True)[0]
+    # db load 50, 516 full commands of 75 characters, the last 4 bytes with m-load-done 34,
+    # "db print%", 1000 lines of "m-buffer-" + 47 + CR LF, m-ready.
+    assert read_back == 50 + 516 * 75 + 34 + 9 + 1000 * 58 + 9
+    hex_uart = read_back * 10 / board.dut.baud
     assert runner.asc_trace_seconds(board) == pytest.approx(
         board.dut.boot_timeout_s + hex_uart + b.calibration_iterations * 1.0 + 0.005
         + b.idle_s + 3 * 0.005 + b.runs * ((math.ceil(b.min_run_s * 1.02) + b.warmup) * 1.0 + 0.005)

@@ -95,6 +95,32 @@ def test_a_held_clock_stands_still_and_then_runs_on_from_where_it_stood() -> Non
     assert stood <= after <= stood + 1000 * since
 
 
+def test_a_firm_hold_is_not_lifted_by_a_stream_waiting_on_its_reader() -> None:
+    clock = World(speed=1000.0).clock
+    with clock.held(firm=True):
+        stood = clock.now_ns()
+        with clock.held(), clock.running():  # lifts the ordinary hold only
+            time.sleep(0.01)
+            assert clock.now_ns() == stood
+    assert clock.now_ns() > stood  # runs once the firm hold ends
+
+
+def test_advance_jumps_simulated_time_held_or_running() -> None:
+    clock = World(speed=50.0).clock
+    with clock.held():
+        stood = clock.now_ns()
+        clock.advance(41_666_666_667)  # a download's 9600-baud line time
+        assert clock.now_ns() - stood == pytest.approx(41_666_666_667, abs=50)  # 1 host ns x 50
+        jumped = clock.now_ns()
+        time.sleep(0.005)
+        assert clock.now_ns() == jumped  # still held
+    before = clock.now_ns()
+    clock.advance(NS)
+    assert clock.now_ns() - before >= NS  # running: the jump plus what ran meanwhile
+    with pytest.raises(ValueError, match="forward"):
+        clock.advance(-1)
+
+
 def test_a_stream_waiting_on_its_reader_lets_a_held_clock_run() -> None:
     clock = World(speed=1000.0).clock
     with clock.held():

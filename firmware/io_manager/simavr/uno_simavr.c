@@ -1,7 +1,7 @@
 /* uno-simavr: the IO manager sketch's real AVR build (io_manager.ino, ATmega328P at 16 MHz) run
  * on libsimavr and wired as on the bench:
  *
- *   uno-simavr [--dut PATH] [--speed X] ELF
+ *   uno-simavr [--dut PATH] [--speed X] [--clock] ELF
  *
  * - UART0 (the UNO's USB serial to the host, 115200 baud) is a new pty; its path is printed on
  *   stdout as "port: /dev/pts/N" once the AVR runs. Bytes from the rig enter the AVR's UART at
@@ -21,8 +21,12 @@
  * --speed caps simulated seconds per wall second (1 is a real UNO's pace). Without it (0) the
  * AVR runs as fast as the host allows, and once no byte or edge has crossed any pin for 10 ms of
  * simulated time (the sketch can only be spinning in loop()) its clock stops until the next
- * byte arrives: simulated time then counts work, not waiting. Exits 0 on SIGTERM, SIGINT or SIGHUP, or when its parent dies; 2 on bad
- * arguments or a missing/unloadable ELF; 1 if the AVR crashes. SIGUSR1 prints the counts it
+ * byte arrives: simulated time then counts work, not waiting. With --clock it says so on stdout
+ * after the port line, "idle <cycle>" as its clock stops and "busy <cycle>" as it runs again
+ * ("busy 0" first), so that a virtual bench can hold its own time while the UNO works and then
+ * move it on by the UNO's (virtual_bench/simavr_uno.py). Exits 0 on SIGTERM, SIGINT or SIGHUP,
+ * or when its parent dies; 2 on bad arguments or a missing/unloadable ELF; 1 if the AVR
+ * crashes. SIGUSR1 prints the counts it
  * prints on exit (simulated and wall time, bytes each way, framing errors) on stderr. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -80,6 +84,8 @@ static unsigned long long g_idle_waits = 0;
 static avr_t *g_avr;
 static int g_host_master = -1, g_host_slave = -1, g_dut_fd = -1;
 static double g_speed = 0.0;
+/* --clock: where "idle"/"busy" lines go (NULL: nowhere). */
+static FILE *g_clock_out = NULL;
 static struct timespec g_wall_start;
 
 /* UART0 */
@@ -307,6 +313,10 @@ static void wait_while_idle(avr_t *avr)
         g_host_in_done < g_host_in_len || g_to_host.len || g_to_dut.len)
         return;
     g_idle_waits++;
+    if (g_clock_out != NULL) {
+        fprintf(g_clock_out, "idle %llu\n", (unsigned long long)avr->cycle);
+        fflush(g_clock_out);
+    }
     struct pollfd fds[2] = {{g_host_master, POLLIN, 0}, {g_dut_fd, POLLIN, 0}};
     while (!g_stop) {
         int n = poll(fds, g_dut_fd >= 0 ? 2 : 1, 100);
@@ -319,6 +329,10 @@ static void wait_while_idle(avr_t *avr)
         }
     }
     g_last_activity = avr->cycle;
+    if (g_clock_out != NULL) {
+        fprintf(g_clock_out, "busy %llu\n", (unsigned long long)avr->cycle);
+        fflush(g_clock_out);
+    }
 }
 
 /* What crossed the pins so far (on exit, and on SIGUSR1). */
@@ -353,14 +367,17 @@ static avr_cycle_count_t service(avr_t *avr, avr_cycle_count_t when, void *param
 
 static void usage(void)
 {
-    fputs("usage: uno-simavr [--dut PATH] [--speed X] ELF\n", stderr);
+    fputs("usage: uno-simavr [--dut PATH] [--speed X] [--clock] ELF\n", stderr);
 }
 
 int main(int argc, char **argv)
 {
     const char *dut_path = NULL, *elf_path = NULL;
+    int clock_lines = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--dut") == 0 && i + 1 < argc) {
+        if (strcmp(argv[i], "--clock") == 0) {
+            clock_lines = 1;
+        } else if (strcmp(argv[i], "--dut") == 0 && i + 1 < argc) {
             dut_path = argv[++i];
         } else if (strcmp(argv[i], "--speed") == 0 && i + 1 < argc) {
             char *end;
@@ -451,7 +468,13 @@ int main(int argc, char **argv)
     avr_cycle_timer_register(g_avr, POLL_CYCLES, service, NULL);
     clock_gettime(CLOCK_MONOTONIC, &g_wall_start);
     fprintf(announce, "port: %s\n", host_path);
-    fclose(announce);
+    if (clock_lines) {
+        fprintf(announce, "busy 0\n");
+        fflush(announce);
+        g_clock_out = announce;
+    } else {
+        fclose(announce);
+    }
 
     int state = cpu_Running;
     while (!g_stop && state != cpu_Done && state != cpu_Crashed)
