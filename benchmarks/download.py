@@ -1,7 +1,9 @@
 """Download efficiency of a 16 kB input: legacy hex (``db``) against binary (``bload``).
 
 Over a real pty to the simulated DUT (virtual_bench.dut.SimDut), the client downloads the same input
-both ways, each verified as the rig always does (hex: ``db print`` read-back; binary: CRC-32).
+three ways, each verified as the rig always does: hex checked by a ``db print`` read-back (plain
+firmware), hex checked by ``db crc`` (a DUT offering dbcrc, behind an IO manager), binary by its
+CRC-32.
 A transport wrapper counts the bytes on the wire in each direction. Prints
 `wire_efficiency_hex` and `wire_efficiency_binary` (payload bytes / host->DUT bytes; goal for
 binary >= 0.95, the MLPerf Tiny hex path is about 0.47), the reply bytes, the efficiency over
@@ -61,8 +63,11 @@ class ChecksumModel:
         return np.array([x.mean() / 255.0, x[0] / 255.0])
 
 
-def measure(extensions: bool, data: bytes) -> tuple[str, int, int, float]:
-    """Method, host->DUT bytes, DUT->host bytes of one download, and its best time [s]."""
+def measure(extensions: bool, data: bytes, *, hex_crc: bool = False
+            ) -> tuple[str, int, int, float]:
+    """Method, host->DUT bytes, DUT->host bytes of one download, and its best time [s];
+    `hex_crc`: the hex path with ``db crc`` (as through an IO manager, which carries no
+    binary)."""
     world = World(speed=1000.0)
     with SimDut(world, ChecksumModel(), extensions=extensions) as dut:
         counter = CountingTransport(SerialTransport(dut.path, UART_BAUD, name="DUT"))
@@ -70,6 +75,8 @@ def measure(extensions: bool, data: bytes) -> tuple[str, int, int, float]:
             world.power(True)
             client.wait_for_boot(5.0)
             client.negotiate()
+            if hex_crc:
+                client.capabilities = (client.capabilities or frozenset()) - {"bload"}
             best = float("inf")
             for _ in range(REPEATS):
                 counter.sent = counter.received = 0
@@ -77,14 +84,16 @@ def measure(extensions: bool, data: bytes) -> tuple[str, int, int, float]:
                 result = client.load(data)
                 best = min(best, time.perf_counter() - t0)
             assert result.attempts == 1 and client.stats.retries == 0
-            return result.method, counter.sent, counter.received, best
+            name = result.method + ("_crc" if result.method == "hex" and
+                                    result.check == "crc" else "")
+            return name, counter.sent, counter.received, best
 
 
 def main() -> None:
     data = np.random.default_rng(0).integers(0, 256, N_BYTES, dtype=np.uint8).tobytes()
     print(f"payload_bytes {N_BYTES}")
-    for extensions in (False, True):
-        method, sent, received, seconds = measure(extensions, data)
+    for extensions, hex_crc in ((False, False), (True, True), (True, False)):
+        method, sent, received, seconds = measure(extensions, data, hex_crc=hex_crc)
         print(f"wire_efficiency_{method} {N_BYTES / sent:.4f}")
         print(f"wire_bytes_host_to_dut_{method} {sent}")
         print(f"wire_bytes_dut_to_host_{method} {received}")
