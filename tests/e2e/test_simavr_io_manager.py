@@ -1,8 +1,10 @@
 """The rig through the IO manager sketch's AVR build on simavr (benches/simavr-io-manager.toml).
 
 `rig dut` commands reach the host build of the DUT shim through the emulated UNO, and a short
-ASC accuracy pass (one test sample: every input goes down as hex and is read back at 9600 baud,
-about 113 s of simulated UNO time) gives the reference model's scores. No harness outlives a run.
+ASC accuracy pass (one test sample: every input goes down as hex, checked by the DUT's `db crc`,
+about 50 s of simulated UNO time) gives the reference model's scores, and a trace the disk
+preflight priced within 20% (issue 25.2: the bench's time follows the UNO's while it works). No
+harness outlives a run.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.run import asc
+from rig.run import measure as runner
 from rig.run.events import InstrumentInfo, SampleClassified
 from rig.run.measure import measure_asc
+from rig.traces.files import read_trace
 from tests.e2e.runs import REPO, RIG
 from tests.firmware.simavr_uno import build_or_skip
 from virtual_bench.simavr_uno import DEFAULT_HARNESS
@@ -102,6 +106,9 @@ def test_short_asc_accuracy_pass_through_the_emulated_uno(tmp_path: Path, monkey
     full = load_test_set(bench)
     one = TestSet(full.inputs[:1], full.labels[:1], full.description + " (the first only)")
     monkeypatch.setattr(asc, "load_test_set", lambda _bench: one)
+    # What the preflight projects for this run from the bench alone: scope accuracy, one sample.
+    monkeypatch.setattr(runner, "_asc_test_samples", lambda _bench: 1)
+    projected = runner.asc_trace_bytes(bench, "accuracy")
     events: list = []
     running: set[int] = set()
 
@@ -131,3 +138,12 @@ def test_short_asc_accuracy_pass_through_the_emulated_uno(tmp_path: Path, monkey
     assert sample.label == int(one.labels[0])
     # One inference of [sim] inference_ms = 12.5 ms, timed by the DUT's lap counter (elap).
     assert sample.timer == "dut" and sample.execution_time_s == pytest.approx(0.0125, abs=1e-6)
+    # The trace: its download lasted what the emulated UNO took (~50 s at 9600 and 115200
+    # baud), not the host's time for the emulation x speed 50; the preflight priced it so.
+    trace_path = outcome.run_path / "traces" / "emon.jls"
+    real = trace_path.stat().st_size
+    duration_s = read_trace(trace_path).duration_s
+    print(f"simavr UNO, one sample: {duration_s:.1f} s recorded, "
+          f"{runner.asc_trace_seconds(bench, 'accuracy'):.1f} s estimated; "
+          f"projected {projected} B, real {real} B ({projected / real - 1:+.1%})")
+    assert abs(projected - real) <= 0.2 * real

@@ -12,9 +12,10 @@ bench figure gives and a loaded host stretches) adds to the trace only what it t
 runs its shipped bench file as it is (speed 50, five runs of 10 s, two samples per class):
 nearly all of its trace is its nine hex downloads, which the virtual IO manager times by a real
 UNO's lines (9600 baud to the DUT, 115200 to the rig; virtual_bench/io_manager.py), not by the
-host. So does the emulated UNO's family (the bench's time follows the UNO's while it works:
-virtual_bench/simavr_uno.py), with `--scope energy` (one download: each takes ~15 s of host time
-to emulate). `benchmarks/trace_projection.py` measures every family at its shipped speed.
+host. The emulated UNO's family (the bench's time follows the UNO's while it works:
+virtual_bench/simavr_uno.py) is checked on the one-sample accuracy pass of
+test_simavr_io_manager.py (each download takes ~15 s of host time to emulate).
+`benchmarks/trace_projection.py` measures every family at its shipped speed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from rig.bench.config import load_bench
 from rig.run import measure as runner
 from rig.traces.files import read_trace
 from rig.traces.space import projected_trace_bytes
-from tests.firmware.simavr_uno import build_or_skip
 
 from .runs import REPO, bench_variant, only_run, run_rig
 
@@ -50,10 +50,7 @@ FAMILIES: dict[str, tuple[str, bool, dict[str, tuple[str, str]] | None]] = {
     "sim-otii": ("sim-otii", True, ONE_PER_CLASS),
     "sim-n6705 (Keysight, aux)": ("sim-n6705", False, ONE_PER_CLASS),
     "sim-joulescope": ("sim-joulescope", True, ONE_PER_CLASS),
-    "simavr-io-manager (LPM01A, emulated UNO), scope energy": ("simavr-io-manager", False, None),
 }
-#: The `--scope` of a family's run when not all.
-SCOPES = {"simavr-io-manager (LPM01A, emulated UNO), scope energy": "energy"}
 
 
 def speed_one(base: str) -> tuple[str, str]:
@@ -65,8 +62,6 @@ def speed_one(base: str) -> tuple[str, str]:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_the_preflight_projection_is_within_20_percent_of_a_real_run(tmp_path, family) -> None:
     base, voltage_measured, replace = FAMILIES[family]
-    if base.startswith("simavr"):
-        build_or_skip()  # the AVR build and its harness (skipped, with why, where they cannot be)
     if replace is None:
         path = bench_variant(tmp_path, base, base=base)
     else:
@@ -74,11 +69,10 @@ def test_the_preflight_projection_is_within_20_percent_of_a_real_run(tmp_path, f
                              **{**SHORT, **replace})
     bench = load_bench(path)
     assert runner.measures_voltage(bench) is voltage_measured
-    scope = SCOPES.get(family, "all")
     # What the preflight projects from the bench alone, before anything is opened.
-    preflight = runner.asc_trace_bytes(bench, scope)
+    preflight = runner.asc_trace_bytes(bench)
     done = run_rig("measure", "asc", "--bench", str(path), "--runs-dir", str(tmp_path / "runs"),
-                   "--scope", scope, "--json", timeout=300)
+                   "--json", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     trace_path = only_run(tmp_path / "runs") / "traces" / "emon.jls"
     trace = read_trace(trace_path)
@@ -86,7 +80,7 @@ def test_the_preflight_projection_is_within_20_percent_of_a_real_run(tmp_path, f
     real = trace_path.stat().st_size
     for_real_length = projected_trace_bytes(trace.duration_s, trace.sample_rate,
                                             voltage_measured=voltage_measured)
-    estimated_s = runner.asc_trace_seconds(bench, scope)
+    estimated_s = runner.asc_trace_seconds(bench)
     print(f"{family}: {trace.duration_s:.3f} s real, {estimated_s:.3f} s "
           f"estimated; real {real} B, preflight {preflight} B ({preflight / real - 1:+.1%}); "
           f"for the real length {for_real_length} B ({for_real_length / real - 1:+.1%})")
