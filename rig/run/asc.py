@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from drivers.dut.client import DutClient, InferResult, ResultError
+from drivers.dut.client import DutClient, InferResult, LoadResult, ResultError
 from drivers.dut.qemu import emulated_label
 from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
@@ -110,6 +110,7 @@ class AscProcedure:
         *,
         scope: str = "all",
         simulated: bool = False,
+        on_calibrated: Callable[[float, LoadResult], Event | None] | None = None,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigError(f"unknown ASC scope {scope!r}",
@@ -123,6 +124,10 @@ class AscProcedure:
         self.dut = dut
         self.recorder = recorder
         self.publish = publish
+        #: Called once the calibration has timed an inference (seconds each) and downloaded
+        #: the first input (how): the run's trace is projected again from them (measure.py);
+        #: what it returns is published.
+        self.on_calibrated = on_calibrated
         self.energy_mode = dut.timestamp_mode == "energy"
         if self.energy_mode and recorder is None:
             raise MeasurementFailed(
@@ -199,6 +204,10 @@ class AscProcedure:
                                f"({cal.timer} timer); {iterations} iterations per run; "
                                "reply deadline "
                                f"{self._deadline_s(iterations + self.opts.warmup):.4g} s per run"))
+        if self.on_calibrated is not None:
+            event = self.on_calibrated(per_inference, loaded)
+            if event is not None:
+                self.publish(event)
 
         if self.scope == "performance":
             self.publish(Note(text="performance only: idle power and energy are not measured"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drivers.dut.client import DutClient
+from drivers.dut.client import DutClient, LoadResult
 from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.emon import check_current_range, monitor_class, open_monitor
 from drivers.emon.base import EnergyMonitor
@@ -175,8 +175,12 @@ def measure_asc(
                           checkpoint=checkpoint, preview=preview if live else None)
             if checkpoint is not None:
                 checkpoint()
-            asc.AscProcedure(bench, parts.dut, parts.recorder, publish, scope=scope,
-                             simulated=bench.simulated or instruments_simulated(events)).run()
+            asc.AscProcedure(
+                bench, parts.dut, parts.recorder, publish, scope=scope,
+                simulated=bench.simulated or instruments_simulated(events),
+                on_calibrated=lambda per_inference_s, loaded: _reproject(
+                    bench, runs_root, scope, parts.recorder, per_inference_s, loaded),
+            ).run()
         status = "complete"
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
@@ -285,12 +289,39 @@ def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
     return {phase: seconds / speed for phase, seconds in phases.items()}
 
 
-def _asc_phase_trace_seconds(bench: Bench, scope: str) -> dict[str, float]:
-    """Seconds of trace each ASC phase records: the DUT's own times (from the bench), the
-    downloads by their method, and the virtual bench's host exchanges at its speed."""
+def asc_rest_trace_seconds(bench: Bench, scope: str, *, inference_s: float,
+                           loaded: LoadResult) -> float:
+    """Seconds of trace an ASC run records after its calibration, from what the calibration
+    found out: the DUT's measured seconds per inference, and how its first input went down
+    (method, check, size), which the preflight could only assume for a DUT on a port."""
+    phases = _asc_phase_trace_seconds(bench, scope, inference_s=inference_s,
+                                      load_s=_known_download_s(bench, loaded))
+    return sum(t for phase, t in phases.items() if phase not in ("boot", "calibrate"))
+
+
+def _known_download_s(bench: Bench, loaded: LoadResult) -> float:
+    """Seconds one input's download takes, by the method and check the DUT turned out to
+    offer (the virtual bench's own figures for its DUT)."""
+    if _virtual_dut(bench):
+        return _download_s(bench)
+    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+    if loaded.method == "binary":
+        return loaded.n_bytes * BINARY_CHARS_PER_BYTE * 10 / baud
+    per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
+    dut_chars, host_chars = hex_download_chars(loaded.n_bytes, per_command,
+                                               read_back=loaded.check != "crc")
+    seconds = dut_chars * 10 / baud
+    return seconds + (host_chars * 10 / IO_HOST_BAUD if bench.io_manager else 0.0)
+
+
+def _asc_phase_trace_seconds(bench: Bench, scope: str, *, inference_s: float | None = None,
+                             load_s: float | None = None) -> dict[str, float]:
+    """Seconds of trace each ASC phase records: the DUT's own times (from the bench, or as
+    measured: `inference_s`), the downloads by their method (or as known: `load_s`), and the
+    virtual bench's host exchanges at its speed."""
     o = bench.asc
-    inference_s = _inference_s(bench)
-    load_s = _download_s(bench)
+    inference_s = _inference_s(bench) if inference_s is None else inference_s
+    load_s = _download_s(bench) if load_s is None else load_s
     exchange_s = window_s = _exchange_s(bench)
     if records_trace(bench) and bench.dut.timestamp_mode == "energy":
         # Each timed window ends when the monitor has delivered its closing edge.
@@ -436,6 +467,31 @@ def _check_trace_space(bench: Bench, runs_root: Path, scope: str = "all") -> str
         hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
         f"{bench.path}, or give a --runs-dir on another disk",
     )
+
+
+def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder | None,
+               per_inference_s: float, loaded: LoadResult) -> Note | None:
+    """After the calibration: the rest of the run's trace from what it measured (before, a DUT
+    on a port is priced at its bench's assumptions); ConfigError if that cannot fit on the
+    runs disk now (the run then ends like any failed one: DUT off, folder kept)."""
+    if recorder is None or not records_trace(bench):
+        return None
+    rest_s = asc_rest_trace_seconds(bench, scope, inference_s=per_inference_s, loaded=loaded)
+    rate, voltage = recorder.sample_rate, measures_voltage(bench)
+    warning = check_trace_space(
+        runs_root, rest_s, rate, voltage_measured=voltage,
+        what=f"the rest of this ASC run's trace (about {rest_s:.0f} s at {rate:g} Hz, "
+        "projected from the calibration)",
+        hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
+        f"{bench.path}, or give a --runs-dir on another disk")
+    so_far_s = recorder.samples / rate
+    total = projected_trace_bytes(so_far_s + rest_s, rate, voltage_measured=voltage)
+    text = (f"trace projected after calibration: {total} B ({so_far_s:.1f} s recorded and "
+            f"{rest_s:.1f} s to come at {rate:g} Hz, from {per_inference_s * 1e3:.4g} ms per "
+            f"inference and {loaded.method} downloads checked by {loaded.check}; the preflight "
+            f"projected {asc_trace_bytes(bench, scope)} B from the bench file)")
+    return Note(level="warning" if warning else "info",
+                text=text + (f"; {warning}" if warning else ""))
 
 
 class BenchParts:

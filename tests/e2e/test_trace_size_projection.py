@@ -20,7 +20,9 @@ test_simavr_io_manager.py (each download takes ~15 s of host time to emulate).
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 
 import pytest
 
@@ -29,7 +31,8 @@ from rig.run import measure as runner
 from rig.traces.files import read_trace
 from rig.traces.space import projected_trace_bytes
 
-from .runs import REPO, bench_variant, only_run, run_rig
+from .runs import REPO, RIG, bench_variant, only_run, run_rig
+from .test_sim_and_devices import read_json_object
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +95,62 @@ def test_a_bench_without_a_monitor_projects_no_trace() -> None:
     bench = load_bench(REPO / "benches" / "qemu-m4.toml")
     assert not runner.records_trace(bench)
     assert runner.asc_trace_bytes(bench) == 0
+
+
+#: A bench whose DUT and monitor are on ports (as on a real one), served by `rig sim`: no
+#: [sim], so the rig knows neither the DUT's timing nor what its firmware offers before
+#: connecting. 2 Mbaud: a USB serial's pace rather than a 115200 UART (a pty has none); 5 kHz:
+#: a trace of a few seconds whose size is its samples, not the file's fixed part.
+ON_PORTS = """
+[bench]
+name = "a DUT and an LPM01A on ports"
+voltage_limit_v = 3.3
+[dut]
+kind = "mlperf-tiny"
+port = "{dut}"
+baud = 2000000
+timestamp_mode = "energy"
+[emon]
+driver = "lpm01a"
+port = "{emon}"
+sample_rate_hz = 5000
+supply_voltage_v = 1.8
+[dataset]
+name = "synthetic-asc"
+samples_per_class = 1
+[procedure.asc]
+runs = 2
+min_run_s = 1.0
+"""
+
+
+def test_a_dut_on_a_port_is_projected_again_after_calibration(tmp_path) -> None:
+    """Before connecting, a DUT on a port is priced at its bench's assumptions (5 s to boot,
+    1 s per inference, hex downloads read back); once the calibration has timed an inference
+    and the first input went down, the rest is projected from those, and that is within 20%."""
+    sim = subprocess.Popen([*RIG, "sim", "--speed", "1", "--json"], cwd=REPO,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        ports = read_json_object(sim)["ports"]
+        path = tmp_path / "ports.toml"
+        path.write_text(ON_PORTS.format(dut=ports["dut"], emon=ports["emon"]))
+        bench = load_bench(path)
+        preflight = runner.asc_trace_bytes(bench)
+        done = run_rig("measure", "asc", "--bench", str(path), "--runs-dir",
+                       str(tmp_path / "runs"), "--json", timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+    run = only_run(tmp_path / "runs")
+    notes = [e["text"] for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
+             if e["event"] == "note"]
+    (note,) = [n for n in notes if n.startswith("trace projected after calibration")]
+    after = int(re.match(r"trace projected after calibration: (\d+) B", note).group(1))
+    assert "binary downloads checked by crc" in note
+    assert f"the preflight projected {preflight} B" in note
+    real = (run / "traces" / "emon.jls").stat().st_size
+    print(f"DUT on a port: real {real} B, after calibration {after} B "
+          f"({after / real - 1:+.1%}), preflight {preflight} B ({preflight / real - 1:+.1%})")
+    assert abs(after - real) <= 0.2 * real
+    assert preflight > 2 * real  # the assumptions alone: an upper bound, far over
