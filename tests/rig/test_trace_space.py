@@ -306,3 +306,37 @@ def test_measure_asc_publishes_the_warning_as_a_note(
     lines = (outcome.run_path / "events.jsonl").read_text().splitlines()
     stored = [json.loads(line) for line in lines]
     assert [e["text"] for e in stored if e["event"] == "note"] == [notes[0].text]
+
+
+@pytest.mark.slow
+def test_a_run_whose_rest_no_longer_fits_after_calibration_ends_there(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The second check (after the calibration, from what it measured) refuses like the first,
+    and the run ends as a failed one: the DUT off, its folder and the trace so far kept."""
+    bench = load_bench(REPO / "benches" / "sim.toml")
+    checked: list[float] = []
+    real_check = runner.check_trace_space
+
+    def check(folder, duration_s, *args, **kwargs):
+        checked.append(duration_s)
+        if len(checked) == 2:  # the disk filled up meanwhile: 1 MiB left
+            fake_disk(monkeypatch, free=1 * MiB, total=10 * GiB)
+        return real_check(folder, duration_s, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "check_trace_space", check)
+    events: list[Event] = []
+    outcome = runner.measure_asc(bench, device="sim", runs_root=tmp_path,
+                                 subscribers=[events.append])
+    assert len(checked) == 2 and checked[1] < checked[0]  # the rest, once calibrated
+    assert outcome.status == "failed" and isinstance(outcome.error, ConfigError)
+    assert outcome.error.message.startswith(
+        "not enough disk space: the rest of this ASC run's trace (about")
+    assert "projected from the calibration" in outcome.error.message
+    phases = [e.phase for e in events if type(e).__name__ == "PhaseStarted"]
+    assert phases == ["calibrate"]  # nothing measured after it
+    assert (outcome.run_path / "traces" / "emon.jls").is_file()  # the trace so far, kept
+    stored = [json.loads(line) for line in
+              (outcome.run_path / "events.jsonl").read_text().splitlines()]
+    (finished,) = [e for e in stored if e["event"] == "run_finished"]
+    assert finished["status"] == "failed" and "not enough disk space" in finished["error"]
