@@ -229,12 +229,15 @@ class SimIoManager:
         if self._dut_line:
             text = self._dut_line.decode("ascii", errors="replace")
             self._dut_line.clear()
-            self._say(DUT_PREFIX + text)
             download = self._download
             if download is not None:
                 download.dut_chars += len(text) + 2  # with its CR LF
                 if download.ending and text == "m-ready":
+                    # The clock moves on before the host sees the end: whatever it does next
+                    # happens after the download's time.
+                    download.host_chars += len(DUT_PREFIX) + len(text) + 2
                     self._end_download()
+            self._say(DUT_PREFIX + text)
 
     # -- downloads: the line's time, not the host's ----------------------------------------------
     def _track_download(self, command: str) -> None:
