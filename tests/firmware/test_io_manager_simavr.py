@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import subprocess
 import time
@@ -24,7 +25,8 @@ from tests.firmware.simavr_uno import relay
 from tests.firmware.test_io_manager_sketch import FLAGS, GXX, HELP, SAME_ANSWERS, SKETCH, STUB
 from virtual_bench.host_dut import host_shim_binary
 from virtual_bench.pty import Pty
-from virtual_bench.simavr_uno import SimavrUno, simavr_uno_missing
+from virtual_bench.simavr_uno import IDLE_RELEASE_S, SimavrUno, simavr_uno_missing
+from virtual_bench.world import NS, World
 
 REPO = Path(__file__).resolve().parents[2]
 MAKEFILE = REPO / "firmware" / "io_manager" / "Makefile"
@@ -283,3 +285,70 @@ def test_missing_toolchain_is_named(monkeypatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert simavr_uno_missing() == (
         "avr-gcc is not installed (Debian package gcc-avr; `make system-deps`)")
+
+
+def _clock_lines(proc: subprocess.Popen, count: int, timeout_s: float = 10.0) -> list[str]:
+    """The next `count` lines the harness writes on stdout (deadline, not timing)."""
+    lines: list[str] = []
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while len(lines) < count and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            buf += os.read(proc.stdout.fileno(), 4096)
+            *done, buf = buf.split(b"\n")
+            lines += [line.decode() for line in done]
+    return lines[:count]
+
+
+def test_harness_says_when_its_clock_stops_and_runs_again(simavr_uno_build) -> None:
+    """`--clock`: "busy 0" after the port, "idle <cycle>" once nothing crossed a pin for 10 ms
+    of its time (160000 cycles at 16 MHz), "busy <the same cycle>" when a byte comes (its clock
+    stood still meanwhile), then "idle" again after the answer."""
+    harness, elf = simavr_uno_build
+    proc = subprocess.Popen([str(harness), "--clock", str(elf)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        port_line, first, idle = _clock_lines(proc, 3)
+        assert port_line.startswith("port: /dev/pts/") and first == "busy 0"
+        kind, cycle = idle.split()
+        assert kind == "idle" and int(cycle) >= 160_000
+        with SerialTransport(port_line.removeprefix("port: "), 115200, name="UNO") as port:
+            port.write(b"name%")
+            busy, idle_again = _clock_lines(proc, 2)
+            assert busy == f"busy {cycle}"
+            kind, later = idle_again.split()
+            assert kind == "idle" and int(later) >= int(cycle) + 160_000
+            assert port.read_until(time.monotonic() + 10.0, lambda b: b.endswith(READY))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_benchs_time_follows_the_unos_while_it_works(simavr_uno_build) -> None:
+    """With a world, the bench's clock is held while the UNO is busy and moved on by its time:
+    at a speed that lets host time count for nothing, an answered `name%` moves the bench's
+    time by exactly the UNO's busy span, which is its 10 ms of quiet plus the 50 characters at
+    115200 baud (plus at most two of its 1 ms service ticks)."""
+    harness, elf = simavr_uno_build
+    world = World(speed=1e-6)  # 1 s of host time is 1 us of simulated time
+    uno = SimavrUno(None, harness=harness, elf=elf, world=world)
+    try:
+        with SerialTransport(uno.path, 115200, name="UNO") as port:
+            deadline = time.monotonic() + 10.0
+            while uno.busy_s == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)  # its boot, until the first idle
+            time.sleep(IDLE_RELEASE_S * 2)  # released: the clock runs again
+            start_ns, start_busy = world.clock.now_ns(), uno.busy_s
+            port.write(b"name%")
+            reply = port.read_until(time.monotonic() + 10.0, lambda b: b.endswith(READY))
+            deadline = time.monotonic() + 10.0
+            while uno.busy_s == start_busy and time.monotonic() < deadline:
+                time.sleep(0.01)
+            busy_s = uno.busy_s - start_busy
+            moved_s = (world.clock.now_ns() - start_ns) / NS
+    finally:
+        uno.close()
+    wire_s = (len(b"name%") + len(reply)) * 10 / 115200
+    assert 0.010 + wire_s <= busy_s <= 0.010 + wire_s + 0.002
+    assert moved_s == pytest.approx(busy_s, abs=1e-5)  # host time: microseconds at most
