@@ -464,9 +464,14 @@ def _check_trace_space(bench: Bench, runs_root: Path, scope: str = "all") -> str
         runs_root, seconds, rate, voltage_measured=measures_voltage(bench),
         what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, "
         f"{asc_trace_basis(bench)})",
-        hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
-        f"{bench.path}, or give a --runs-dir on another disk",
+        hint=_space_hint(bench),
     )
+
+
+def _space_hint(bench: Bench) -> str:
+    """What to do when an ASC run's trace does not fit."""
+    return (f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
+            f"{bench.path}, or give a --runs-dir on another disk")
 
 
 def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder | None,
@@ -482,8 +487,7 @@ def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder
         runs_root, rest_s, rate, voltage_measured=voltage,
         what=f"the rest of this ASC run's trace (about {rest_s:.0f} s at {rate:g} Hz, "
         "projected from the calibration)",
-        hint=f"lower [emon] sample_rate_hz or measure fewer runs or test samples in "
-        f"{bench.path}, or give a --runs-dir on another disk")
+        hint=_space_hint(bench))
     so_far_s = recorder.samples / rate
     total = projected_trace_bytes(so_far_s + rest_s, rate, voltage_measured=voltage)
     text = (f"trace projected after calibration: {total} B ({so_far_s:.1f} s recorded and "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -154,3 +155,19 @@ def run_rig(*args: str, cwd: Path = REPO, timeout: float = 120) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     return subprocess.run(RIG + list(args), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+def read_json_object(proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:
+    """Read stdout until one whole JSON object has arrived (deadline, not timing)."""
+    deadline = time.monotonic() + timeout_s
+    buf = ""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            buf += os.read(proc.stdout.fileno(), 4096).decode()
+            try:
+                return json.loads(buf)
+            except json.JSONDecodeError:
+                continue
+    proc.kill()
+    pytest.fail(f"rig sim printed no ports: {buf!r}")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .runs import REPO, RIG, bench_variant, run_rig
-from .test_sim_and_devices import read_json_object
+from .runs import REPO, RIG, bench_variant, read_json_object, run_rig
 
 pytestmark = pytest.mark.slow
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import select
 import subprocess
-import time
 
 import pytest
 from serial.tools.list_ports_common import ListPortInfo
@@ -16,25 +13,9 @@ from drivers.emon.lpm01a import Lpm01a
 from drivers.transport import SerialTransport
 from rig.cli import main
 
-from .runs import REPO, RIG
+from .runs import REPO, RIG, read_json_object
 
 pytestmark = pytest.mark.slow
-
-
-def read_json_object(proc: subprocess.Popen, timeout_s: float = 30.0) -> dict:
-    """Read stdout until one whole JSON object has arrived (deadline, not timing)."""
-    deadline = time.monotonic() + timeout_s
-    buf = ""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-        if ready:
-            buf += os.read(proc.stdout.fileno(), 4096).decode()
-            try:
-                return json.loads(buf)
-            except json.JSONDecodeError:
-                continue
-    proc.kill()
-    pytest.fail(f"rig sim printed no ports: {buf!r}")
 
 
 def test_rig_sim_serves_a_dut_powered_through_the_lpm01a() -> None:

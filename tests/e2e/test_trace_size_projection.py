@@ -31,8 +31,7 @@ from rig.run import measure as runner
 from rig.traces.files import read_trace
 from rig.traces.space import projected_trace_bytes
 
-from .runs import REPO, RIG, bench_variant, only_run, run_rig
-from .test_sim_and_devices import read_json_object
+from .runs import REPO, RIG, bench_variant, only_run, read_json_object, run_rig
 
 pytestmark = pytest.mark.slow
 
