@@ -54,7 +54,8 @@ class VirtualBench:
                 hint="run `make firmware-host` (needs gcc), or set dut = \"auto\"",
             )
         else:
-            self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode)
+            self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode,
+                              uart_baud=bench.uart_baud)
             self.dut_impl = "python" if bench.dut == "python" else "python (no C compiler)"
         self.emon_driver = bench.emon_driver
         self.emon: Any = None

@@ -46,6 +46,9 @@ class BenchDescription:
     emon_driver: str = "lpm01a"
     sample_rate_hz: float = 1000.0
     supply_voltage_v: float = 1.8
+    #: The Python DUT's pty stands for a UART at this baud rate: downloads take its time
+    #: (virtual_bench/dut.py). None: a pty's pace, the host's.
+    uart_baud: float | None = None
 
 
 def load_description(path: str | Path) -> BenchDescription:
@@ -86,7 +89,16 @@ def parse_description(raw: dict[str, Any], path: Path) -> BenchDescription:
         sample_rate_hz=_positive(emon, "sample_rate_hz", defaults.sample_rate_hz, path, "emon"),
         supply_voltage_v=_positive(emon, "supply_voltage_v", defaults.supply_voltage_v, path,
                                    "emon"),
+        uart_baud=(_positive(sim, "uart_baud", 115200, path, "sim")
+                   if sim.get("uart_baud", 0) != 0 else None),  # 0: unset, as the rig writes it
     )
+    if description.uart_baud is not None and (description.dut != "python"
+                                              or description.has_io_manager):
+        raise BenchFileError(
+            f"{path}: [sim] uart_baud paces the Python DUT's own line; this bench has "
+            + ("an IO manager, whose line to the DUT is 9600 baud already"
+               if description.has_io_manager else f"dut = {description.dut!r}"),
+            hint='set dut = "python" and drop [io_manager], or drop uart_baud')
     if description.active_power_mw < description.idle_power_mw:
         raise BenchFileError(
             f"{path}: [sim] active_power_mw ({description.active_power_mw}) is below "

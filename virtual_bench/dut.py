@@ -15,6 +15,10 @@ the bytes a hex download left in the buffer) and, in energy mode, ``elap`` (``in
 the lap counter of both pulses once the window has closed) and ``rcrc`` (after ``caps``, result
 lines end with their CRC-32, as the C shim's do). Without, it is plain MLPerf Tiny
 firmware that answers ``caps`` with ``e-[Unknown command: caps]``.
+
+With `uart_baud` its pty stands for a UART at that rate: a download (``bload`` and its bytes, or
+``db load`` to its ``db crc``/``db print`` check) holds the bench's clock and moves it on by its
+characters' time at that baud rate (virtual_bench/line_time.py), as a DUT on a real port takes.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from protocols.dut.codec import (
     payload_crc,
     result_line_with_crc,
 )
+from virtual_bench.line_time import HeldLines
 from virtual_bench.pty import Pty
 from virtual_bench.world import NS, World
 
@@ -94,9 +99,12 @@ class SimDut:
         vendor: str = "neurobench-rig virtual bench",
         extensions: bool = True,
         bload_timeout_s: float = BLOAD_TIMEOUT_S,
+        uart_baud: float | None = None,
     ) -> None:
         if timestamp_mode not in TIMESTAMP_MODES:
             raise ValueError(f"timestamp_mode must be one of {TIMESTAMP_MODES}")
+        if uart_baud is not None and not uart_baud > 0:
+            raise ValueError("uart_baud must be positive")
         if int(model.input_size) <= 0:
             raise ValueError("model.input_size must be positive")
         self.world = world
@@ -106,6 +114,12 @@ class SimDut:
         self.vendor = vendor
         self.extensions = extensions
         self.bload_timeout_s = bload_timeout_s
+        self.uart_baud = uart_baud
+        #: A download in progress on the paced UART (`uart_baud`), and what downloads took.
+        self._line: HeldLines | None = None
+        #: Simulated seconds charged for downloads' UART time so far, and their characters.
+        self.download_line_s = 0.0
+        self.download_chars = 0
         self._pty = Pty()
         self.path = self._pty.path
         os.set_blocking(self._pty.master, False)
@@ -125,6 +139,7 @@ class SimDut:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._end_line()
         self._pty.close()
 
     def __enter__(self) -> SimDut:
@@ -155,6 +170,7 @@ class SimDut:
                 now_gen, powered, on_ns = world.generation, world.powered, world.power_on_ns
             if now_gen != gen:
                 gen, booted = now_gen, False
+                self._end_line()  # a power cut ends a download: time runs again
                 self._power_up_state()
             if not powered:
                 self._read(_POLL_S)  # an unpowered UART receives nothing
@@ -172,7 +188,10 @@ class SimDut:
             rx = self._rx
             if rx is not None and time.monotonic() - rx.last > self.bload_timeout_s:
                 self._rx = None
+                self._line_ends()
                 self._say(gen, f"e-[bload timeout: got {rx.got} of {rx.n} bytes]", "m-ready")
+            if self._line is not None and self._line.stalled():
+                self._end_line()
 
     def _receive(self, data: bytes, gen: int) -> None:
         """Feed a binary download, or append to the command buffer (truncated at 80
@@ -188,6 +207,7 @@ class SimDut:
                 return
             text = self._cmd.decode("ascii", errors="replace")
             self._cmd.clear()
+            self._track_line(text.strip(), len(text) + 1)
             if self._execute(text.strip(), gen):
                 self._say(gen, "m-ready")
             if self.world.generation != gen:
@@ -199,10 +219,13 @@ class SimDut:
         take = data[: rx.n - rx.got]
         self._buffer[rx.got : rx.got + len(take)] = take
         rx.got += len(take)
+        if self._line is not None:
+            self._line.count(len(take))
         rx.last = time.monotonic()
         self._pos = rx.got
         if rx.got == rx.n:
             self._rx = None
+            self._line_ends()
             crc = payload_crc(self._buffer[: rx.n])
             if crc == rx.crc:
                 self._say(gen, f"m-bload-done-{crc:08x}", "m-ready")
@@ -381,7 +404,47 @@ class SimDut:
         with self.world.lock:
             if self.world.generation != gen or not self.world.powered:
                 return
-        self._write("".join(line + "\r\n" for line in lines).encode("ascii", errors="replace"))
+        data = "".join(line + "\r\n" for line in lines).encode("ascii", errors="replace")
+        line = self._line
+        if line is not None:
+            line.count(len(data))
+            if line.ending and lines[-1] == "m-ready":
+                # The clock moves on before the host sees the end: whatever it does next
+                # happens after the download's time.
+                self._end_line()
+        self._write(data)
+
+    # -- the paced UART (uart_baud) -----------------------------------------------------------
+    def _track_line(self, command: str, chars: int) -> None:
+        """Before `command` (`chars` on the line with its '%') runs: start or continue a held
+        download (``bload``, ``db load``, ``db <hex>``), mark its check (``db crc``, ``db
+        print``: its ``m-ready`` ends it), or end it before anything else, which runs on
+        running time (an inference must)."""
+        if self.uart_baud is None:
+            return
+        words = command.split()
+        head = words[0] if words else ""
+        sub = words[1] if head == "db" and len(words) >= 2 else None
+        if head == "bload" or (sub is not None and sub not in ("print", "crc")):
+            if self._line is None:
+                self._line = HeldLines(self.world.clock, (self.uart_baud / 10,))
+        elif sub is None:
+            self._end_line()
+        if self._line is not None:
+            self._line.count(chars)
+            self._line.ending = sub in ("print", "crc")
+
+    def _line_ends(self) -> None:
+        """The download's next ``m-ready`` ends it (a ``bload``'s data is complete)."""
+        if self._line is not None:
+            self._line.ending = True
+
+    def _end_line(self) -> None:
+        """Charge the held download's UART time to the clock and let time run again."""
+        line, self._line = self._line, None
+        if line is not None:
+            self.download_chars += line.chars[0]
+            self.download_line_s += line.end()
 
     def _write(self, data: bytes) -> None:
         # Nobody reading: the rest is lost, as on a real UART.

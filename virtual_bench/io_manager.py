@@ -25,8 +25,6 @@ import contextlib
 import os
 import select
 import threading
-import time
-from dataclasses import dataclass
 
 import serial
 
@@ -38,8 +36,9 @@ from protocols.io_manager.codec import (
     MAX_COMMAND,
     PASSTHROUGH_PREFIX,
 )
+from virtual_bench.line_time import HeldLines
 from virtual_bench.pty import Pty
-from virtual_bench.world import NS, World
+from virtual_bench.world import World
 
 NAME = "neurobench-rig IO manager (simulated)"
 VERSION = "1.0.0"
@@ -65,24 +64,6 @@ _WRITE_WAIT_S = 0.5
 #: host (start, 8 data and stop bits each).
 DUT_CHARS_PER_S = DUT_BAUD / 10
 HOST_CHARS_PER_S = HOST_BAUD / 10
-#: Host seconds a held download may wait for the host's next command before it ends anyway: a
-#: rig that stopped in the middle must not leave the bench's time standing still.
-DOWNLOAD_IDLE_S = 2.0
-
-
-@dataclass
-class _Download:
-    """A hex download in progress: simulated time is held (`hold`) while the characters it puts
-    on the DUT's line and on the host's are counted, to be charged at its end."""
-
-    hold: contextlib.ExitStack
-    last: float
-    dut_chars: int = 0
-    host_chars: int = 0
-    #: The check (``db crc``/``db print``) was forwarded: the DUT's ``m-ready`` ends it.
-    ending: bool = False
-
-
 class SimIoManager:
     """A simulated IO manager: the rig opens `path` with pyserial; `start()` it, `close()` it."""
 
@@ -105,7 +86,8 @@ class SimIoManager:
         self.edge_mode = 0
         self._epoch_ns = world.clock.now_ns() if world else 0
         self._edges_from = 0
-        self._download: _Download | None = None
+        #: A hex download in progress: its lines (to the DUT, to the host) and their characters.
+        self._download: HeldLines | None = None
         #: Simulated seconds charged for downloads' line time so far, and the characters on the
         #: DUT's line and on the host's they were for (tests read them).
         self.download_line_s = 0.0
@@ -153,8 +135,7 @@ class SimIoManager:
                 else:
                     self._from_dut(data)
             self._report_edges()
-            download = self._download
-            if download is not None and time.monotonic() - download.last > DOWNLOAD_IDLE_S:
+            if self._download is not None and self._download.stalled():
                 self._end_download()
 
     def _from_host(self, data: bytes) -> None:
@@ -231,11 +212,11 @@ class SimIoManager:
             self._dut_line.clear()
             download = self._download
             if download is not None:
-                download.dut_chars += len(text) + 2  # with its CR LF
+                download.count(len(text) + 2)  # with its CR LF
                 if download.ending and text == "m-ready":
                     # The clock moves on before the host sees the end: whatever it does next
                     # happens after the download's time.
-                    download.host_chars += len(DUT_PREFIX) + len(text) + 2
+                    download.count(0, len(DUT_PREFIX) + len(text) + 2)
                     self._end_download()
             self._say(DUT_PREFIX + text)
 
@@ -249,16 +230,13 @@ class SimIoManager:
         if sub is not None and sub not in ("print", "crc"):
             if self._download is None:
                 assert self.world is not None
-                hold = contextlib.ExitStack()
-                hold.enter_context(self.world.clock.held(firm=True))
-                self._download = _Download(hold, last=time.monotonic())
+                self._download = HeldLines(self.world.clock, (DUT_CHARS_PER_S, HOST_CHARS_PER_S))
         elif sub is None:
             self._end_download()
         download = self._download
         if download is not None:
-            download.dut_chars += len(command) + 1  # with its '%'
-            download.host_chars += len(PASSTHROUGH_PREFIX) + len(command) + 1
-            download.last = time.monotonic()
+            # The command with its '%' on both lines, behind "dut " on the host's.
+            download.count(len(command) + 1, len(PASSTHROUGH_PREFIX) + len(command) + 1)
             download.ending = sub in ("print", "crc")
 
     def _end_download(self) -> None:
@@ -266,12 +244,9 @@ class SimIoManager:
         download, self._download = self._download, None
         if download is None or self.world is None:
             return
-        line_s = download.dut_chars / DUT_CHARS_PER_S + download.host_chars / HOST_CHARS_PER_S
-        self.download_line_s += line_s
         dut, host = self.download_chars
-        self.download_chars = (dut + download.dut_chars, host + download.host_chars)
-        self.world.clock.advance(round(line_s * NS))
-        download.hold.close()
+        self.download_chars = (dut + download.chars[0], host + download.chars[1])
+        self.download_line_s += download.end()
 
     def _report_edges(self) -> None:
         """Print a lap for every timestamp edge that simulated time has passed."""
@@ -301,7 +276,7 @@ class SimIoManager:
     def _say(self, *lines: str) -> None:
         data = "".join(line + "\r\n" for line in lines).encode("ascii", errors="replace")
         if self._download is not None:
-            self._download.host_chars += len(data)
+            self._download.count(0, len(data))
         # Nobody reading the host port: the rest is lost, as on a real UART.
         self._pty.write(data, patience_s=_WRITE_WAIT_S, stop=self._stop)
 

@@ -40,6 +40,10 @@ DATASETS = ("synthetic-asc", "synthetic-dcase", "dcase2020")
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
 SIM_DUTS = ("auto", "c-shim", "python")
 SIM_IO_MANAGERS = ("python", "simavr")
+#: How a DUT's firmware takes its inputs, fastest first: `bload` (raw bytes, CRC-32), `db` hex
+#: checked by `db crc`, `db` hex read back by `db print` (all that plain MLPerf Tiny firmware
+#: offers). The rig uses the fastest the DUT offers (`DutClient.load`).
+DOWNLOADS = ("binary", "hex-crc", "hex-read-back")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,10 @@ class DutConfig:
     #: Seconds one inference takes, as far as known (0: not declared). It only bounds the wait
     #: for the DUT's replies until the calibration run has measured the time.
     inference_time_s: float = 0.0
+    #: How the firmware takes inputs (`DOWNLOADS`), as far as declared ("": not declared). It
+    #: only prices the trace in the disk preflight; the run uses what `caps` offers and says
+    #: so when that differs.
+    download: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,9 @@ class SimConfig:
     #: The IO manager in front of the DUT: "python" (virtual_bench.io_manager) or "simavr" (the
     #: sketch's real AVR build on simavr, virtual_bench.simavr_uno; `make firmware-avr`).
     io_manager: str = "python"
+    #: dut = "python" without an IO manager: its pty stands for a UART at this baud rate, so
+    #: that downloads take a real line's time (0, unset: a pty's pace, the host's).
+    uart_baud: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -252,6 +263,7 @@ NUMBER_SPANS: dict[str, Span] = {
     "sim.active_power_mw": positive(1e6, "mW"),
     "sim.inference_ms": positive(3.6e6, "ms"),
     "sim.speed": positive(10_000.0),
+    "sim.uart_baud": at_least(0.0, 20e6, "baud"),  # 0: unset
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
 }
@@ -368,6 +380,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     io_manager: IoManagerConfig | None = sections["io_manager"]
     _choice(dut.kind, DUT_KINDS, path, "dut.kind")
     _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
+    _check_download(dut, io_manager, path)
     if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
         if emon.port not in (VIRTUAL_PORT, None, "") or emon.resource:
             raise ConfigError(
@@ -409,6 +422,12 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     if sim is not None:
         _choice(sim.dut, SIM_DUTS, path, "sim.dut")
         _choice(sim.io_manager, SIM_IO_MANAGERS, path, "sim.io_manager")
+        if sim.uart_baud and (sim.dut != "python" or io_manager is not None):
+            raise ConfigError(
+                f"{path}: [sim] uart_baud paces the Python DUT's own line; this bench has "
+                + ("an IO manager, whose line to the DUT is 9600 baud already"
+                   if io_manager is not None else f"dut = {sim.dut!r}"),
+                hint='set dut = "python" and drop [io_manager], or drop uart_baud')
         if sim.active_power_mw < sim.idle_power_mw:
             raise ConfigError(
                 f"{path}: [sim] active_power_mw ({sim.active_power_mw}) is below idle_power_mw "
@@ -493,6 +512,20 @@ def _worker_bench(raw: dict[str, Any], top: dict[str, Any], name: str, worker: W
 
 #: Emulated boards with a DUT shim port (firmware/dut/<machine>).
 QEMU_MACHINES = ("mps2-an386",)
+
+
+def _check_download(dut: DutConfig, io_manager: IoManagerConfig | None, path: Path) -> None:
+    """`[dut] download`: one of `DOWNLOADS`, for firmware that takes inputs over its UART."""
+    if not dut.download:
+        return
+    _choice(dut.download, DOWNLOADS, path, "dut.download")
+    if dut.kind == "xylo":
+        raise ConfigError(f"{path}: [dut] download: a Xylo's inputs go through Rockpool/samna, "
+                          "not a UART download", hint="drop the line")
+    if dut.download == "binary" and io_manager is not None:
+        raise ConfigError(f'{path}: [dut] download = "binary" behind an IO manager, whose '
+                          "pass-through carries commands, not raw bytes",
+                          hint='use "hex-crc" (firmware offering db crc) or "hex-read-back"')
 
 
 def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,

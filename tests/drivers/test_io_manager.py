@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import drivers.io_manager as io_module
-import virtual_bench.io_manager as sim_io_module
+import virtual_bench.line_time as line_time_module
 from drivers.dut.client import DutClient, DutInfo
 from drivers.errors import DeviceError, DeviceTimeout, DutError
 from drivers.io_manager import IoManager, IoManagerError, IoManagerTransport
@@ -463,7 +463,7 @@ def test_a_download_takes_the_uno_lines_time_not_the_hosts() -> None:
 
 @pytest.mark.slow
 def test_a_download_the_host_abandons_lets_time_run_again(monkeypatch) -> None:
-    monkeypatch.setattr(sim_io_module, "DOWNLOAD_IDLE_S", 0.1)
+    monkeypatch.setattr(line_time_module, "IDLE_END_S", 0.1)
     world = World(speed=1.0)
     with SimDut(world, ByteScoresModel(), timestamp_mode="energy") as dut, \
             SimIoManager(dut.path, world=world) as sim, \

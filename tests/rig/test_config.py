@@ -187,3 +187,39 @@ def test_a_full_bench_keeps_its_worker_table(tmp_path: Path, sim_bench_text: str
     assert bench.worker is not None and not bench.worker_only
     assert (bench.worker.resources, bench.worker.name) == ({"xylo": 1}, "bench-3")
     bench.require_dut()  # a bench with a DUT drives it
+
+
+def test_dut_download_is_a_known_method_the_line_can_carry(tmp_path: Path) -> None:
+    """`[dut] download` prices the disk preflight: one of the methods, and never "binary"
+    through an IO manager's pass-through (it carries commands, not raw bytes)."""
+    board = (REPO / "benches" / "arduino.toml").read_text()
+    assert load_bench(REPO / "benches" / "arduino.toml").dut.download == "binary"
+    for method in ("hex-crc", "hex-read-back"):
+        text = board.replace('download = "binary"', f'download = "{method}"')
+        assert load_bench(write(tmp_path, text)).dut.download == method
+    unset = board.replace('download = "binary"\n', "")
+    assert load_bench(write(tmp_path, unset)).dut.download == ""
+    with pytest.raises(ConfigError, match=r"download: expected one of binary, hex-crc, "
+                                          r"hex-read-back; found 'hex'"):
+        load_bench(write(tmp_path, board.replace('download = "binary"', 'download = "hex"')))
+    io = (REPO / "benches" / "sim-io-manager.toml").read_text()
+    behind = io.replace("[dut]\n", '[dut]\ndownload = "binary"\n', 1)
+    with pytest.raises(ConfigError, match="behind an IO manager") as err:
+        load_bench(write(tmp_path, behind))
+    assert "hex-crc" in err.value.hint
+    assert load_bench(write(tmp_path, behind.replace('"binary"', '"hex-crc"'))).dut.download \
+        == "hex-crc"
+
+
+def test_sim_uart_baud_paces_only_the_python_dut_on_its_own_line(tmp_path: Path,
+                                                                  sim_bench_text) -> None:
+    assert 'dut = "auto"' in sim_bench_text
+    paced = sim_bench_text.replace('dut = "auto"', 'dut = "python"\nuart_baud = 115200')
+    assert load_bench(write(tmp_path, paced)).sim.uart_baud == 115200
+    assert load_bench(REPO / "benches" / "sim.toml").sim.uart_baud == 0  # unset: a pty's pace
+    c_shim = paced.replace('dut = "python"', 'dut = "c-shim"')
+    with pytest.raises(ConfigError, match=r"uart_baud paces the Python DUT's own line; this "
+                                          r"bench has dut = 'c-shim'"):
+        load_bench(write(tmp_path, c_shim))
+    with pytest.raises(ConfigError, match="uart_baud"):
+        load_bench(write(tmp_path, paced.replace("uart_baud = 115200", "uart_baud = -1")))

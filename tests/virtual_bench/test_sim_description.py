@@ -29,6 +29,7 @@ def test_every_shipped_virtual_bench_reads_as_the_rig_reads_it(path: Path) -> No
     assert own.timestamp_mode == held.dut.timestamp_mode
     assert (own.emon_driver, own.sample_rate_hz, own.supply_voltage_v) == (
         held.emon.driver, held.emon.sample_rate_hz, held.emon.supply_voltage_v)
+    assert (own.uart_baud or 0.0) == held.sim.uart_baud
 
 
 def test_the_shipped_virtual_bench_has_the_documented_numbers() -> None:
@@ -53,6 +54,12 @@ def _bench(tmp_path: Path, text: str) -> Path:
     ("[dut]\ntimestamp_mode = \"both\"\n[sim]\n", "[dut] timestamp_mode", "energy"),
     ("sim = 3\n", "sim: expected a table, found int", "[sim]"),
     ("[sim\n", "not valid TOML", "syntax"),
+    ("[sim]\nuart_baud = 115200\n", "uart_baud paces the Python DUT's own line; this bench "
+     "has dut = 'auto'", 'dut = "python"'),
+    ("[sim]\ndut = \"python\"\nuart_baud = 9600\n[io_manager]\n", "an IO manager, whose line",
+     "drop uart_baud"),
+    ("[sim]\ndut = \"python\"\nuart_baud = -5\n", "[sim] uart_baud: expected a positive",
+     "115200"),
 ])
 def test_a_bad_bench_file_is_named_with_a_hint(tmp_path: Path, text: str, message: str,
                                                hint: str) -> None:

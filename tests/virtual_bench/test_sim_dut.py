@@ -30,6 +30,7 @@ from protocols.dut.codec import (
     TimestampMode,
     WarmupStart,
 )
+from rig.run.measure import hex_download_chars
 from virtual_bench.dut import SimDut
 from virtual_bench.world import NS, World
 
@@ -352,3 +353,39 @@ def test_db_crc_gives_the_count_and_crc_of_what_the_hex_commands_left(make_bench
     plain = make_bench(extensions=False)
     assert converse(plain, b"db crc%") == [DutErrorLine("Insufficent number of hex digits"),
                                            Ready()]
+
+
+def _timed_load(uart_baud: float, **options) -> tuple[SimDut, LoadResult, float]:
+    """One download of DATA to a SimDut whose pty stands for a UART at `uart_baud`, at speed 1:
+    (the DUT, how it went down, simulated seconds it took)."""
+    world = World(speed=1.0)
+    with SimDut(world, ByteScoresModel(), uart_baud=uart_baud, **options) as dut, \
+            DutClient(SerialTransport(dut.path, 115200, name="DUT")) as client:
+        world.power(True)
+        client.wait_for_boot(timeout_s=5.0)
+        client.negotiate()
+        start = world.clock.now_ns()
+        loaded = client.load(DATA, per_command=31)
+        took_s = (world.clock.now_ns() - start) / NS
+    return dut, loaded, took_s
+
+
+def test_a_binary_download_on_a_paced_uart_takes_its_characters_time() -> None:
+    dut, loaded, took_s = _timed_load(115200)
+    assert (loaded.method, loaded.check) == ("binary", "crc")
+    crc = f"{zlib.crc32(DATA):08x}"
+    chars = (len(f"bload {INPUT_SIZE} {crc}%") + len(f"m-bload-ready-{INPUT_SIZE}\r\n")
+             + INPUT_SIZE + len(f"m-bload-done-{crc}\r\nm-ready\r\n"))
+    assert dut.download_chars == chars
+    assert dut.download_line_s == pytest.approx(chars / 11520, rel=1e-12)  # ~13.6 ms
+    # Simulated time stood still while the host moved the bytes, then jumped by the line's.
+    assert dut.download_line_s <= took_s < dut.download_line_s + 0.25
+
+
+def test_a_hex_download_read_back_on_a_paced_uart_is_what_the_preflight_prices() -> None:
+    dut, loaded, took_s = _timed_load(9600, extensions=False)
+    assert (loaded.method, loaded.check) == ("hex", "read-back")
+    # The rig's disk preflight prices a download with the same count.
+    assert dut.download_chars == hex_download_chars(INPUT_SIZE, 31, read_back=True)[0]
+    assert dut.download_line_s == pytest.approx(dut.download_chars / 960, rel=1e-12)  # ~0.7 s
+    assert dut.download_line_s <= took_s < dut.download_line_s + 0.25
