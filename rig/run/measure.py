@@ -31,7 +31,7 @@ from protocols.io_manager import DUT_PREFIX as IO_DUT_PREFIX
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from protocols.io_manager import HOST_BAUD as IO_HOST_BAUD
 from protocols.io_manager import PASSTHROUGH_PREFIX as IO_PASSTHROUGH_PREFIX
-from rig.bench.config import VIRTUAL_PORT, Bench
+from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench
 from rig.datasets.synthetic import CLASSES
 from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
 from rig.run import asc
@@ -72,15 +72,17 @@ BINARY_CHARS_PER_BYTE = 1.0
 ALL_TEST_SAMPLES_GUESS = 2000
 #: One-second slices per DCASE clip (10 s clips).
 SLICES_PER_CLIP = 10
-#: The virtual bench's DUT boots this long after power-on
-#(`virtual_bench.world.PowerParams.boot_s`); : a DUT on a port is priced at its `boot_timeout_s`
-#(its boot time is known only once seen).
+#: The virtual bench's DUT boots this long after power-on (`virtual_bench.world.PowerParams
+#: .boot_s`); a DUT on a port is priced at its `boot_timeout_s` (its boot is seen only then).
 VIRTUAL_BOOT_S = 0.010
 #: Host seconds one command exchange over the virtual bench's ptys takes (the rig's write, the
 #: simulated device's loop, the reply read: 1-2 ms on an idle host). Its UART has no baud rate,
 #: so downloads and commands cost host time, which simulated time runs `[sim] speed` times
 #: faster than: each exchange adds speed x this to the trace (more on a loaded host).
 VIRTUAL_EXCHANGE_S = 1.5e-3
+#: The calibration's seconds per inference may differ from `[dut] inference_time_s` by this
+#: fraction before the run suggests the measured figure for the bench file.
+INFERENCE_ADVICE_TOLERANCE = 0.2
 #: Command exchanges outside the method's steps: the boot banner, `caps`, `name`, `profile`.
 IDENTIFY_EXCHANGES = 4
 #: Host seconds between two deliveries of samples by the monitor (the rig sees a window's
@@ -242,28 +244,32 @@ def asc_trace_seconds(bench: Bench, scope: str = "all") -> float:
 def asc_trace_basis(bench: Bench) -> str:
     """What `asc_trace_seconds` rests on, for the preflight's message: the virtual bench's
     figures, or a DUT's that are known only after connecting (boot, inference time)."""
-    method = asc_download_method(bench)
+    method = DOWNLOAD_WORDS[asc_download_method(bench)]
     if _virtual_dut(bench) and bench.io_manager is not None and bench.sim.io_manager == "simavr":
-        return (f"estimated from the [sim] timing and hex downloads through the emulated UNO "
+        return (f"estimated from the [sim] timing and {method} through the emulated UNO "
                 f"at {IO_DUT_BAUD} baud (the bench's time follows the UNO's while it works) "
                 f"and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x speed "
                 f"{bench.sim.speed:g}; a loaded host records longer")
     if _virtual_dut(bench) and bench.io_manager is not None:
-        return (f"estimated from the [sim] timing, {method} downloads through the IO manager "
+        return (f"estimated from the [sim] timing, {method} through the IO manager "
                 f"at {IO_DUT_BAUD} baud (the virtual one charges its line's time, not the "
                 f"host's) and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x "
                 f"speed {bench.sim.speed:g}; a loaded host records longer")
     if _virtual_dut(bench):
-        return (f"estimated from the [sim] timing, {method} downloads over ptys and "
+        line = (f"at its [sim] uart_baud {bench.sim.uart_baud:g}" if bench.sim.uart_baud
+                else "over ptys")
+        return (f"estimated from the [sim] timing, {method} {line} and "
                 f"{VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per command x speed "
                 f"{bench.sim.speed:g}; a loaded host records longer")
     inference = (f"[dut] inference_time_s {bench.dut.inference_time_s:g} s"
                  if bench.dut.inference_time_s > 0 else
-                 f"an assumed {DEFAULT_INFERENCE_S:g} s per inference")
-    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+                 f"an assumed {DEFAULT_INFERENCE_S:g} s per inference ([dut] inference_time_s "
+                 "not set)")
+    declared = ("as [dut] download declares" if bench.dut.download else
+                "all that plain MLPerf Tiny firmware offers ([dut] download not set)")
     return (f"estimated: the DUT's timing is known only after connecting, so boot_timeout_s "
-            f"{bench.dut.boot_timeout_s:g} s, {inference} and {method} downloads at "
-            f"{baud} baud are assumed")
+            f"{bench.dut.boot_timeout_s:g} s, {inference} and {method} at "
+            f"{_line_baud(bench):g} baud, {declared}, are assumed")
 
 
 def measures_voltage(bench: Bench) -> bool:
@@ -299,19 +305,17 @@ def asc_rest_trace_seconds(bench: Bench, scope: str, *, inference_s: float,
     return sum(t for phase, t in phases.items() if phase not in ("boot", "calibrate"))
 
 
-def _known_download_s(bench: Bench, loaded: LoadResult) -> float:
-    """Seconds one input's download takes, by the method and check the DUT turned out to
-    offer (the virtual bench's own figures for its DUT)."""
-    if _virtual_dut(bench):
-        return _download_s(bench)
-    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
+def download_kind(loaded: LoadResult) -> str:
+    """The `DOWNLOADS` name of how an input went down (its method and check)."""
     if loaded.method == "binary":
-        return loaded.n_bytes * BINARY_CHARS_PER_BYTE * 10 / baud
-    per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
-    dut_chars, host_chars = hex_download_chars(loaded.n_bytes, per_command,
-                                               read_back=loaded.check != "crc")
-    seconds = dut_chars * 10 / baud
-    return seconds + (host_chars * 10 / IO_HOST_BAUD if bench.io_manager else 0.0)
+        return "binary"
+    return "hex-crc" if loaded.check == "crc" else "hex-read-back"
+
+
+def _known_download_s(bench: Bench, loaded: LoadResult) -> float:
+    """Seconds one input's download takes, by the method, check and size it turned out to
+    have."""
+    return _download_s(bench, download_kind(loaded), loaded.n_bytes)
 
 
 def _asc_phase_trace_seconds(bench: Bench, scope: str, *, inference_s: float | None = None,
@@ -347,42 +351,57 @@ def _asc_phase_trace_seconds(bench: Bench, scope: str, *, inference_s: float | N
     return phases
 
 
+#: How the preflight's message names each of `DOWNLOADS`.
+DOWNLOAD_WORDS = {"binary": "binary downloads (bload)",
+                  "hex-crc": "hex downloads checked by db crc",
+                  "hex-read-back": "hex downloads read back (db print)"}
+
+
 def asc_download_method(bench: Bench) -> str:
-    """How the rig will download the inputs, as far as the bench tells before connecting:
-    "binary" (`bload` with CRC-32) from the virtual bench's DUT, which offers it; "hex" (`db`)
-    behind an IO manager, whose pass-through carries no raw bytes, and from a DUT on a port
-    (whether its firmware offers `bload` is known only after `caps`: the slower one)."""
-    if bench.io_manager is None and bench.sim is not None and bench.dut.port == VIRTUAL_PORT:
-        return "binary"
-    return "hex"
+    """How the rig will download the inputs (one of `DOWNLOADS`), as far as known before
+    connecting: the bench's `[dut] download`; else the virtual bench's DUT's ("binary" on its
+    own line, "hex-crc" behind an IO manager, whose pass-through carries no raw bytes); else
+    "hex-read-back", all that plain MLPerf Tiny firmware offers (the run says when the DUT
+    offered better: `_reproject`)."""
+    if bench.dut.download:
+        return bench.dut.download
+    if _virtual_dut(bench):
+        return "hex-crc" if bench.io_manager else "binary"
+    return "hex-read-back"
 
 
-def _download_s(bench: Bench) -> float:
-    """Seconds one input's download takes, by `asc_download_method`: on the DUT's UART at its
-    baud rate (behind an IO manager, real or the virtual bench's, the UNO's 9600-baud line), or
-    on the virtual bench's ptys (no baud rate) its command exchanges."""
-    binary = asc_download_method(bench) == "binary"
+def _line_baud(bench: Bench) -> float:
+    """Baud rate of the line a download crosses to the DUT: the UNO's SoftwareSerial link
+    behind an IO manager (real or the virtual bench's), the virtual DUT's `[sim] uart_baud`,
+    else the DUT's own port's."""
+    if bench.io_manager is not None:
+        return IO_DUT_BAUD
+    if _virtual_dut(bench):
+        return bench.sim.uart_baud
+    return bench.dut.baud
+
+
+def _download_s(bench: Bench, download: str | None = None,
+                n_bytes: int = INPUT_BYTES_GUESS) -> float:
+    """Seconds one download of `n_bytes` takes by `download` (default `asc_download_method`):
+    its characters on the DUT's line at `_line_baud` (behind an IO manager also the rig's
+    115200-baud line to it), or on the virtual bench's unpaced ptys its command exchanges."""
+    download = download or asc_download_method(bench)
     per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
-    # Behind an IO manager the DUT's UART is the UNO's SoftwareSerial link, at its own baud.
-    baud = IO_DUT_BAUD if bench.io_manager else bench.dut.baud
-    if _virtual_dut(bench) and bench.io_manager is None:
-        # bload and its data; or db load, one db per per_command bytes, and db print.
-        exchanges = 2 if binary else 2 + math.ceil(INPUT_BYTES_GUESS / per_command)
+    if _virtual_dut(bench) and bench.io_manager is None and not bench.sim.uart_baud:
+        # bload and its data; or db load, one db per per_command bytes, and the check.
+        exchanges = 2 if download == "binary" else 2 + math.ceil(n_bytes / per_command)
         return exchanges * _exchange_s(bench)
-    # Behind the virtual bench's IO manager, the Python one or the emulated UNO, a download
-    # takes its lines' time, as on a real one: simulated time is held while the host sends
-    # (virtual_bench/io_manager.py) or follows the UNO's (virtual_bench/simavr_uno.py).
-    if binary:
-        uart_s = INPUT_BYTES_GUESS * BINARY_CHARS_PER_BYTE * 10 / baud
-    else:
-        # The virtual bench's DUTs (the rig's shims) offer `db crc`; a DUT on a port is priced
-        # with the read-back (what it offers is known only after `caps`).
-        dut_chars, host_chars = hex_download_chars(INPUT_BYTES_GUESS, per_command,
-                                                   read_back=not _virtual_dut(bench))
-        uart_s = dut_chars * 10 / baud
-        if bench.io_manager:
-            uart_s += host_chars * 10 / IO_HOST_BAUD
-    return uart_s
+    # A real line, or the virtual bench's that takes a line's time: simulated time is held
+    # while the host sends and then charged (virtual_bench/line_time.py), or follows the
+    # emulated UNO's (virtual_bench/simavr_uno.py).
+    baud = _line_baud(bench)
+    if download == "binary":
+        return n_bytes * BINARY_CHARS_PER_BYTE * 10 / baud
+    dut_chars, host_chars = hex_download_chars(n_bytes, per_command,
+                                               read_back=download == "hex-read-back")
+    seconds = dut_chars * 10 / baud
+    return seconds + (host_chars * 10 / IO_HOST_BAUD if bench.io_manager else 0.0)
 
 
 def hex_download_chars(n_bytes: int, per_command: int, *, read_back: bool
@@ -494,8 +513,31 @@ def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder
             f"{rest_s:.1f} s to come at {rate:g} Hz, from {per_inference_s * 1e3:.4g} ms per "
             f"inference and {loaded.method} downloads checked by {loaded.check}; the preflight "
             f"projected {asc_trace_bytes(bench, scope)} B from the bench file)")
-    return Note(level="warning" if warning else "info",
-                text=text + (f"; {warning}" if warning else ""))
+    advice, slower = _bench_advice(bench, per_inference_s, loaded)
+    return Note(level="warning" if warning or slower else "info",
+                text=text + (f"; {warning}" if warning else "") + advice)
+
+
+def _bench_advice(bench: Bench, per_inference_s: float, loaded: LoadResult) -> tuple[str, bool]:
+    """What the bench file of a DUT on a port should declare for the next run's preflight to
+    price it as measured ("" when it does), and whether the DUT's download is slower than
+    the preflight priced (this run's trace then grows past the preflight's projection)."""
+    if _virtual_dut(bench):
+        return "", False  # its figures are the [sim] ones
+    lines, slower = [], False
+    offered, priced = download_kind(loaded), asc_download_method(bench)
+    if offered != priced:
+        lines.append(f'download = "{offered}"')
+        slower = DOWNLOADS.index(offered) > DOWNLOADS.index(priced)
+    declared = bench.dut.inference_time_s
+    if not declared or abs(per_inference_s / declared - 1) > INFERENCE_ADVICE_TOLERANCE:
+        lines.append(f"inference_time_s = {per_inference_s:.3g}")
+    if not lines:
+        return "", False
+    why = (f" (the DUT takes inputs by {DOWNLOAD_WORDS[offered]}, slower than the preflight's "
+           f"{DOWNLOAD_WORDS[priced]})" if slower else "")
+    return (f"; for the next run's preflight to price this DUT as measured, set in [dut] of "
+            f"{bench.path}: {'; '.join(lines)}{why}"), slower
 
 
 class BenchParts:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drivers.dut.client import LoadResult
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError, RigError
@@ -207,7 +208,7 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
     # of the host's: ~50 s per input, however fast the host or the bench's speed.
     # (test_io_manager.py checks these counts against what the virtual UNO relays.)
     io = load_bench(REPO / "benches" / "sim-io-manager.toml")
-    assert runner.asc_download_method(io) == "hex"
+    assert runner.asc_download_method(io) == "hex-crc"
     dut_chars, host_chars = runner.hex_download_chars(16_000, 26, read_back=False)
     # db load + its reply 50, 615 x ("db " 52 hex "%" + m-ready) 65, the last 10 bytes with
     # m-load-done 46, db crc + its reply 41.
@@ -231,30 +232,86 @@ def test_asc_estimate_prices_the_download_method_the_dut_offers() -> None:
     assert runner.asc_trace_seconds(avr, "energy") == pytest.approx(
         runner.asc_trace_seconds(avr) - avr.dataset.samples_per_class * 4
         * (hex_load + avr.sim.inference_ms / 1e3 + 1.5e-3 * 50 + 5e-3 * 50))
-    # A DUT on a port: `bload` and `dbcrc` are known only after `caps`, so the slower hex (31
+    # A DUT on a port whose bench declares nothing of it: plain MLPerf Tiny firmware's hex (31
     # bytes a command, checked by a read-back) at its baud rate, its boot timeout and an
     # assumed 1 s per inference; the preflight's message says so.
-    board = load_bench(REPO / "benches" / "arduino.toml")
-    assert runner.asc_download_method(board) == "hex"
+    shipped = load_bench(REPO / "benches" / "arduino.toml")
+    board = replace(shipped, dut=replace(shipped.dut, download="", inference_time_s=0.0))
+    assert runner.asc_download_method(board) == "hex-read-back"
     b = board.asc
     read_back = runner.hex_download_chars(16_000, 31, read_back=True)[0]
     # db load 50, 516 full commands of 75 characters, the last 4 bytes with m-load-done 34,
     # "db print%", 1000 lines of "m-buffer-" + 47 + CR LF, m-ready.
     assert read_back == 50 + 516 * 75 + 34 + 9 + 1000 * 58 + 9
     hex_uart = read_back * 10 / board.dut.baud
-    assert runner.asc_trace_seconds(board) == pytest.approx(
-        board.dut.boot_timeout_s + hex_uart + b.calibration_iterations * 1.0 + 0.005
-        + b.idle_s + 3 * 0.005 + b.runs * ((math.ceil(b.min_run_s * 1.02) + b.warmup) * 1.0 + 0.005)
-        + 40 * (hex_uart + 1.0 + 0.005) + 0.005)
+
+    def on_port(load_s: float, inference_s: float) -> float:
+        iterations = max(b.min_iterations, math.ceil(b.min_run_s * 1.02 / inference_s))
+        return (board.dut.boot_timeout_s + load_s + b.calibration_iterations * inference_s
+                + 0.005 + b.idle_s + 3 * 0.005
+                + b.runs * ((iterations + b.warmup) * inference_s + 0.005)
+                + 40 * (load_s + inference_s + 0.005) + 0.005)
+
+    assert runner.asc_trace_seconds(board) == pytest.approx(on_port(hex_uart, 1.0))
     basis = runner.asc_trace_basis(board)
     assert "known only after connecting" in basis and "boot_timeout_s" in basis
     assert "assumed 1 s per inference" in basis and "115200 baud" in basis
+    assert "hex downloads read back (db print)" in basis and "[dut] download not set" in basis
+    # The shipped file declares its firmware's: `bload` (16000 bytes at 115200 baud) and 30 ms.
+    assert runner.asc_download_method(shipped) == "binary"
+    assert runner.asc_trace_seconds(shipped) == pytest.approx(
+        on_port(16_000 * 10 / 115200, 0.03))
+    assert "binary downloads (bload) at 115200 baud, as [dut] download declares" in \
+        runner.asc_trace_basis(shipped)
     # Behind a real IO manager the DUT's link is the UNO's 9600 baud, not the DUT's baud.
     behind = replace(board, io_manager=io.io_manager)
-    assert "hex downloads at 9600 baud" in runner.asc_trace_basis(behind)
+    assert "hex downloads read back (db print) at 9600 baud" in runner.asc_trace_basis(behind)
     assert runner.asc_trace_seconds(behind) > runner.asc_trace_seconds(board) + 40 * 50
     assert "[sim] timing" in runner.asc_trace_basis(sim) and "speed 50" in \
         runner.asc_trace_basis(sim)
+
+
+Recorder = namedtuple("Recorder", "samples sample_rate")
+
+
+def test_after_calibration_a_dut_on_a_port_is_priced_as_measured_and_the_bench_file_advised(
+        tmp_path: Path) -> None:
+    """The calibration's figures replace the bench file's in the projection of the rest, and
+    where they differ the note says which `[dut]` lines make the next preflight right (a
+    download slower than the declared one is a warning: this trace grows past the preflight's)."""
+    shipped = load_bench(REPO / "benches" / "arduino.toml")  # binary, 30 ms declared
+    so_far = Recorder(samples=2000, sample_rate=1000.0)
+    binary, read_back = LoadResult(16_000, "binary", 1, "crc"), LoadResult(16_000, "hex", 1,
+                                                                            "read-back")
+
+    def note(bench, per_inference_s: float, loaded: LoadResult) -> Note:
+        return runner._reproject(bench, tmp_path, "all", so_far, per_inference_s, loaded)
+
+    as_declared = note(shipped, 0.033, binary)  # 10 % off the declared time: close enough
+    assert as_declared.level == "info" and "set in [dut]" not in as_declared.text
+    rest = runner.asc_rest_trace_seconds(shipped, "all", inference_s=0.033, loaded=binary)
+    total = trace_space.projected_trace_bytes(2.0 + rest, 1000.0, voltage_measured=False)
+    assert as_declared.text.startswith(f"trace projected after calibration: {total} B (2.0 s "
+                                       f"recorded and {rest:.1f} s to come at 1000 Hz")
+    undeclared = replace(shipped, dut=replace(shipped.dut, download="", inference_time_s=0.0))
+    faster = note(undeclared, 0.0125, binary)
+    assert faster.level == "info"
+    assert faster.text.endswith(f"set in [dut] of {shipped.path}: download = \"binary\"; "
+                                "inference_time_s = 0.0125")
+    slower = note(shipped, 0.1, read_back)
+    assert slower.level == "warning"
+    assert slower.text.endswith('download = "hex-read-back"; inference_time_s = 0.1 (the DUT '
+                                "takes inputs by hex downloads read back (db print), slower "
+                                "than the preflight's binary downloads (bload))")
+    # Priced by what was measured: each of 40 inputs read back at 115200 baud, not bload.
+    hex_s = runner.hex_download_chars(16_000, 31, read_back=True)[0] * 10 / 115200
+    assert runner.asc_rest_trace_seconds(shipped, "all", inference_s=0.1, loaded=read_back) \
+        == pytest.approx(runner.asc_rest_trace_seconds(shipped, "all", inference_s=0.1,
+                                                       loaded=binary)
+                         + 40 * (hex_s - 16_000 * 10 / 115200))
+    # On the virtual bench the DUT's figures are its [sim] ones: nothing to advise.
+    sim = load_bench(REPO / "benches" / "sim.toml")
+    assert "set in [dut]" not in note(sim, 0.5, read_back).text
 
 
 def test_the_delivery_periods_are_the_drivers_own() -> None:
