@@ -57,6 +57,8 @@ class VirtualBench:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode,
                               uart_baud=bench.uart_baud)
             self.dut_impl = "python" if bench.dut == "python" else "python (no C compiler)"
+            if bench.uart_baud is not None:
+                self.dut_impl += f", downloads at {bench.uart_baud:g} baud"
         self.emon_driver = bench.emon_driver
         self.emon: Any = None
         if self.emon_driver == "lpm01a":

@@ -145,7 +145,9 @@ def test_a_shipped_bench_with_its_dut_on_a_port_is_projected_within_20_percent(
     sim = subprocess.Popen([*RIG, "sim", "--bench", str(stand_in), "--json"], cwd=REPO,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        ports = read_json_object(sim)["ports"]
+        started = read_json_object(sim)
+        assert started["dut"] == f"python, downloads at {shipped.dut.baud:g} baud"
+        ports = started["ports"]
         path = bench_variant(tmp_path, base, base=base, **replace,
                              dut=('port = "/dev/ttyACM0"', f'port = "{ports["dut"]}"'),
                              emon=('port = "/dev/ttyACM1"', f'port = "{ports["emon"]}"'))
