@@ -24,6 +24,9 @@ from rig.errors import ConfigError
 VIRTUAL_PORT = "virtual"
 #: `[dut] port` of an emulated board: the pty of the QEMU the rig starts (`[qemu]`).
 QEMU_PORT = "qemu"
+#: `[dut] port` of a real bench's DUT that is reached only through its `[io_manager]` (the file
+#: gives none: "virtual" would be the default, wrong in a real run's manifest).
+IO_MANAGER_PORT = "through-io-manager"
 
 DUT_KINDS = ("mlperf-tiny", "xylo")
 EMON_DRIVERS = ("lpm01a", "joulescope", "n6705", "34465a", "ppk2", "otii", "rapl",
@@ -381,6 +384,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _choice(dut.kind, DUT_KINDS, path, "dut.kind")
     _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
     _check_download(dut, io_manager, path)
+    if io_manager is not None and sim is None and "port" not in raw.get("dut", {}):
+        dut = replace(dut, port=IO_MANAGER_PORT)
     if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
         if emon.port not in (VIRTUAL_PORT, None, "") or emon.resource:
             raise ConfigError(

@@ -101,17 +101,18 @@ def test_a_bench_without_a_monitor_projects_no_trace(base: str) -> None:
 
 
 #: What `rig sim` serves for a shipped bench whose DUT and monitor are on ports: the Python DUT
-#: (it offers bload, as the rig's firmware does) on a UART paced at the bench's baud rate, taking
-#: the bench's declared time per inference, and the bench's monitor, at `speed`.
+#: (it offers bload and db crc, as the rig's firmware does) taking the bench's declared time per
+#: inference, on a UART paced at the bench's baud rate or behind the virtual IO manager (whose
+#: lines are the UNO's), and the bench's monitor, at `speed`.
 STAND_IN = """
 [bench]
 name = "virtual stand-in for {name}"
 voltage_limit_v = {limit}
 [sim]
 dut = "python"
-uart_baud = {baud}
 inference_ms = {inference_ms}
 speed = {speed}
+{line}
 [dut]
 timestamp_mode = "{mode}"
 [emon]
@@ -120,29 +121,36 @@ sample_rate_hz = {rate}
 supply_voltage_v = {supply}
 {ppk2_mode}
 """
-#: Shipped bench -> (simulated seconds per host second, replacements). 20: the run takes about
-#: 6 s of host time, and the host's own time (each command's ~1.5 ms, the monitor's 5 ms
-#: deliveries), which no real bench multiplies, adds ~5 % to the trace. A PPK2 at 10 kHz (100
-#: kHz / 10 on the host): a 100 kHz stream at 20x would measure the host.
-PORT_BENCHES: dict[str, tuple[float, dict[str, tuple[str, str]]]] = {
-    "arduino": (20.0, {}),
-    "arduino-ppk2": (20.0, PPK2_10K),
+#: Shipped bench -> (simulated seconds per host second, replacements, how its inputs go down).
+#: 20: a run takes 6-10 s of host time, and the host's own time (each command's ~1.5 ms, the
+#: monitor's 5 ms deliveries), which no real bench multiplies, adds ~5 % to the trace. A PPK2 at
+#: 10 kHz (100 kHz / 10 on the host): a 100 kHz stream at 20x would measure the host. Through
+#: the IO manager one test sample per class: each input is ~600 command exchanges of host time.
+PORT_BENCHES: dict[str, tuple[float, dict[str, tuple[str, str]], str]] = {
+    "arduino": (20.0, {}, "binary downloads checked by crc"),
+    "arduino-ppk2": (20.0, PPK2_10K, "binary downloads checked by crc"),
+    "arduino-io-manager": (20.0, {"spc": ("samples_per_class = 10", "samples_per_class = 1")},
+                           "hex downloads checked by crc"),
 }
 
 
 @pytest.mark.parametrize("base", list(PORT_BENCHES))
 def test_a_shipped_bench_with_its_dut_on_a_port_is_projected_within_20_percent(
         tmp_path, base) -> None:
-    """The shipped file as it is (its ports those of a `rig sim` stand-in for its DUT and
-    monitor): the preflight prices the DUT by its `[dut]` declarations (download method, time
-    per inference, its boot timeout) at its baud rate, and the rest of the run is projected
-    again after the calibration from what it measured; both within 20 % of the real file."""
-    speed, replace = PORT_BENCHES[base]
+    """The shipped file as it is (its ports those of a `rig sim` stand-in for its DUT, IO
+    manager and monitor): the preflight prices the DUT by its `[dut]` declarations (download
+    method, time per inference, its boot timeout) at its line's baud rate, and the rest of the
+    run is projected again after the calibration from what it measured; both within 20 % of the
+    real file."""
+    speed, replace, downloads = PORT_BENCHES[base]
     shipped = load_bench(bench_variant(tmp_path, f"{base}-shipped", base=base, **replace))
     stand_in = tmp_path / "stand-in.toml"
+    behind = shipped.io_manager is not None
     stand_in.write_text(STAND_IN.format(
-        name=shipped.name, limit=shipped.voltage_limit_v, baud=shipped.dut.baud,
+        name=shipped.name, limit=shipped.voltage_limit_v,
         inference_ms=shipped.dut.inference_time_s * 1e3, speed=speed,
+        line='io_manager = "python"\n[io_manager]' if behind else
+        f"uart_baud = {shipped.dut.baud}",
         mode=shipped.dut.timestamp_mode, driver=shipped.emon.driver,
         rate=shipped.emon.sample_rate_hz, supply=shipped.emon.supply_voltage_v,
         ppk2_mode=f'ppk2_mode = "{shipped.emon.ppk2_mode}"' if base.endswith("ppk2") else ""))
@@ -150,13 +158,17 @@ def test_a_shipped_bench_with_its_dut_on_a_port_is_projected_within_20_percent(
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         started = read_json_object(sim)
-        assert started["dut"] == f"python, downloads at {shipped.dut.baud:g} baud"
         ports = started["ports"]
+        if behind:
+            port = ("io_manager", ports["io_manager"])
+        else:
+            assert started["dut"] == f"python, downloads at {shipped.dut.baud:g} baud"
+            port = ("dut", ports["dut"])
         path = bench_variant(tmp_path, base, base=base, **replace,
-                             dut=('port = "/dev/ttyACM0"', f'port = "{ports["dut"]}"'),
+                             port=('port = "/dev/ttyACM0"', f'port = "{port[1]}"'),
                              emon=('port = "/dev/ttyACM1"', f'port = "{ports["emon"]}"'))
         bench = load_bench(path)
-        assert bench.sim is None and runner.asc_download_method(bench) == "binary"
+        assert bench.sim is None and runner.asc_download_method(bench) == shipped.dut.download
         preflight = runner.asc_trace_bytes(bench)
         done = run_rig("measure", "asc", "--bench", str(path), "--runs-dir",
                        str(tmp_path / "runs"), "--json", timeout=300)
@@ -169,7 +181,7 @@ def test_a_shipped_bench_with_its_dut_on_a_port_is_projected_within_20_percent(
              if e["event"] == "note"]
     (note,) = [n for n in notes if n["text"].startswith("trace projected after calibration")]
     after = int(re.match(r"trace projected after calibration: (\d+) B", note["text"]).group(1))
-    assert "binary downloads checked by crc" in note["text"]
+    assert downloads in note["text"]
     assert f"the preflight projected {preflight} B" in note["text"]
     # The DUT is as its bench file declares: nothing to advise.
     assert note["level"] == "info" and "set in [dut]" not in note["text"]

@@ -27,6 +27,10 @@ def test_shipped_benches_load() -> None:
         1.20, 3.60, 12.5)
     hw = load_bench(REPO / "benches" / "arduino.toml")
     assert not hw.simulated and hw.sim is None and hw.dut.port == "/dev/ttyACM0"
+    # The energy setup through a UNO: the DUT has no port of its own, and says so in manifests.
+    io = load_bench(REPO / "benches" / "arduino-io-manager.toml")
+    assert not io.simulated and io.io_manager.port == "/dev/ttyACM0"
+    assert io.dut.port == "through-io-manager" and io.dut.download == "hex-crc"
 
 
 def test_device_names_resolve_and_unknown_lists_known(monkeypatch) -> None:
