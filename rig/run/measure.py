@@ -49,7 +49,7 @@ from rig.run.live_power import PowerPreview
 from rig.run.recording import EmonRecorder, trace_voltage
 from rig.run.stopping import StopRequest
 from rig.run.store import REFUSED, RunStore
-from rig.traces.space import check_trace_space, projected_trace_bytes
+from rig.traces.space import binary_size, check_trace_space, projected_trace_bytes
 
 EMON_TRACE = "emon.jls"
 #: How long the DUT stays unpowered in the power cycle before its boot banner is awaited, so
@@ -509,7 +509,8 @@ def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder
         hint=_space_hint(bench))
     so_far_s = recorder.samples / rate
     total = projected_trace_bytes(so_far_s + rest_s, rate, voltage_measured=voltage)
-    text = (f"trace projected after calibration: {total} B ({so_far_s:.1f} s recorded and "
+    text = (f"trace projected after calibration: {total} B = {binary_size(total)} "
+            f"({so_far_s:.1f} s recorded and "
             f"{rest_s:.1f} s to come at {rate:g} Hz, from {per_inference_s * 1e3:.4g} ms per "
             f"inference and {loaded.method} downloads checked by {loaded.check}; the preflight "
             f"projected {asc_trace_bytes(bench, scope)} B from the bench file)")

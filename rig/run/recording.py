@@ -38,7 +38,7 @@ from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError, StorageError
 from rig.run.live_power import PowerDecimator, PowerPreview
 from rig.traces.files import TraceWriter
-from rig.traces.space import _size, space_left, write_failure
+from rig.traces.space import binary_size, space_left, write_failure
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
 _EDGE_CAPACITY = 1024
@@ -184,8 +184,8 @@ class EmonRecorder:
             except OSError as exc:
                 self._stop_trace(write_failure(exc))
             if free < reserve:
-                self._stop_trace(f"the disk is full ({_size(free)} left, {_size(reserve)} kept "
-                                 "for finishing the run folder)")
+                self._stop_trace(f"the disk is full ({binary_size(free)} left, "
+                                 f"{binary_size(reserve)} kept for finishing the run folder)")
         try:
             self._writer.append(first, current, voltage, gpio)
         except OSError as exc:

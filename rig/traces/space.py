@@ -87,14 +87,14 @@ def check_trace_space(
     what = what or f"a trace of {duration_s:.6g} s at {sample_rate_hz:g} Hz"
     if projected > usage.free - reserve:
         raise ConfigError(
-            f"not enough disk space: {what} needs about {_size(projected)} but {where} has "
-            f"{_size(usage.free)} free ({_size(reserve)} kept in reserve)",
+            f"not enough disk space: {what} needs about {binary_size(projected)} but {where} has "
+            f"{binary_size(usage.free)} free ({binary_size(reserve)} kept in reserve)",
             hint=hint,
         )
     if projected > WARN_FRACTION * usage.free:
         return (
-            f"{what} will take about {_size(projected)} of the {_size(usage.free)} free "
-            f"in {where}"
+            f"{what} will take about {binary_size(projected)} of the "
+            f"{binary_size(usage.free)} free in {where}"
         )
     return None
 
@@ -126,7 +126,7 @@ def _existing(path: Path) -> Path:
     return path  # unreachable: the root always exists
 
 
-def _size(n: float) -> str:
+def binary_size(n: float) -> str:
     """Bytes in binary units with one decimal: '1.5 GiB' ('999.9 MiB' before '1.0 GiB')."""
     if n < 1000:
         return f"{n:.0f} B"

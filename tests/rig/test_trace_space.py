@@ -291,8 +291,9 @@ def test_after_calibration_a_dut_on_a_port_is_priced_as_measured_and_the_bench_f
     assert as_declared.level == "info" and "set in [dut]" not in as_declared.text
     rest = runner.asc_rest_trace_seconds(shipped, "all", inference_s=0.033, loaded=binary)
     total = trace_space.projected_trace_bytes(2.0 + rest, 1000.0, voltage_measured=False)
-    assert as_declared.text.startswith(f"trace projected after calibration: {total} B (2.0 s "
-                                       f"recorded and {rest:.1f} s to come at 1000 Hz")
+    assert as_declared.text.startswith(
+        f"trace projected after calibration: {total} B = {total / 1024:.1f} KiB (2.0 s "
+        f"recorded and {rest:.1f} s to come at 1000 Hz")
     undeclared = replace(shipped, dut=replace(shipped.dut, download="", inference_time_s=0.0))
     faster = note(undeclared, 0.0125, binary)
     assert faster.level == "info"
