@@ -8,7 +8,9 @@ measure of anything on the device. The analog front end's power can only be meas
 with audio played to the microphone.
 
 Rasters are cached (an .npz keyed by a hash of the audio and every AFE setting), because the
-simulation takes about a second per second of audio.
+simulation takes about a second per second of audio; a process that finds another simulating
+the same file (two runs, a sweep's workers on one host) waits for it rather than simulate
+beside it.
 
 Rockpool is imported lazily. `import rockpool.devices.xylo` fails without samna (two Xylo
 modules import it unconditionally), so stand-in modules are registered first. That workaround
@@ -22,6 +24,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import os
 import struct
 import time
 import types
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drivers.file_lock import FileLock
 from protocols.errors import ProtocolError
 from rig.datasets.dcase import resample, save_npz
 from rig.errors import RigError
@@ -173,27 +177,55 @@ def _rockpool_version() -> str:
         return "absent"
 
 
+#: Host seconds per second of audio a process waits for another's simulation of the same cache
+#: file (the AFE takes about one; a loaded host longer), and at least this long; then it
+#: simulates the audio itself (slower, never wrong).
+WAIT_PER_AUDIO_S = 5.0
+MIN_WAIT_S = 60.0
+
+
 def cached_afe(audio: np.ndarray, rate_hz: int, cache_dir: Path, name: str,
                config: AfeConfig | None = None) -> AfeResult:
     """As `simulate_afe`, but read from `cache_dir/<name>_afe.npz` when that file was made from
-    the same audio and settings; otherwise simulated and written there."""
+    the same audio and settings; otherwise simulated and written there, under a lock file
+    (`<name>_afe.lock`) that another process wanting the same file waits on."""
     config = config or AfeConfig()
     audio = np.atleast_2d(np.asarray(audio))
     key = _cache_key(audio, rate_hz, config)
     path = Path(cache_dir) / f"{name}_afe.npz"
-    if path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if str(z["key"]) == key:
-                    return AfeResult(rasters=z["rasters"], hardware_time_s=z["hardware_time_s"],
-                                     sim_host_s=z["sim_host_s"], config=config,
-                                     from_cache=True)
-        except (OSError, ValueError, KeyError):
-            pass  # unreadable cache: simulate again and overwrite it
-    result = simulate_afe(audio, rate_hz, config)
-    save_npz(path, rasters=result.rasters, hardware_time_s=result.hardware_time_s,
-             sim_host_s=result.sim_host_s, key=np.array(key))
-    return result
+    cached = _from_cache(path, key, config)
+    if cached is not None:
+        return cached
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path.with_name(f"{name}_afe.lock"))
+    deadline = time.monotonic() + max(MIN_WAIT_S, WAIT_PER_AUDIO_S * audio.size / rate_hz)
+    while not lock.acquire(note=f"pid {os.getpid()}") and time.monotonic() < deadline:
+        time.sleep(0.1)  # another process simulates: its file comes when it lets go
+    try:
+        cached = _from_cache(path, key, config)  # made while this one waited
+        if cached is not None:
+            return cached
+        result = simulate_afe(audio, rate_hz, config)
+        save_npz(path, rasters=result.rasters, hardware_time_s=result.hardware_time_s,
+                 sim_host_s=result.sim_host_s, key=np.array(key))
+        return result
+    finally:
+        lock.release()
+
+
+def _from_cache(path: Path, key: str, config: AfeConfig) -> AfeResult | None:
+    """The cached rasters at `path` if they were made with `key`; None if absent, stale or
+    unreadable (then simulated again and overwritten)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != key:
+                return None
+            return AfeResult(rasters=z["rasters"], hardware_time_s=z["hardware_time_s"],
+                             sim_host_s=z["sim_host_s"], config=config, from_cache=True)
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def raster_to_bytes(raster: np.ndarray) -> bytes:

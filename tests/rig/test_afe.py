@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import threading
+
 import numpy as np
 import pytest
 
+from drivers.file_lock import FileLock
 from protocols.errors import ProtocolError
 from rig.datasets import afe
 from rig.datasets.afe import AfeConfig
@@ -102,3 +106,43 @@ def test_afe_is_reproducible_and_cached(tmp_path, tones: afe.AfeResult) -> None:
     assert again.from_cache and np.array_equal(again.rasters, first.rasters)
     other = afe.cached_afe(audio[:1], RATE, tmp_path, "t", AfeConfig(seed=3))
     assert not other.from_cache and other.rasters.shape == (1, 20, 16)
+
+
+def test_a_process_finding_another_simulating_waits_for_its_file(tmp_path, monkeypatch) -> None:
+    """Two runs (or a sweep's workers) wanting the same rasters: the second waits on the lock
+    file and reads what the first wrote, instead of simulating the same audio beside it."""
+    audio = np.stack([tone(1177.0), tone(137.0)])
+    simulated: list[int] = []
+    real = afe.simulate_afe
+
+    def counted(*args, **kwargs):
+        simulated.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(afe, "simulate_afe", counted)
+    refused = threading.Event()
+
+    class WatchedLock(FileLock):
+        def acquire(self, note: str | None = None) -> bool:
+            got = super().acquire(note)
+            if not got:
+                refused.set()
+            return got
+
+    monkeypatch.setattr(afe, "FileLock", WatchedLock)
+    other = FileLock(tmp_path / "t_afe.lock")  # the first process, simulating
+    assert other.acquire(note="pid 1")
+    results: list[afe.AfeResult] = []
+    waiter = threading.Thread(target=lambda: results.append(
+        afe.cached_afe(audio, RATE, tmp_path, "t", AfeConfig(seed=3))))
+    waiter.start()
+    assert refused.wait(timeout=30)  # it found the lock taken and waits
+    # The first process's simulation, written where the waiter looks, then its lock let go.
+    made = afe.cached_afe(audio, RATE, tmp_path / "first", "t", AfeConfig(seed=3))
+    shutil.copy(tmp_path / "first" / "t_afe.npz", tmp_path / "t_afe.npz")
+    assert waiter.is_alive() and not results  # still waiting on the lock
+    other.release()
+    waiter.join(timeout=60)
+    (result,) = results
+    assert result.from_cache and np.array_equal(result.rasters, made.rasters)
+    assert simulated == [1]  # the first process's only
