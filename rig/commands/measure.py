@@ -31,8 +31,6 @@ EXIT_FOR_STATUS = {"complete": 0, "failed-checks": 1}
 #: What `rig measure qubo --json` and its console lines report of the point's result.
 QUBO_FIELDS = ("gap", "cost", "target", "target_method", "elapsed_s", "load_s", "power_w",
                "power_status", "energy_j", "power_source", "solver_cpu_s")
-#: Below this share of its solve on the CPU, a CPU SUT's point is flagged: the host was loaded.
-CONTENDED_CPU_SHARE = 0.9
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -158,6 +156,8 @@ def run_qubo(args: argparse.Namespace) -> int:
 
 
 def _print_qubo(data: dict[str, Any]) -> None:
+    from rig.qubo.sweep import contended, cpu_share  # QUBO modules only for QUBO
+
     out = Console()
     if data["point_status"] != "ok":
         Console(stderr=True).print(f"[red]point failed:[/] {escape(str(data.get('error')))}")
@@ -168,9 +168,8 @@ def _print_qubo(data: dict[str, Any]) -> None:
         load = "" if data["load_s"] is None else f", load {data['load_s']:.4g} s outside it"
         out.print(f"solve time: {data['elapsed_s']:.4g} s of a {data['timeout_s']:g} s "
                   f"timeout{load}")
-        cpu_s, elapsed = data.get("solver_cpu_s"), data["elapsed_s"]
-        if cpu_s is not None and elapsed and cpu_s < CONTENDED_CPU_SHARE * elapsed:
-            out.print(f"[yellow]warning:[/] the solver had the CPU for {cpu_s / elapsed:.0%} of "
+        if contended(data):
+            out.print(f"[yellow]warning:[/] the solver had the CPU for {cpu_share(data):.0%} of "
                       "its solve: the host was busy, so this point understates the SUT "
                       "(measure on an idle host)")
         if data["power_w"] is not None:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rig.commands.common import print_json
 from rig.commands.sweep import sweep_table
 from rig.errors import ConfigError
-from rig.qubo.sweep import RUNNING, is_sweep, power_line, sweep_summary
+from rig.qubo.sweep import CONTENDED_CPU_SHARE, RUNNING, is_sweep, power_line, sweep_summary
 from rig.run.console import summary_table
 from rig.run.store import INCOMPLETE, REFUSED, load_run
 from rig.run.summary import REFUSED_TEXT, asc_summary
@@ -95,6 +95,10 @@ def show_sweep(args: argparse.Namespace) -> int:
     out.print(f"status: [{style}]{data['status']}[/]")
     out.print(f"points: {data['points_done']}/{data['points_total']} done "
               f"({data['points_failed']} failed)")
+    if data.get("points_contended"):
+        out.print(f"[yellow]{data['points_contended']} point(s) contended: the solver had the "
+                  f"CPU for under {CONTENDED_CPU_SHARE:.0%} of its solve (a busy host): they "
+                  "understate the SUT[/]")
     if data["status"] == RUNNING:
         out.print("[yellow]another rig process is measuring this sweep right now[/]")
     elif data["status"] != "complete":

@@ -25,9 +25,12 @@ from rig.commands.common import print_json
 from rig.commands.mqtt import add_mqtt_arguments, telemetry_for
 from rig.errors import ConfigError
 from rig.qubo.sweep import (
+    CONTENDED_CPU_SHARE,
     SweepOutcome,
     SweepPointDone,
     SweepResumed,
+    contended,
+    cpu_share,
     load_sweep,
     power_line,
     resume_sweep,
@@ -122,7 +125,8 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
         print_json({
             "run": str(outcome.run_path), "status": outcome.status, "ran": outcome.ran,
             "simulated": outcome.simulated,
-            **{k: summary[k] for k in ("points_done", "points_total", "points_failed")},
+            **{k: summary[k] for k in ("points_done", "points_total", "points_failed",
+                                       "points_contended")},
             "summary": summary["rows"],
             "power": summary["power"],
             **({"error": str(outcome.error)} if outcome.error else {}),
@@ -157,6 +161,7 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
     table.add_column("seeds", justify="right")
     sources: set[str] = set()
     notes: dict[str, int] = {}
+    any_contended = False
     for row in rows:
         gap = "—" if row["gap_mean"] is None else f"{row['gap_mean']:+.4f}"
         if row["power_w_mean"] is None:
@@ -173,10 +178,17 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
         seeds = f"{row['seeds']}/{row['seeds_expected']}"
         if row["failed"]:
             seeds += f" [red]({row['failed']} failed)[/]"
+        if row.get("contended"):
+            seeds += f" [yellow]({row['contended']} contended)[/]"
+            any_contended = True
         table.add_row(row["sut"], str(row["nodes"]), f"{row['density']:g}",
                       f"{row['timeout_s']:g} s", gap, power, energy, seeds)
     lines = [f"power source: {escape('; '.join(sorted(sources)))}"] if sources else []
     lines += [f"\\[{n}] {escape(why)}" for why, n in notes.items()]
+    if any_contended:
+        lines.append(f"contended: the solver had the CPU for under {CONTENDED_CPU_SHARE:.0%} of "
+                     "its solve (a busy host), so those seeds understate the SUT: measure them "
+                     "again on an idle host")
     if lines:
         table.caption = "\n".join(lines)
     return table
@@ -230,6 +242,11 @@ class SweepProgressView:
             if event.status != "ok":
                 self._progress.console.print(f"[yellow]point {event.key} failed: "
                                              f"{event.error}[/]")
+            elif contended(event.result):
+                self._progress.console.print(
+                    f"[yellow]point {event.key}: the solver had the CPU for "
+                    f"{cpu_share(event.result):.0%} of its solve (a busy host): it understates "
+                    "the SUT[/]")
         elif isinstance(event, Note) and event.level == "warning":
             self._progress.console.print(f"[yellow]{escape(event.text)}[/]")
         elif isinstance(event, RunFinished):

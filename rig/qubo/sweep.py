@@ -437,14 +437,35 @@ def read_sweep(path: str | Path, *, check_running: bool = True) -> SweepRecord:
                        sessions)
 
 
+#: Below this share of its solve on the CPU, a CPU SUT's point is flagged as contended: the host
+#: was busy (other workers, other programs), so the point understates the SUT.
+CONTENDED_CPU_SHARE = 0.9
+
+
+def cpu_share(point: dict[str, Any]) -> float | None:
+    """The share of a point's solve its solver had the CPU for (`solver_cpu_s` over
+    `elapsed_s`); None where not measured (SUTs other than the CPU ones, older runs)."""
+    cpu_s, elapsed = point.get("solver_cpu_s"), point.get("elapsed_s")
+    if cpu_s is None or not elapsed:
+        return None
+    return float(cpu_s) / float(elapsed)
+
+
+def contended(point: dict[str, Any]) -> bool:
+    """Whether the point's solver had the CPU for under `CONTENDED_CPU_SHARE` of its solve."""
+    share = cpu_share(point)
+    return share is not None and share < CONTENDED_CPU_SHARE
+
+
 def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any]:
     """Mean gap and mean power over seeds, per (sut, nodes, density, timeout).
 
     Per row, `power_seeds` counts the seeds with power and `power_status` says why the others
     have none (None when every measured seed has it); `energy_j_mean` is the mean energy of the
-    seeds with power and `power_source` what measured it (sources joined by "; "); `power`
-    sums it up over the sweep: how many measured points had power, from which sources, and each
-    reason with the points it applies to.
+    seeds with power and `power_source` what measured it (sources joined by "; "); `contended`
+    counts the seeds whose solver had the CPU for under `CONTENDED_CPU_SHARE` of the solve (a
+    busy host: they understate the SUT). `power` sums it up over the sweep: how many measured
+    points had power, from which sources, and each reason with the points it applies to.
     """
     rows = []
     for sut, nodes, density, timeout in itertools.product(
@@ -463,6 +484,7 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
             "sut": sut, "nodes": nodes, "density": density, "timeout_s": timeout,
             "seeds": len(ok), "seeds_expected": len(spec.seeds),
             "failed": len(points) - len(ok),
+            "contended": sum(contended(p.result) for p in ok),
             "gap_mean": float(np.mean(gaps)) if gaps else None,
             # The spec averages power over the seeds; seeds without power are left out and
             # counted, never taken as zero.
@@ -477,6 +499,8 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
         "points_total": len(spec.points()),
         "points_done": len(done),
         "points_failed": sum(p.status != "ok" for p in done.values()),
+        "points_contended": sum(p.status == "ok" and contended(p.result)
+                                for p in done.values()),
         "rows": rows,
         "largest_solved": _largest_solved(spec, done),
         "power": power_overview(done),
@@ -499,6 +523,7 @@ def sweep_summary(path: str | Path) -> dict[str, Any]:
         "points_done": summary["points_done"],
         "points_total": summary["points_total"],
         "points_failed": summary["points_failed"],
+        "points_contended": summary["points_contended"],
         "bad_lines": record.bad_lines,
         "sweep": record.spec.snapshot(),
         "summary": summary["rows"],

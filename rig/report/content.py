@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rig import __version__
+from rig.qubo.sweep import CONTENDED_CPU_SHARE
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
@@ -745,6 +746,11 @@ def _qubo_results(system: System) -> list[Any]:
         out.append(Para(f"Sweep `{sw['name']}` (`{run.name}`): {run.show['points_done']} of "
                         f"{run.show['points_total']} points, {run.show['points_failed']} "
                         f"failed; seeds {', '.join(map(str, sw['seeds']))}."))
+        if run.show.get("points_contended"):
+            out.append(Para(f"{run.show['points_contended']} point(s) of this sweep were "
+                            f"contended: the solver had the CPU for under "
+                            f"{CONTENDED_CPU_SHARE:.0%} of its solve "
+                            "(a busy host), so they understate the SUT."))
         cell = {(r["nodes"], r["density"], r["timeout_s"]): r for r in rows}
         gap_rows, power_rows, energy_rows = [], [], []
         for n in sw["nodes"]:

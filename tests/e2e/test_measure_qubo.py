@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from rig.cli import main
-from rig.commands.measure import CONTENDED_CPU_SHARE
-from rig.qubo.sweep import read_sweep
+from rig.qubo.sweep import CONTENDED_CPU_SHARE, read_sweep
 from tests.e2e.runs import RIG
 
 POINT = ["--nodes", "25", "--density", "0.05", "--seed", "0", "--timeout", "0.05"]

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from rig.cli import main
-from rig.commands.sweep import SweepProgressView
+from rig.commands.sweep import SweepProgressView, sweep_table
 from rig.errors import ConfigError, RigError, RunInterrupted
 from rig.qubo.sweep import (
     SweepPoint,
@@ -411,3 +411,44 @@ def test_show_json_for_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str
     text = capsys.readouterr().out
     assert "interrupted" in text and "20/48" in text and "rig sweep resume" in text
     assert "cpu-sa" in text and "1.100 W" in text
+
+
+def test_points_whose_solver_lacked_the_cpu_are_flagged_contended(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CPU SUT's point whose solver had the CPU for under 90% of its solve (a busy host, e.g.
+    workers sharing it) is counted per row and over the sweep, marked in the table, in `rig
+    show` and in the progress view: it understates the SUT."""
+    spec = small_spec(tmp_path)
+    shares = {0: 0.5, 1: 0.95, 3: 0.89}  # point index -> the solver's share of the CPU
+
+    def fn(point: SweepPoint) -> dict[str, Any]:
+        result = stand_in_point(point)
+        if point.index in shares:
+            result["solver_cpu_s"] = shares[point.index] * result["elapsed_s"]
+        return result
+
+    shown = io.StringIO()
+    view = SweepProgressView(Console(file=shown, force_terminal=False, width=200))
+    outcome = start_sweep(spec, runs_root=tmp_path / "runs", point_function=fn,
+                          subscribers=[view])
+    view.close()
+    summary = outcome.summary
+    assert summary["points_contended"] == 2  # 0.5 and 0.89; 0.95 is not, nor the rest
+    first, second = summary["rows"][:2]  # seeds 0-2 of the first timeout, then the next
+    assert (first["contended"], second["contended"]) == (1, 1)
+    assert sum(r["contended"] for r in summary["rows"]) == 2
+    progress = " ".join(shown.getvalue().split())
+    points = spec.points()
+    assert f"point {points[0].key}: the solver had the CPU for 50% of its solve" in progress
+    assert f"point {points[3].key}: the solver had the CPU for 89%" in progress
+    assert points[1].key + ":" not in progress
+    assert main(["show", str(outcome.run_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "2 point(s) contended: the solver had the CPU for under 90% of its solve" in out
+    assert main(["show", str(outcome.run_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["points_contended"] == 2
+    table = io.StringIO()
+    Console(file=table, width=200).print(sweep_table(summary["rows"], title="t"))
+    text = table.getvalue()
+    assert text.count("(1 contended)") == 2
+    assert "contended: the solver had the CPU for under 90% of its solve" in text
