@@ -447,8 +447,15 @@ def test_points_whose_solver_lacked_the_cpu_are_flagged_contended(
     assert "2 point(s) contended: the solver had the CPU for under 90% of its solve" in out
     assert main(["show", str(outcome.run_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["points_contended"] == 2
+    assert main(["report", str(outcome.run_path), "--out", str(tmp_path / "report"),
+                 "--format", "md"]) == 0
+    capsys.readouterr()
+    assert ("2 point(s) of this sweep were contended: the solver had the CPU for under 90% of "
+            "its solve (a busy host), so they understate the SUT.") in \
+        (tmp_path / "report" / "report.md").read_text()
     table = io.StringIO()
     Console(file=table, width=200).print(sweep_table(summary["rows"], title="t"))
     text = table.getvalue()
-    assert text.count("(1 contended)") == 2
-    assert "contended: the solver had the CPU for under 90% of its solve" in text
+    assert text.count("3/3 [c]") == 2
+    assert "[c] contended: 2 seed(s) whose solver had the CPU for under 90% of its solve" in \
+        " ".join(text.split())
