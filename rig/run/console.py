@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -46,7 +47,8 @@ class ConsoleView:
             self._progress.update(self._tasks[event.phase], completed=event.done)
         elif isinstance(event, Note):
             style = "yellow" if event.level == "warning" else "dim"
-            self._progress.console.print(f"[{style}]{event.level}: {event.text}[/]")
+            # A note's text is the rig's words, not markup: "[dut]" or "e-[...]" are shown as is.
+            self._progress.console.print(f"[{style}]{event.level}: {escape(event.text)}[/]")
         elif isinstance(event, RunFinished):
             self._progress.stop()
 

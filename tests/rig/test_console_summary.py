@@ -7,7 +7,8 @@ import io
 
 from rich.console import Console
 
-from rig.run.console import summary_table
+from rig.run.console import ConsoleView, summary_table
+from rig.run.events import Note
 from rig.run.summary import asc_figure_rows
 
 # Known levels: 5 V at 0.5 A idle, 5 V at 0.6 A active (closed form: 2.5 W and 3.0 W, 0.5 W
@@ -46,3 +47,16 @@ def test_console_rows_are_the_report_and_gui_figures() -> None:
     rows = rows_of(SUMMARY)
     for label, text in asc_figure_rows(SUMMARY):
         assert rows[label] == text
+
+
+def test_a_note_is_shown_as_written_not_as_markup() -> None:
+    """Notes name bench-file tables ("[dut]") and DUT replies ("e-[...]"): rich must not take
+    them for style tags and drop them."""
+    out = io.StringIO()
+    view = ConsoleView(Console(file=out, width=200, force_terminal=False))
+    view(Note(level="info", text="set in [dut] of bench.toml: download = \"binary\""))
+    view(Note(level="warning", text="sample 3 failed: e-[bload timeout] [bold]"))
+    view.close()
+    text = out.getvalue()
+    assert 'info: set in [dut] of bench.toml: download = "binary"' in text
+    assert "warning: sample 3 failed: e-[bload timeout] [bold]" in text
