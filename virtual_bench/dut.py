@@ -425,7 +425,9 @@ class SimDut:
         words = command.split()
         head = words[0] if words else ""
         sub = words[1] if head == "db" and len(words) >= 2 else None
-        if head == "bload" or (sub is not None and sub not in ("print", "crc")):
+        # Plain firmware refuses `bload` at once: no download, nothing to hold.
+        if (head == "bload" and self.extensions) or (sub is not None
+                                                     and sub not in ("print", "crc")):
             if self._line is None:
                 self._line = HeldLines(self.world.clock, (self.uart_baud / 10,))
         elif sub is None:

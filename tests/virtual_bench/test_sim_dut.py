@@ -389,3 +389,19 @@ def test_a_hex_download_read_back_on_a_paced_uart_is_what_the_preflight_prices()
     assert dut.download_chars == hex_download_chars(INPUT_SIZE, 31, read_back=True)[0]
     assert dut.download_line_s == pytest.approx(dut.download_chars / 960, rel=1e-12)  # ~0.7 s
     assert dut.download_line_s <= took_s < dut.download_line_s + 0.25
+
+
+def test_plain_firmware_refusing_bload_on_a_paced_uart_holds_no_time() -> None:
+    """Plain firmware answers `bload` as an unknown command: that is no download, so the clock
+    must not stand still waiting for one (it would until the next command or 2 s)."""
+    world = World(speed=1.0)
+    with SimDut(world, ByteScoresModel(), uart_baud=115200, extensions=False) as dut, \
+            DutClient(SerialTransport(dut.path, 115200, name="DUT")) as client:
+        world.power(True)
+        client.wait_for_boot(timeout_s=5.0)
+        with pytest.raises(DutError, match="Unknown command"):
+            client.command("bload 4 00000000")
+        before = world.clock.now_ns()
+        time.sleep(0.05)
+        assert world.clock.now_ns() > before  # running, not held
+        assert dut.download_chars == 0 and dut.download_line_s == 0.0
