@@ -348,7 +348,14 @@ def test_measure_asc_live_previews(tmp_path: Path) -> None:
     tol = 1e-3
     assert np.all(lows >= -1e-12) and np.all(highs <= active_w * (1 + tol))
     powered = lows >= idle_w * (1 - tol)
-    assert powered.sum() > 0.9 * len(means)
+    # The DUT is on from its power-on to its power-off: every bin between is powered. Before
+    # and after, the stream runs unpowered for host time x speed 100 (a loaded host's tens of
+    # ms are seconds here), so their share of the bins says nothing; the powered span holds at
+    # least the timed runs and the idle span (closed form from the bench).
+    on = np.flatnonzero(powered)
+    assert on.size and powered[on[0]: on[-1] + 1].all()
+    o = bench.asc
+    assert on.size * BIN_S >= o.runs * o.min_run_s + o.idle_s
     mean = float(np.mean(means[powered]))
     assert idle_w < mean < active_w
     assert means[powered].min() >= idle_w * (1 - tol)
