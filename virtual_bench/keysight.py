@@ -6,7 +6,20 @@ Both parse exactly the commands the drivers send, plus ``*IDN?``, ``*RST``, ``*C
 parameter value, -222 data out of range, -221 settings conflict). Binary data goes out as
 definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP``).
 
-- N6705: ``VOLT``/``OUTP`` drive `World.set_supply`/`World.power`. ``SENS:CURR:RANG <a>``
+- N6705 source: ``VOLT``/``OUTP`` drive `World.set_supply`/`World.power`. The channel's module
+  (``SYST:CHAN:MOD?``, an N6781A unless told otherwise) decides the source commands, as on the
+  instrument. An N678xA SMU keeps an emulation (``EMUL``) and a priority (``FUNC VOLT|CURR``),
+  both left as the last user set them (constructor arguments) until the host sets them; only the
+  voltage-priority power-supply emulations source the simulated DUT rail, so ``OUTP ON`` in any
+  other mode is refused (-221). A priority switch turns the output off and reverts the output
+  settings to their *RST values (N6705C User's Guide, "Using the Source/Load Functions"). In
+  voltage priority the current limit is ``CURR:LIM``; plain ``CURR`` (``CURR:LEV``) is stored as
+  the current-priority setting and limits nothing (the EnergyRunner's n6705b.js sends ``CURR:LIM``
+  to its N6781 and ``CURR:LEV`` to its N6731). Other modules: ``CURR:LEV`` is the limit; ``EMUL``,
+  ``FUNC`` and ``CURR:LIM`` are refused (-241, the simulator's choice of code). ``*OPT?`` lists
+  the mainframe's options (``"0"`` for none); with option 055 every Elog command is refused
+  (-241): the N6705 User's Guide says Elog is not available with it.
+- N6705 measurement: ``SENS:CURR:RANG <a>``
   selects the smallest measurement range of an N6781A-like SMU channel (1 mA, 100 mA, 3.06 A)
   that holds the value; ``SENS:CURR:RANG?`` reports it. Readings above the range are not
   modelled (they come back unclipped); seamless autoranging (``SENS:CURR:RANG:AUTO``) is not
@@ -18,17 +31,19 @@ definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP
 - N6705 external data logger (Elog) with the timestamp line on the auxiliary input: the channel's
   module (``SYST:CHAN:MOD?``, an N6781A unless told otherwise) has an auxiliary voltage input
   wired to the DUT's timestamp line; ``SENS:FUNC:VOLT:INP AUX`` selects it for the voltage
-  measurement (other modules: -241). ``SENS:ELOG:FUNC:CURR|VOLT[:MINM]`` pick what a record
-  holds (current avg[, min, max], then voltage avg[, min, max]); ``SENS:ELOG:PER`` is rounded to
-  the 20.48 us (``SENS:SWE:TINT:RES RES20``) or 40.96 us grid and must be at least 102.4 us per
-  logged value (-221 at ``INIT:ELOG`` otherwise). ``INIT:ELOG`` with ``TRIG:ELOG:SOUR IMM``
-  starts logging at once (``BUS``: at ``TRIG:ELOG``); record k covers [t0 + kP, t0 + (k+1)P).
-  ``FETC:ELOG? n`` returns up to n whole records (never past `World.observable_ns`) and removes
-  them; the FIFO holds `elog_fifo_s` of records, and an overrun loses the oldest and puts -230
-  on the error queue. Current is the exact mean of the power model; the aux line is at the DUT's
-  supply voltage while the output is on, 0 V while it is off or inside a timestamp pulse; its
-  minimum over a record is taken over raw readings every 5.12 us (a pulse that falls between
-  two of them is missed, as on the instrument), its average is exact.
+  measurement (other modules: -241). That command is unconfirmed by any public source: the
+  simulator takes the form the driver sends, not one a guide shows.
+  ``SENS:ELOG:FUNC:CURR|VOLT[:MINM]`` pick what a record holds (current avg[, min, max], then
+  voltage avg[, min, max]); ``SENS:ELOG:PER`` is rounded to the 20.48 us (``SENS:SWE:TINT:RES
+  RES20``) or 40.96 us grid and must be at least 102.4 us per logged value (-221 at ``INIT:ELOG``
+  otherwise). ``INIT:ELOG`` with ``TRIG:ELOG:SOUR IMM`` starts logging at once (``BUS``: at
+  ``TRIG:ELOG``); record k covers [t0 + kP, t0 + (k+1)P). ``FETC:ELOG? n`` returns up to n whole
+  records (never past `World.observable_ns`) and removes them; the FIFO holds `elog_fifo_s` of
+  records, and an overrun loses the oldest and puts -230 on the error queue. Current is the exact
+  mean of the power model; the aux line is at the DUT's supply voltage while the output is on, 0 V
+  while it is off or inside a timestamp pulse; its minimum over a record is taken over raw
+  readings every 5.12 us (a pulse that falls between two of them is missed, as on the instrument),
+  its average is exact.
 - 34465A: ``CONF:CURR:DC <a>`` picks the smallest DC current range (1 µA ... 10 A) that holds
   the value, ``CURR:DC:RANG?`` reports it, and a reading above 120 % of it is the overload
   marker +9.9E+37, as on the instrument. The first falling edge after ``INIT``
@@ -270,20 +285,44 @@ class SimN6705(_ScpiServer):
     ELOG_NS_PER_VALUE = 102_400
     ELOG_RES_NS: ClassVar[dict[str, int]] = {"RES20": 20_480, "RES40": 40_960}
 
+    #: Emulations (``EMUL``, short forms) of an N678xA; those that source a voltage rail.
+    EMULATIONS = ("PS4Q", "PS2Q", "PS1Q", "BATT", "CHAR", "CCL", "CVL", "VMET", "AMET")
+    SUPPLY_EMULATIONS = ("PS4Q", "PS2Q", "PS1Q")
+    #: The mainframe option without the external data logger (N6705 User's Guide).
+    NO_ELOG_OPTION = "055"
+
     def __init__(self, world: World, *, channel: int = 1, module: str = "N6781A",
-                 elog_fifo_s: float = 20.0) -> None:
+                 elog_fifo_s: float = 20.0, emulation: str = "PS2Q", priority: str = "VOLT",
+                 options: tuple[str, ...] = ()) -> None:
         super().__init__(world)
         self.channel = channel
         self.module = module
         self.elog_fifo_s = elog_fifo_s
+        #: The mainframe's options, as ``*OPT?`` lists them.
+        self.options = tuple(options)
         #: (time, on) of every output switch, so the aux line knows when the DUT had power.
         self.output_log: list[tuple[int, bool]] = []
         self.reset()
+        # What the last user left (an SMU's emulation and priority); *RST here keeps them: what
+        # *RST does to them on the instrument is unconfirmed without hardware.
+        self.emulation = emulation
+        self.priority = priority
+
+    @property
+    def smu(self) -> bool:
+        """An N678xA SMU: emulation and priority modes, ``CURR:LIM``."""
+        return self.module.upper().startswith("N678")
+
+    @property
+    def current_limit_a(self) -> float:
+        """The current limit in effect [A]."""
+        return self.curr_limit
 
     def reset(self) -> None:
         """``*RST`` defaults (output off)."""
         self.volt = 0.0
         self.curr_limit = 0.1
+        self.curr_level = 0.0  # an SMU's current-priority setting (not a limit)
         self.output = False
         self.func_curr = True
         self.func_volt = False
@@ -324,6 +363,10 @@ class SimN6705(_ScpiServer):
 
     def command(self, cmd: Command) -> bytes | None:
         h = cmd.header.upper()
+        if h == "*OPT" and cmd.query:
+            return (",".join(self.options) or "0").encode("ascii")
+        if "ELOG" in h.split(":") and self.NO_ELOG_OPTION in self.options:
+            raise ScpiFault(-241, "Hardware missing")  # option 055: no external data logger
         if h.startswith(("DIG:PIN", "DIGITAL:PIN", "SOUR:DIG:PIN")):
             return self._pin(cmd)
         table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
@@ -346,6 +389,10 @@ class SimN6705(_ScpiServer):
             ("ABORt:ELOG", False, self._elog_abort),
             ("FETCh:ELOG", True, self._elog_fetch),
             ("[SOURce]:CURRent[:LEVel][:IMMediate][:AMPLitude]", False, self._curr),
+            ("[SOURce]:CURRent:LIMit[:POSitive][:IMMediate][:AMPLitude]", False,
+             self._curr_lim),
+            ("[SOURce]:EMULation", False, self._emul),
+            ("[SOURce]:FUNCtion", False, self._func),
             ("OUTPut[:STATe]", False, self._outp),
             ("[SENSe]:FUNCtion:CURRent", False, self._func_curr),
             ("[SENSe]:FUNCtion:VOLTage", False, self._func_volt),
@@ -371,16 +418,54 @@ class SimN6705(_ScpiServer):
         self.world.set_supply(self.volt)
 
     def _curr(self, cmd: Command) -> None:
+        value = _number(self._value_chan(cmd), 0.0, 3.06)
+        if self.smu:
+            self.curr_level = value  # current priority's setting: in voltage priority, no limit
+        else:
+            self.curr_limit = value
+
+    def _smu_only(self) -> None:
+        if not self.smu:
+            raise ScpiFault(-241, "Hardware missing")
+
+    def _curr_lim(self, cmd: Command) -> None:
+        self._smu_only()
         self.curr_limit = _number(self._value_chan(cmd), 0.0, 3.06)
 
+    def _emul(self, cmd: Command) -> None:
+        self._smu_only()
+        word = self._value_chan(cmd).upper()
+        short = next((e for e in self.EMULATIONS if word.startswith(e)), None)
+        if short is None:
+            raise ScpiFault(-224, "Illegal parameter value")
+        self.emulation = short
+
+    def _func(self, cmd: Command) -> None:
+        self._smu_only()
+        word = self._value_chan(cmd).upper()
+        if word not in ("VOLT", "VOLTAGE", "CURR", "CURRENT"):
+            raise ScpiFault(-224, "Illegal parameter value")
+        priority = word[:4]
+        if priority != self.priority:
+            # N6705C User's Guide: the output turns off and its settings revert to *RST values.
+            self._switch_output(False)
+            self.volt, self.curr_limit, self.curr_level = 0.0, 0.1, 0.0
+            self.priority = priority
+
     def _outp(self, cmd: Command) -> None:
-        self.output = _switch(self._value_chan(cmd))
-        if self.output and self.volt <= 0:
-            self.output = False
+        on = _switch(self._value_chan(cmd))
+        if on and (self.volt <= 0 or (self.smu and (
+                self.emulation not in self.SUPPLY_EMULATIONS or self.priority != "VOLT"))):
+            # Only a voltage-priority supply sources the simulated DUT rail.
+            self._switch_output(False)
             raise ScpiFault(-221, "Settings conflict")
-        t = self.world.power(self.output)
-        if not self.output_log or self.output_log[-1][1] != self.output:
-            self.output_log.append((t, self.output))
+        self._switch_output(on)
+
+    def _switch_output(self, on: bool) -> None:
+        self.output = on
+        t = self.world.power(on)
+        if not self.output_log or self.output_log[-1][1] != on:
+            self.output_log.append((t, on))
 
     def _volt_q(self, cmd: Command) -> bytes:
         self._need_args(cmd, 1)

@@ -20,13 +20,30 @@ trigger input. What the rig can do with each:
 - Later edges (the end of a run, the next run) are invisible to a trigger. Those two modes set
   `sees_every_edge` False, and the rig refuses ASC energy windows with them (`every_edge_hint`).
 
+N6705 source settings (both modes). The channel's module is asked for first (``SYST:CHAN:MOD?
+(@ch)``): it decides the commands. An N678xA SMU is set the way the EEMBC EnergyRunner's
+``n6705b.js`` (github.com/petertorelli/ni-visa) sets its N6781: ``EMUL PS2Q`` (two-quadrant
+power supply) and ``FUNC VOLT`` (voltage priority), then ``VOLT:LEV`` and ``CURR:LIM``. Both
+modes are set explicitly rather than kept from the last user, and before the levels: switching
+priority turns the output off and reverts the output settings to their *RST values (N6705C
+User's Guide, "Using the Source/Load Functions"). In voltage priority the current limit is
+``CURR:LIM``; plain ``CURR`` (``CURR:LEV``) is the current-priority setting and limits nothing.
+Other modules (no emulation, no priority) get ``VOLT:LEV`` and ``CURR:LEV``, as n6705b.js sends
+to its N6731. Unconfirmed without hardware: that the N6782A/N6784A/N6785A/N6786A take ``EMUL
+PS2Q`` as the N6781 does (if one refuses it, the error queue check names the command).
+
 N6705 with the timestamp line on an SMU's auxiliary input (``timestamp_input="aux"``, N6781A or
-N6785A channel only; ``SYST:CHAN:MOD? (@ch)`` is checked first). ``SENS:FUNC:VOLT:INP AUX``
-makes the channel's voltage converter measure the module's auxiliary voltage input instead of the
-output (N6705C operating and service guide, SCPI reference, ``[SENSe:]FUNCtion:VOLTage:INPut``;
-the one command of this mode not yet checked against a stored copy of the guide or hardware);
-the N678xA measure voltage and current simultaneously, so the line is sampled on the instrument's
-clock, beside the current. Three ways exist to record both channels for a whole run:
+N6785A channel only; ``SYST:CHAN:MOD? (@ch)`` is checked first). ``SENS:FUNC:VOLT:INP AUX`` is
+meant to make the channel's voltage converter measure the module's auxiliary voltage input
+instead of the output. Unconfirmed by any public source: no public guide, driver or host program
+we could find shows this command or its ``AUX`` parameter (issue 35, item 14); its form stays to
+be checked on a real N6781A, and a refusal is reported by the error queue check as
+`InstrumentError` naming it. The N678xA measure voltage and current simultaneously, so the line
+is sampled on the instrument's clock, beside the current. The external data logger it uses is
+absent on mainframes with option 055 (N6705 User's Guide, "External Data Logging": "not
+available if Option 055 has been ordered"): ``*OPT?`` is read before any setting and such a
+mainframe is refused (`ElogUnavailable`). Three ways exist to record both channels for a whole
+run:
 
 - the built-in data logger (``SENS:DLOG:FUNC:VOLT/CURR``, ``INIT:DLOG``, ``MMEM:EXP:DLOG``): gap
   free down to 20.48 us, but into a file on the instrument read back after the log, and it takes
@@ -153,16 +170,42 @@ class Setting:
         return self.command.format(ch=ch, value=format_number(value))
 
 
+#: The source of an N678xA SMU channel, in the order sent: emulation and priority first (a
+#: priority switch reverts the levels), then the levels. Source: the EEMBC EnergyRunner's
+#: n6705b.js (github.com/petertorelli/ni-visa), setup_p(): EMUL PS2Q, FUNC VOLT, VOLT:LEV,
+#: CURR:LIM on its N6781. Spans: 20.4 V and 3.06 A, as this driver had them for the N6781A
+#: (not re-checked against its data sheet in issue 35).
+SMU_SOURCE_SETTINGS: tuple[Setting, ...] = (
+    Setting("EMUL PS2Q,{ch}"),  # two-quadrant power supply, whatever the last user chose
+    Setting("FUNC VOLT,{ch}"),  # voltage priority: the output holds VOLT:LEV
+    Setting("VOLT:LEV {value},{ch}", "voltage", 0.0, 20.4, "V"),  # and the bench limit, first
+    Setting("CURR:LIM {value},{ch}", "current_limit", 0.0, 3.06, "A"),  # the limit in CV
+)
+#: The source of a module without emulation or priority modes (n6705b.js: CURR:LEV on its
+#: N6731). Its spans are the module's: the instrument's error queue reports a value outside them.
+PLAIN_SOURCE_SETTINGS: tuple[Setting, ...] = (
+    Setting("VOLT:LEV {value},{ch}", "voltage", 0.0),
+    Setting("CURR:LEV {value},{ch}", "current_limit", 0.0),
+)
+#: Modules with emulation and priority modes (the N678xA SMUs): ``SYST:CHAN:MOD?`` prefix.
+SMU_PREFIX = "N678"
+#: The mainframe option without the external data logger (N6705 User's Guide, "External Data
+#: Logging": "not available if Option 055 has been ordered"), as ``*OPT?`` lists it.
+#: Unconfirmed without hardware: the exact spelling of the N6705's ``*OPT?`` reply (taken as
+#: IEEE 488.2's comma-separated list, "0" for none; quotes and spaces are ignored).
+NO_ELOG_OPTION = "055"
+
 #: N6705 aux mode (an N6781A/N6785A channel): the timestamp line on the auxiliary input, logged
-#: with current by the external data logger (Elog). One line per setting, in the order sent.
-#: Sources: N6705C guide (``SENS:FUNC:VOLT:INP``); N6700/N6705 guides, "External Data Logging"
+#: with current by the external data logger (Elog). One line per setting, in the order sent,
+#: after `SMU_SOURCE_SETTINGS`. Sources: N6700/N6705 guides, "External Data Logging"
 #: (functions, min/max, 102.4 us per parameter, REAL format, trigger source, FETC:ELOG?). The
 #: period is rounded by the instrument (20.48 us steps at its default resolution, RES20) and
 #: read back (``SENS:ELOG:PER?``): the sample rate is the instrument's, not the one asked for.
 AUX_ELOG_SETTINGS: tuple[Setting, ...] = (
-    Setting("VOLT {value},{ch}", "voltage", 0.0, 20.4, "V"),  # and the bench limit, first
-    Setting("CURR {value},{ch}", "current_limit", 0.0, 3.06, "A"),
-    Setting("SENS:FUNC:VOLT:INP AUX,{ch}"),  # the voltage converter measures the aux input
+    # The voltage converter measures the aux input. Unconfirmed by any public source (issue 35,
+    # item 14): no public guide, driver or host program shows SENS:FUNC:VOLT:INP or its AUX
+    # parameter; to be checked on a real N6781A/N6785A.
+    Setting("SENS:FUNC:VOLT:INP AUX,{ch}"),
     Setting("SENS:ELOG:FUNC:CURR ON,{ch}"),
     Setting("SENS:ELOG:FUNC:CURR:MINM OFF,{ch}"),
     Setting("SENS:ELOG:FUNC:VOLT ON,{ch}"),
@@ -179,6 +222,16 @@ AUX_RECORD = ("current", "aux_avg_v", "aux_min_v", "aux_max_v")
 AUX_MODULES = ("N6781A", "N6785A")
 #: Which input the DUT's timestamp line is wired to (the bench's ``[emon] timestamp_input``).
 TIMESTAMP_INPUTS = ("gpio", "aux")
+
+
+class ElogUnavailable(DeviceError):
+    """The N6705 mainframe has no external data logger (option 055): aux mode cannot run."""
+
+
+def parse_options(reply: str) -> list[str]:
+    """``*OPT?`` -> the options listed (IEEE 488.2: comma-separated, "0" when none)."""
+    fields = (f.strip().strip('"').strip().upper() for f in reply.split(","))
+    return [f for f in fields if f and f != "0"]
 
 
 class VisaResource(Protocol):
@@ -590,9 +643,9 @@ class N6705(_ScpiMonitor):
             return
         self._check_configurable(voltage, sample_rate, 1 / self.MIN_INTERVAL_S)
         ch = self.chan
+        module = self._module()
         commands = [
-            f"VOLT {format_number(voltage)},{ch}",
-            f"CURR {format_number(self.current_limit_a)},{ch}",
+            *self._source_commands(module, voltage),
             f"SENS:FUNC:CURR ON,{ch}",
             f"SENS:FUNC:VOLT {'ON' if self.measure_voltage else 'OFF'},{ch}",
             f"SENS:CURR:RANG {format_number(self._range_to_send())},{ch}",
@@ -611,7 +664,7 @@ class N6705(_ScpiMonitor):
         self._voltage_v = float(voltage)
         self._sample_rate_hz = 1.0 / interval
         self._settings.update({
-            "channel": self.channel, "current_limit_a": self.current_limit_a,
+            "channel": self.channel, **self._source_settings(module),
             **self._range_settings(self.current_range_a, in_range), "interval_s": interval,
             "points": self.points, "pretrigger_points": self.pretrigger,
             "trigger": self.trigger, "trigger_slope": "negative",
@@ -644,25 +697,65 @@ class N6705(_ScpiMonitor):
         """Every setting sent, plus identity."""
         return self._base_settings()
 
+    def _module(self) -> str:
+        """The channel's module (``SYST:CHAN:MOD?``), e.g. "N6781A"."""
+        return self._query(f"SYST:CHAN:MOD? {self.chan}").strip().strip('"').upper()
+
+    @staticmethod
+    def _is_smu(module: str) -> bool:
+        return module.startswith(SMU_PREFIX)
+
+    def _source_commands(self, module: str, voltage: float) -> list[str]:
+        """The source settings for `module` (`SMU_SOURCE_SETTINGS` or `PLAIN_SOURCE_SETTINGS`);
+        `DeviceError` if a value is outside their spans."""
+        settings = SMU_SOURCE_SETTINGS if self._is_smu(module) else PLAIN_SOURCE_SETTINGS
+        values = {"voltage": voltage, "current_limit": self.current_limit_a}
+        return [s.render(values, self.chan, self.driver) for s in settings]
+
+    def _source_settings(self, module: str) -> dict[str, Any]:
+        """The source entries of `settings()`."""
+        out: dict[str, Any] = {"module": module, "current_limit_a": self.current_limit_a}
+        if self._is_smu(module):
+            out.update(emulation="PS2Q", priority="voltage", current_limit_command="CURR:LIM")
+        else:
+            out["current_limit_command"] = "CURR:LEV"
+        return out
+
+    def _options(self) -> list[str]:
+        """The mainframe's options (``*OPT?``); `ElogUnavailable` with option 055."""
+        options = parse_options(self._query("*OPT?"))
+        if NO_ELOG_OPTION in options:
+            raise ElogUnavailable(
+                f"n6705: this mainframe has option {NO_ELOG_OPTION} (*OPT? lists "
+                f"{', '.join(options)}), which has no external data logger (Elog): "
+                '[emon] timestamp_input = "aux" logs the timestamp line with it and cannot run',
+                hint='use [emon] timestamp_input = "gpio" (the digitizer: one triggered capture, '
+                "no ASC energy windows), or for ASC energy an LPM01A or a Joulescope")
+        return options
+
     def _configure_aux(self, voltage: float, sample_rate: float) -> None:
         """Elog of current and the aux input (`AUX_ELOG_SETTINGS`) on an N6781A/N6785A channel.
 
         Every value is checked before the first byte goes out; then the channel's module is
-        asked for (``SYST:CHAN:MOD?``) and one without an auxiliary input is refused.
+        asked for (``SYST:CHAN:MOD?``) and one without an auxiliary input is refused, and the
+        mainframe's options (``*OPT?``): one without Elog (option 055) is refused. Only then is
+        anything set.
         """
         self._check_configurable(voltage, sample_rate, 1 / self.ELOG_MIN_PERIOD_S)
         ch = self.chan
-        values = {"voltage": voltage, "current_limit": self.current_limit_a,
-                  "current_range": self._range_to_send(), "period": 1 / sample_rate}
+        values = {"current_range": self._range_to_send(), "period": 1 / sample_rate}
+        # The aux modules are SMUs: their source spans are checked before anything is sent.
+        source = self._source_commands(AUX_MODULES[0], voltage)
         commands = [s.render(values, ch, self.driver) for s in AUX_ELOG_SETTINGS]
-        module = self._query(f"SYST:CHAN:MOD? {ch}").strip().strip('"').upper()
+        module = self._module()
         if module not in AUX_MODULES:
             raise DeviceError(
                 f"n6705: channel {self.channel} is an {module or 'unknown module'}, which has no "
                 "auxiliary voltage input for the timestamp line",
                 hint=f"power the DUT from an {' or '.join(AUX_MODULES)} SMU channel, or use "
                 '[emon] timestamp_input = "gpio" (no ASC energy), an LPM01A or a Joulescope')
-        for cmd in commands:
+        options = self._options()
+        for cmd in (*source, *commands):
             self._checked(cmd)
         period = float(self._query(f"SENS:ELOG:PER? {ch}"))
         in_range = float(self._query(f"SENS:ELOG:CURR:RANG? {ch}"))
@@ -673,7 +766,7 @@ class N6705(_ScpiMonitor):
         self._voltage_v = programmed
         self._sample_rate_hz = 1.0 / period
         self._settings.update({
-            "channel": self.channel, "module": module, "current_limit_a": self.current_limit_a,
+            "channel": self.channel, **self._source_settings(module), "options": options,
             **self._range_settings(self.current_range_a, in_range), "interval_s": period,
             "mode": "external data logger (Elog): current and the auxiliary voltage input, "
                     "continuous and live",

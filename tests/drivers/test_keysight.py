@@ -80,10 +80,16 @@ def checked(*commands: str) -> list[tuple[str, bytes | None]]:
     return out
 
 
+#: The channel's module first (it decides the source commands), then an N6781A set up the way
+#: the EEMBC EnergyRunner's n6705b.js sets its N6781: two-quadrant supply emulation, voltage
+#: priority (both before the levels: a priority switch reverts them), VOLT:LEV, CURR:LIM.
 N6705_CONFIG = [
+    ("SYST:CHAN:MOD? (@1)", b"N6781A"),
     *checked(
-        "VOLT 3.3,(@1)",
-        "CURR 0.1,(@1)",
+        "EMUL PS2Q,(@1)",
+        "FUNC VOLT,(@1)",
+        "VOLT:LEV 3.3,(@1)",
+        "CURR:LIM 0.1,(@1)",
         "SENS:FUNC:CURR ON,(@1)",
         "SENS:FUNC:VOLT ON,(@1)",
         "SENS:CURR:RANG 0.1,(@1)",
@@ -172,6 +178,27 @@ def test_n6705_configure_start_fetch_close_conversation() -> None:
     settings = monitor.settings()
     assert settings["trigger"] == "PIN1" and settings["pretrigger_points"] == 1
     assert settings["output"] == "off" and settings["simulated"] is False
+    assert settings["module"] == "N6781A"
+    assert (settings["emulation"], settings["priority"]) == ("PS2Q", "voltage")
+    assert settings["current_limit_command"] == "CURR:LIM"
+
+
+def test_n6705_a_module_without_priority_modes_gets_its_current_level() -> None:
+    """An N6731B has no emulation or priority: its constant-current setting is CURR:LEV, as the
+    EnergyRunner's n6705b.js sends to its N6731 (CURR:LIM is the N678xA's)."""
+    script = [
+        ("SYST:CHAN:MOD? (@1)", b"N6731B"),
+        *checked("VOLT:LEV 3.3,(@1)", "CURR:LEV 0.25,(@1)"),
+        *N6705_CONFIG[9:],  # the measurement settings as for the N6781A
+    ]
+    res = ScriptedResource(script)
+    monitor = n6705(res, current_limit_a=0.25)
+    monitor.configure(3.3, 10_000)
+    assert res.script == []
+    assert not any(w.startswith(("EMUL", "FUNC ", "CURR:LIM")) for w in res.writes)
+    settings = monitor.settings()
+    assert settings["module"] == "N6731B" and settings["current_limit_command"] == "CURR:LEV"
+    assert "emulation" not in settings and "priority" not in settings
 
 
 def test_n6705_bus_trigger_arms_and_triggers_at_once() -> None:
@@ -206,16 +233,16 @@ def test_n6705_stop_before_the_trigger_aborts() -> None:
 
 def test_n6705_error_queue_entry_names_the_command() -> None:
     script = [
-        *N6705_CONFIG[:2],
-        ("CURR 0.1,(@1)", None),
+        *N6705_CONFIG[:7],
+        ("CURR:LIM 0.1,(@1)", None),
         ("SYST:ERR?", b'-222,"Data out of range"'),
         ("SYST:ERR?", OK),
     ]
     res = ScriptedResource(script)
     with pytest.raises(InstrumentError) as info:
         n6705(res).configure(3.3, 10_000)
-    assert info.value.command == "CURR 0.1,(@1)"
-    assert "CURR 0.1,(@1)" in str(info.value) and "-222" in str(info.value)
+    assert info.value.command == "CURR:LIM 0.1,(@1)"
+    assert "CURR:LIM 0.1,(@1)" in str(info.value) and "-222" in str(info.value)
     assert res.script == []  # nothing sent after the refused command
 
 

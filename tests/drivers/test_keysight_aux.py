@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from drivers.emon.base import Chunk
-from drivers.emon.keysight import N6705, Keysight34465A
+from drivers.emon.keysight import N6705, ElogUnavailable, Keysight34465A
 from drivers.errors import DeviceError, InstrumentError, VoltageLimitError
 from tests.deadline import wait_until
 
@@ -19,9 +19,12 @@ EMPTY = b"#10"
 
 AUX_CONFIG = [
     ("SYST:CHAN:MOD? (@1)", b"N6781A"),
+    ("*OPT?", b"0"),  # no options (IEEE 488.2: "0" when none is installed)
     *checked(
-        "VOLT 1.8,(@1)",
-        "CURR 0.1,(@1)",
+        "EMUL PS2Q,(@1)",
+        "FUNC VOLT,(@1)",
+        "VOLT:LEV 1.8,(@1)",
+        "CURR:LIM 0.1,(@1)",
         "SENS:FUNC:VOLT:INP AUX,(@1)",
         "SENS:ELOG:FUNC:CURR ON,(@1)",
         "SENS:ELOG:FUNC:CURR:MINM OFF,(@1)",
@@ -87,6 +90,9 @@ def test_aux_elog_conversation_and_samples() -> None:
     assert (s["aux_threshold_low_v"], s["aux_threshold_high_v"]) == pytest.approx((0.54, 1.26))
     assert s["voltage_source"].startswith("programmed output voltage")
     assert s["elog_record"] == ["current", "aux_avg_v", "aux_min_v", "aux_max_v"]
+    assert (s["emulation"], s["priority"], s["current_limit_command"]) == (
+        "PS2Q", "voltage", "CURR:LIM")
+    assert s["options"] == []
     assert monitor.stats.notes == []
 
 
@@ -97,6 +103,30 @@ def test_a_module_without_an_aux_input_is_refused_before_any_setting() -> None:
     assert "channel 1 is an N6762A, which has no auxiliary voltage input" in str(info.value)
     assert "N6781A or N6785A" in info.value.hint
     assert res.writes == ["SYST:CHAN:MOD? (@1)"]
+
+
+@pytest.mark.parametrize("options", [b"055", b"054,055", b'"055"'])
+def test_option_055_refuses_elog_before_any_setting(options: bytes) -> None:
+    """Option 055 removes the external data logger (N6705 User's Guide, "External Data
+    Logging"): the refusal names the option and the setups to use instead, and nothing of the
+    source or the Elog has been sent."""
+    res = ScriptedResource([("SYST:CHAN:MOD? (@1)", b"N6781A"), ("*OPT?", options)])
+    with pytest.raises(ElogUnavailable) as info:
+        aux(res).configure(1.8, 1000)
+    assert isinstance(info.value, DeviceError)
+    assert "option 055" in str(info.value) and "external data logger" in str(info.value)
+    assert 'timestamp_input = "gpio"' in info.value.hint
+    assert "an LPM01A or a Joulescope" in info.value.hint
+    assert res.writes == ["SYST:CHAN:MOD? (@1)", "*OPT?"]
+
+
+def test_other_options_do_not_refuse_elog() -> None:
+    """Only 055 removes Elog; an option list without it goes on to the settings."""
+    script = [AUX_CONFIG[0], ("*OPT?", b"054"), *AUX_CONFIG[2:]]
+    res = ScriptedResource(script)
+    monitor = aux(res)
+    monitor.configure(1.8, 1000)
+    assert res.script == [] and monitor.settings()["options"] == ["054"]
 
 
 def test_values_outside_the_elog_spans_send_nothing() -> None:
