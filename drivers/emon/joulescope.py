@@ -3,11 +3,18 @@
 The instrument publishes each signal as its own stream of blocks on the driver's thread:
 ``{dev}/s/i/!data`` (current, float32), ``s/v/!data`` (voltage, float32), ``s/gpi/0/!data`` and
 ``s/gpi/1/!data`` (general-purpose inputs, one bit per sample, packed little-endian). Each block
-carries an absolute ``sample_id`` (in units of the instrument's base rate: divide by
-``decimate_factor``). The streams arrive as separate messages in any interleaving, so every
-stream is buffered on its own and a `Chunk` is cut for the sample-id range all of them cover.
-A gap in any stream is skipped in the output ids (visible to the recorder) and counted in
-``stats.dropped``; ids are rebased so the first common sample is 0.
+carries an absolute ``sample_id`` counted at the instrument's ``sample_rate`` (2 MHz on both
+models: ``SAMPLING_FREQUENCY`` in joulescope_driver 2.2.12 ``src/devices/js110/js110_usb.c`` and
+``js220_usb.c``) and its own ``decimate_factor``. Streams need not share a rate: on a JS220 the
+GPI streams stay at 2 MS/s (``decimate_factor`` 1, PORT_MAP decimate_min 1 in ``js220_usb.c``)
+while current and voltage come at ``h/fs``. The output rate is the analog streams' rate; a GPI
+stream at k times that rate is reduced to it, one output bit per k input bits, low when any of
+them was low (a pulse shorter than an output period is never lost; pyjoulescope
+``joulescope/v1/stream_buffer.py`` keeps every k-th bit instead). The streams arrive as separate
+messages in any interleaving, so every stream is buffered on its own and a `Chunk` is cut for
+the sample-id range all of them cover. A gap in any stream is skipped in the output ids (visible
+to the recorder) and counted in ``stats.dropped``; ids are rebased so the first common sample
+is 0.
 
 A Joulescope does not source the DUT's supply, it sits in series with it. "Power" here means
 connecting the DUT through the current shunt: the JS220 uses ``s/i/range/mode`` = ``auto`` /
@@ -27,6 +34,7 @@ limit the DUT is disconnected and `VoltageLimitError` is raised (by `stop()` and
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import deque
@@ -54,10 +62,27 @@ COMMAND_TIMEOUT_S = 1.0
 VOLTAGE_TOLERANCE_V = 0.05
 #: Seconds of samples one stream may run ahead of a silent one before the run is failed.
 UNALIGNED_MAX_S = 5.0
-#: Host rates each model accepts on ``h/fs`` if its metadata cannot be read.
+#: Host rates each model accepts on ``h/fs`` if its metadata cannot be read (the ``h/fs``
+#: options of joulescope_driver 2.2.12 ``js110_usb.c`` / ``js220_usb.c``).
 JS110_RATES = (2_000_000, 1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000,
                2_000, 1_000, 500, 200, 100, 50, 20, 10, 5, 2, 1)
-JS220_RATES = JS110_RATES[1:]
+#: A JS220's current and voltage top out at 1 MHz: its ``h/fs`` metadata offers 2 MHz, but
+#: ``js220_usb.c`` notes "limited to 1000000 for i, v, p" (PORT_MAP decimate_min 2), so at 2 MHz
+#: the analog streams would not run at ``h/fs``. The rig refuses rates above this on a JS220.
+JS220_ANALOG_MAX_HZ = 1_000_000
+JS220_RATES = tuple(r for r in JS110_RATES if r <= JS220_ANALOG_MAX_HZ)
+#: Topic suffix of a metadata request (``JSDRV_TOPIC_SUFFIX_METADATA_REQ`` in joulescope_driver
+#: 2.2.12 ``include/jsdrv.h``; ``$`` is the suffix of the response, not a query: NOT_FOUND).
+METADATA_REQ = "%"
+#: The open mode: ``restore`` updates the driver from the instrument's state and changes
+#: nothing on it (binding.pyx ``Driver.open`` docstring; ``JSDRV_DEVICE_OPEN_MODE_RESUME`` in
+#: jsdrv.h). ``defaults`` would reconfigure it: the JS110 host code sends its current range
+#: default 128 (auto) at open (``js110_usb.c`` PARAMS, ``stream_settings_send``) and a JS220's
+#: range mode defaults to auto (``doc/js220.txt``): the DUT would be connected before the rig's
+#: ``off`` and before any voltage check. So: open with restore, then ``off`` first of all.
+OPEN_MODE = "restore"
+#: GPI blocks held while no current/voltage block has told the output rate yet.
+_EARLY_GPI_MAX = 4096
 #: Analog block lengths kept to size the GPI blocks that start at the same id.
 _BLOCKS_REMEMBERED = 64
 _INSTALL_HINT = "install the joulescope extra: pip install 'neurobench-rig[joulescope]'"
@@ -91,11 +116,17 @@ class _Stream:
 
     name: str
     packed: bool
+    #: Input samples per output sample (a JS220's 2 MS/s GPI at a lower ``h/fs``); 1 for the
+    #: analog streams. Ids in `add`, `end`, `tail` count input samples; `blocks` output ones.
+    ratio: int = 1
     blocks: deque[tuple[int, np.ndarray]] = field(default_factory=deque)
     first_id: int | None = None
+    first_out: int | None = None  # output id of the first sample buffered
     end: int | None = None  # one past the last sure sample
     tail: tuple[int, np.ndarray] | None = None
     tail_block: int | None = None  # first id of the block the tail belongs to
+    #: Input samples of an output sample whose period the next block completes.
+    carry: tuple[int, np.ndarray] | None = None
 
     def add(self, start: int, data: np.ndarray, stats_note: Callable[[str], None],
             known_len: int | None = None) -> int:
@@ -145,6 +176,26 @@ class _Stream:
         return gap
 
     def _append(self, start: int, data: np.ndarray) -> None:
+        """Buffer sure input samples from input id `start`, reduced to the output rate."""
+        r = self.ratio
+        if r > 1:
+            if self.carry is not None:
+                c0, cbits = self.carry
+                self.carry = None
+                if c0 + len(cbits) == start:  # else that output sample lost some input: drop it
+                    start, data = c0, np.concatenate((cbits, data))
+            skip = -start % r  # an output sample only partly covered at the start is not cut
+            data, start = data[skip:], start + skip
+            n = len(data) // r
+            if len(data) > n * r:
+                self.carry = (start + n * r, data[n * r :])
+            if n == 0:
+                return
+            # Low (0) if the input was low at any time in the output sample's period.
+            data = data[: n * r].reshape(n, r).min(axis=1)
+            start //= r
+        if self.first_out is None:
+            self.first_out = start
         self.blocks.append((start, data))
 
     def settle_block(self, block_start: int, length: int) -> None:
@@ -249,6 +300,13 @@ class Joulescope(EnergyMonitor):
         #: first id -> sample count of recent analog blocks (insertion ordered, bounded)
         self._block_lengths: dict[int, int] = {}
         self._callback_errors = CallbackErrors("Joulescope")
+        #: GPI blocks that came before the first current/voltage block (which sets the rate).
+        self._early_gpi: list[tuple[int, dict[str, Any]]] = []
+        # The one callback object given to subscribe AND unsubscribe: the binding matches the
+        # exact object ("provide the exact same bound method instance", binding.pyx
+        # Driver.subscribe); a fresh `self._on_data` is NOT_FOUND, and the binding then drops
+        # its reference to the subscribed one while the C side still calls it (a crash).
+        self._on_data_cbk = self._on_data
         #: Set when the measured voltage went over the limit (the DUT was disconnected).
         self.fault: VoltageLimitError | None = None
 
@@ -295,10 +353,14 @@ class Joulescope(EnergyMonitor):
         return cls._connect_or_close(monitor)
 
     def connect(self) -> None:
-        """Open the device with its defaults and disconnect the DUT until `power_on`."""
-        self._call("open", lambda: self.jsdrv.open(self.device_path, "defaults",
+        """Open the device without changing its state, then disconnect the DUT until
+        `power_on` (see `OPEN_MODE`: ``defaults`` would connect it)."""
+        self._call("open", lambda: self.jsdrv.open(self.device_path, OPEN_MODE,
                                                    COMMAND_TIMEOUT_S))
         self._opened = True
+        # The first publish of all. Unconfirmed without hardware: what a JS220 holds when it
+        # was just plugged in (its documented default range mode is auto, doc/js220.txt); no
+        # open mode changes that, this publish is the earliest point the host can.
         self._publish(self._range_topic, "off")
 
     def close(self) -> None:
@@ -363,15 +425,29 @@ class Joulescope(EnergyMonitor):
         self._sample_rate_hz = float(fs)
 
     def _allowed_rates(self) -> set[int]:
-        """The ``h/fs`` options from the device's metadata, else the model's known list."""
+        """The ``h/fs`` options from the device's metadata, else the model's known list.
+
+        Rates a JS220 offers above `JS220_ANALOG_MAX_HZ` are left out (its current and voltage
+        do not reach them)."""
+        rates: set[int] | None = None
+        topic = f"{self.device_path}/h/fs{METADATA_REQ}"
         try:
-            meta = self.jsdrv.query(f"{self.device_path}/h/fs$", COMMAND_TIMEOUT_S)
-            options = meta["options"] if isinstance(meta, dict) else None
+            meta = self.jsdrv.query(topic, COMMAND_TIMEOUT_S)
+            if isinstance(meta, str | bytes):  # JSON text, as pubsub holds it
+                meta = json.loads(meta)
+            options = meta.get("options") if isinstance(meta, dict) else None
             if options:
-                return {int(opt[0]) for opt in options}
+                rates = {int(opt[0]) for opt in options}
+            else:
+                log.info("Joulescope: %s holds no options (%r): using the model's table",
+                         topic, meta)
         except Exception as exc:  # metadata is a convenience; the table is the fallback
-            log.debug("Joulescope: h/fs metadata unavailable: %s", exc)
-        return set(JS220_RATES if self.model == "js220" else JS110_RATES)
+            log.info("Joulescope: %s unavailable (%s): using the model's table", topic, exc)
+        if rates is None:
+            rates = set(JS220_RATES if self.model == "js220" else JS110_RATES)
+        if self.model == "js220":
+            rates = {r for r in rates if r <= JS220_ANALOG_MAX_HZ}
+        return rates
 
     def power_on(self) -> None:
         """Connect the DUT through the shunt: current range auto, or the fixed range."""
@@ -408,6 +484,7 @@ class Joulescope(EnergyMonitor):
             self._base = None
             self._cursor = 0
             self._rate_seen = None
+            self._early_gpi.clear()
             self._block_lengths.clear()
             self._callback_errors.clear()
             self._on_chunk = on_chunk
@@ -416,7 +493,7 @@ class Joulescope(EnergyMonitor):
             for _, data, _, _ in _STREAMS:
                 topic = f"{self.device_path}/{data}"
                 self._call(f"subscribe {topic}", lambda t=topic: self.jsdrv.subscribe(
-                    t, ["pub"], self._on_data, COMMAND_TIMEOUT_S))
+                    t, ["pub"], self._on_data_cbk, COMMAND_TIMEOUT_S))
             for _, _, ctrl, _ in _STREAMS:
                 self._publish(f"{self.device_path}/{ctrl}", 1)
         except BaseException:
@@ -441,7 +518,7 @@ class Joulescope(EnergyMonitor):
                                  default=None)
                 if analog_end is not None:
                     for stream in self._streams[2:]:
-                        stream.settle_tail(analog_end)
+                        stream.settle_tail(analog_end * stream.ratio)
                 self._emit()
                 leftover = sum(sum(len(d) for _, d in s.blocks) for s in self._streams)
                 if leftover and self._base is not None:
@@ -463,7 +540,7 @@ class Joulescope(EnergyMonitor):
             topic = f"{self.device_path}/{data}"
             try:
                 self._call(f"unsubscribe {topic}", lambda t=topic: self.jsdrv.unsubscribe(
-                    t, self._on_data, COMMAND_TIMEOUT_S))
+                    t, self._on_data_cbk, COMMAND_TIMEOUT_S))
             except Exception as exc:
                 first = first or exc
         if first is not None:
@@ -485,7 +562,7 @@ class Joulescope(EnergyMonitor):
             "current_range_full_scale_a": self._full_scale_a,
             "over_range_samples": self.over_range_samples,
             "streams": [data for _, data, _, _ in _STREAMS],
-            "open_mode": "defaults",
+            "open_mode": OPEN_MODE,
         }
 
     def self_test(self) -> dict[str, Any]:
@@ -527,34 +604,75 @@ class Joulescope(EnergyMonitor):
                 index = self._stream_index(topic)
                 if index is None:
                     return
-                decimate = int(value["decimate_factor"]) or 1
-                rate = (int(value["sample_rate"]), decimate)
-                if self._rate_seen is None:
-                    self._rate_seen = rate
-                    fs = rate[0] / decimate
-                    if self._sample_rate_hz and abs(fs - self._sample_rate_hz) > 1e-6:
-                        self.stats.note(f"streaming at {fs:g} Hz, configured "
-                                        f"{self._sample_rate_hz:g} Hz")
-                start = int(value["sample_id"]) // decimate
-                stream = self._streams[index]
-                if stream.packed:
-                    stream.add(start, value["data"], self.stats.note,
-                               self._block_lengths.get(start))
-                else:
-                    n = len(value["data"])
-                    stream.add(start, value["data"], self.stats.note)
-                    # Blocks of all streams cover the same ids: this fixes the GPI bit count.
-                    self._block_lengths[start] = n
-                    while len(self._block_lengths) > _BLOCKS_REMEMBERED:
-                        del self._block_lengths[next(iter(self._block_lengths))]
-                    for other in self._streams:
-                        if other.packed:
-                            other.settle_block(start, n)
+                self._take_block(index, value)
                 self._emit()
                 self._check_silent_streams()
         except Exception as exc:  # surfaced by stop(); the driver thread must live on
             log.exception("Joulescope: handling %s failed", topic)
             self._callback_errors.keep(exc)
+
+    def _take_block(self, index: int, value: dict[str, Any]) -> None:
+        """Buffer one block of stream `index` at its own rate (under the lock)."""
+        stream = self._streams[index]
+        base_rate = int(value["sample_rate"])
+        decimate = int(value["decimate_factor"]) or 1
+        if stream.packed:
+            if self._rate_seen is None:  # the output rate is not known yet
+                if len(self._early_gpi) >= _EARLY_GPI_MAX:
+                    self._early_gpi.clear()
+                    raise DeviceError(
+                        f"Joulescope: {_EARLY_GPI_MAX} GPI blocks and no current or voltage",
+                        hint="check the USB connection; the instrument may be overloaded")
+                self._early_gpi.append((index, value))
+                return
+            ratio = self._gpi_ratio(stream, base_rate, decimate)
+            if stream.ratio != ratio:
+                if stream.first_id is not None:
+                    raise DeviceError(f"Joulescope: {stream.name} changed its rate while "
+                                      "streaming", hint="restart the acquisition")
+                stream.ratio = ratio
+            start = int(value["sample_id"]) // decimate
+            known = self._block_lengths.get(start) if ratio == 1 else None
+            stream.add(start, value["data"], self.stats.note, known)
+            return
+        rate = (base_rate, decimate)
+        first_analog = self._rate_seen is None
+        if first_analog:
+            self._rate_seen = rate
+            fs = base_rate / decimate
+            if self._sample_rate_hz and abs(fs - self._sample_rate_hz) > 1e-6:
+                self.stats.note(f"streaming at {fs:g} Hz, configured "
+                                f"{self._sample_rate_hz:g} Hz")
+        elif rate != self._rate_seen:
+            raise DeviceError(
+                f"Joulescope: {stream.name} at {base_rate / decimate:g} Hz, the other analog "
+                f"stream at {self._rate_seen[0] / self._rate_seen[1]:g} Hz",
+                hint="current and voltage must share one rate; restart the acquisition")
+        start = int(value["sample_id"]) // decimate
+        n = len(value["data"])
+        stream.add(start, value["data"], self.stats.note)
+        # Blocks of same-rate streams cover the same ids: this fixes the GPI bit count.
+        self._block_lengths[start] = n
+        while len(self._block_lengths) > _BLOCKS_REMEMBERED:
+            del self._block_lengths[next(iter(self._block_lengths))]
+        for other in self._streams:
+            if other.packed and other.ratio == 1:
+                other.settle_block(start, n)
+        if first_analog:
+            early, self._early_gpi = self._early_gpi, []
+            for gpi_index, gpi_value in early:
+                self._take_block(gpi_index, gpi_value)
+
+    def _gpi_ratio(self, stream: _Stream, base_rate: int, decimate: int) -> int:
+        """GPI input samples per output sample: the analog decimation over the GPI's."""
+        assert self._rate_seen is not None
+        analog_base, analog_decimate = self._rate_seen
+        if base_rate != analog_base or analog_decimate % decimate:
+            raise DeviceError(
+                f"Joulescope: {stream.name} at {base_rate / decimate:g} Hz is not a whole "
+                f"multiple of the current's {analog_base / analog_decimate:g} Hz",
+                hint="report this with the instrument's model and firmware version")
+        return analog_decimate // decimate
 
     def _stream_index(self, topic: str) -> int | None:
         for i, (_, data, _, _) in enumerate(_STREAMS):
@@ -566,10 +684,10 @@ class Joulescope(EnergyMonitor):
         """Cut chunks for the id range every stream covers (called under the lock)."""
         streams = self._streams
         if self._base is None:
-            if any(s.first_id is None for s in streams):
+            if any(s.first_out is None for s in streams):
                 return
             # Streams are enabled one after the other: start where all of them have data.
-            self._base = max(s.first_id for s in streams)  # type: ignore[type-var]
+            self._base = max(s.first_out for s in streams)  # type: ignore[type-var]
             self._cursor = self._base
         pieces: list[list[np.ndarray]] = [[] for _ in streams]
         first_out = None

@@ -50,7 +50,7 @@ class ScriptedDriver:
 
     def query(self, topic, timeout=None):
         self._record("query", topic)
-        if topic.endswith("h/fs$"):
+        if topic.endswith("h/fs%"):
             if isinstance(self.meta, BaseException):
                 raise self.meta
             return self.meta
@@ -62,17 +62,21 @@ class ScriptedDriver:
 
     def unsubscribe(self, topic, fn, timeout=None):
         self._record("unsubscribe", topic)
-        self.subs.pop(topic, None)
+        if self.subs.get(topic) is not fn:  # the real binding matches the very object
+            raise RuntimeError(f"jsdrv_unsubscribe failed 16 NOT_FOUND | {topic}")
+        del self.subs[topic]
 
     def finalize(self, timeout=None):
         self._record("finalize")
 
-    def emit(self, suffix: str, out_id: int, data: np.ndarray, decimate: int = 1000) -> None:
-        """Publish one block of stream `suffix` whose first output-rate sample id is `out_id`."""
+    def emit(self, suffix: str, out_id: int, data: np.ndarray, decimate: int = 1000,
+             sample_rate: int = 1_000_000) -> None:
+        """Publish one block of stream `suffix` whose first sample id at its own rate is
+        `out_id` (``sample_rate / decimate``)."""
         topic = f"{self.paths[0]}/{suffix}"
         self.subs[topic](topic, {
             "sample_id": out_id * decimate, "utc": 0, "field_id": 1, "index": 0,
-            "sample_rate": 1_000_000, "decimate_factor": decimate,
+            "sample_rate": sample_rate, "decimate_factor": decimate,
             "time_map": {"offset_time": 0, "offset_counter": 0, "counter_rate": 1e6},
             "data": data,
         })
@@ -116,11 +120,11 @@ def joined(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
                                                    (DEV110, "s/i/range/select")])
 def test_open_configure_power_start_stop_close_conversation(path: str, range_topic: str) -> None:
     js, drv = opened([path])
-    assert drv.calls == [("device_paths",), ("open", path, "defaults"),
+    assert drv.calls == [("device_paths",), ("open", path, "restore"),
                          ("publish", f"{path}/{range_topic}", "off")]
     drv.calls.clear()
     js.configure(3.3, 10_000)
-    assert drv.calls == [("query", f"{path}/h/fs$"), ("publish", f"{path}/h/fs", 10_000)]
+    assert drv.calls == [("query", f"{path}/h/fs%"), ("publish", f"{path}/h/fs", 10_000)]
     assert js.sample_rate == 10_000
     drv.calls.clear()
     js.start(lambda chunk: None)
@@ -185,7 +189,7 @@ def test_no_device_attached() -> None:
 def test_explicit_address_is_opened() -> None:
     drv = ScriptedDriver(["u/js110/000001", DEV])
     js = Joulescope.open(DEV, voltage_limit_v=3.6, driver_factory=lambda: drv)
-    assert js.device_path == DEV and ("open", DEV, "defaults") in drv.calls
+    assert js.device_path == DEV and ("open", DEV, "restore") in drv.calls
 
 
 def test_voltage_above_limit_sends_nothing() -> None:
@@ -203,7 +207,7 @@ def test_unavailable_rate_refused_with_the_list() -> None:
         js.configure(3.3, 3000)
     assert "3000 Hz is not available" in str(err.value)
     assert "1000, 10000, 100000, 1e+06" in str(err.value)
-    assert drv.calls == [("query", f"{DEV}/h/fs$")]
+    assert drv.calls == [("query", f"{DEV}/h/fs%")]
 
 
 def test_rates_fall_back_to_the_model_table() -> None:
@@ -377,3 +381,67 @@ def test_a_silent_stream_fails_the_run_instead_of_growing_memory(
     assert chunks == []
     with pytest.raises(DeviceError, match="gpi1 stopped arriving"):
         js.stop()
+
+
+# -- streams at their own rates (a JS220: GPI at 2 MS/s, current and voltage at h/fs) ---------
+JS220_ID_RATE = 2_000_000  # sample ids count at 2 MHz (js220_usb.c SAMPLING_FREQUENCY)
+
+
+def test_js220_gpi_at_2_msps_is_cut_to_the_output_rate_low_if_any_input_was_low() -> None:
+    js, drv, chunks = started()  # h/fs = 1000 Hz
+    k = JS220_ID_RATE // 1000  # 2000 GPI samples per output sample
+    first, n_out = 50, 48  # analog output ids 50..97
+    g_start = first * k - 8  # the GPI starts 8 samples into output 49 (cut: only partly seen)
+    g_end = (first + n_out) * k
+    gpi0 = np.ones(g_end - g_start, np.uint8)
+    gpi1 = np.ones(g_end - g_start, np.uint8)
+
+    def low(levels: np.ndarray, at: int, length: int) -> None:
+        levels[at - g_start : at - g_start + length] = 0
+
+    low(gpi0, 55 * k + 777, 20)  # a 10 µs pulse inside output sample 55
+    low(gpi0, 70 * k - 10, 20)  # straddles outputs 69 and 70
+    low(gpi0, 91 * k - 1, 1)  # the last input sample of output 90
+    low(gpi1, 80 * k, 1)  # the first input sample of output 80
+    cur = np.arange(first, first + n_out, dtype=np.float32) * 1e-3
+    gblock = 8 * 1237  # GPI blocks end anywhere inside an output sample's period
+    g_at = g_start
+    for a in range(first, first + n_out, 16):
+        drv.emit("s/i/!data", a, cur[a - first : a - first + 16], k, JS220_ID_RATE)
+        drv.emit("s/v/!data", a, np.full(16, 3.3, np.float32), k, JS220_ID_RATE)
+        while g_at < min(g_end, (a + 16) * k):
+            sl = slice(g_at - g_start, min(g_at - g_start + gblock, g_end - g_start))
+            drv.emit("s/gpi/0/!data", g_at, packed(gpi0[sl]), 1, JS220_ID_RATE)
+            drv.emit("s/gpi/1/!data", g_at, packed(gpi1[sl]), 1, JS220_ID_RATE)
+            g_at += sl.stop - sl.start
+    js.stop()
+    ids, c, _, g = joined(chunks)
+    assert ids.tolist() == list(range(n_out))
+    np.testing.assert_array_equal(c, cur)
+    assert np.flatnonzero((g & 1) == 0).tolist() == [55 - first, 69 - first, 70 - first,
+                                                     90 - first]
+    assert np.flatnonzero((g & 2) == 0).tolist() == [80 - first]
+    assert js.stats.dropped == 0
+
+
+def test_a_gpi_rate_that_is_no_whole_multiple_of_the_output_rate_fails_the_run() -> None:
+    js, drv, chunks = started()
+    drv.emit("s/i/!data", 0, np.zeros(8, np.float32), 2000, JS220_ID_RATE)
+    drv.emit("s/gpi/0/!data", 0, packed(np.ones(8)), 3, JS220_ID_RATE)
+    with pytest.raises(DeviceError, match=r"gpi0 at 666667 Hz is not a whole multiple of the "
+                                          r"current's 1000 Hz"):
+        js.stop()
+    assert chunks == []  # nothing cut from a stream whose rate makes no sense
+
+
+def test_rates_from_json_metadata_and_a_js220_stops_at_1_mhz() -> None:
+    js, drv = opened()
+    # pub/sub holds metadata as JSON text; a JS220 offers 2 MHz (js220_usb.c h/fs options).
+    drv.meta = '{"dtype": "u32", "options": [[2000000, "2 MHz"], [1000000, "1 MHz"], [1000]]}'
+    drv.calls.clear()
+    with pytest.raises(DeviceError) as err:
+        js.configure(3.3, 2_000_000)
+    assert err.value.hint == "choose one of 1000, 1e+06 Hz"
+    assert drv.calls == [("query", f"{DEV}/h/fs%")]
+    js.configure(3.3, 1_000_000)
+    assert drv.calls[-1] == ("publish", f"{DEV}/h/fs", 1_000_000)
