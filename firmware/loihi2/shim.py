@@ -10,7 +10,9 @@ bload, timestamp (performance mode), results, qload, qsolve, qresult. See README
 wall-clock timeout becomes algorithm steps and how improvement times are obtained.
 
 Backend: Lava's CPU simulation (nebm neurons) unless lava-loihi is importable, then Loihi 2
-with its time and energy profiler. RIG_LOIHI2_BACKEND=CPU forces the CPU backend.
+with its time and energy profiler. RIG_LOIHI2_BACKEND=CPU forces the CPU backend. A solve
+through the profiler is ONE profiled run, then stop(), then the profiler is read
+(`read_profiler`); its power is labelled unverified on hardware until a lab confirms it.
 RIG_LOIHI2_STAND_IN_PROFILER_W=<watts> (tests only) runs the CPU backend with a stand-in for the
 Loihi 2 profiler, a chip drawing that many watts while its network runs; the shim then says
 SIMULATED in its name and `simpower` in its caps.
@@ -74,6 +76,9 @@ PROBE_SPARE_STEPS = 100
 MAX_STEPS = 50_000_000
 #: Environment variable that selects the stand-in profiler (its constant power in watts).
 STAND_IN_ENV = "RIG_LOIHI2_STAND_IN_PROFILER_W"
+#: How the shim labels the Loihi 2 profiler's power (its name on hardware, its log) until a lab
+#: with the chip confirms the readings of `read_profiler` (units and window).
+POWER_LABEL = "profiler power unverified on hardware"
 
 
 class Port:
@@ -213,31 +218,72 @@ class Problem:
 
 class StandInProfiler:
     """Stands in for lava-loihi's Loihi 2 profiler (the edge of hardware we do not have; tests
-    only): a chip that draws `power_w` watts while its network runs.
+    only): a chip that draws `power_w` watts while its network runs. Its power is SIMULATED,
+    and labelled so.
 
-    It sits where lava-optimization keeps its profiler (the solver's ``_profiler``) and offers
-    what `LavaSolver._profile` reads there: ``execution_time`` (s per step) and ``energy``
-    (J per step). The network tells it how long each run of steps took (`record_run`): the
-    host's Lava CPU run stands in for the chip's. Its power is SIMULATED, and labelled so.
+    It answers in the forms the public code reads (see `read_profiler` for the sources):
+    ``execution_time`` seconds per step, ``energy_breakdown()`` six totals in µJ and
+    ``power_breakdown()`` six averages in W (total, dynamic, static, vdd, vdd_m, vdd_io; here
+    all dynamic and all vdd), and ``energy`` one total, in µJ like ``energy_breakdown()[0]``
+    (unconfirmed without hardware: Intel's 2022 lava-optimization docstring called it joules;
+    the shim does not read it). Like the real one it allows one profiled ``run()`` (public note:
+    a second raises), and it answers only after ``stop()`` (the order every public script
+    follows; the stand-in enforces it, hardware may be laxer). `attach` hooks it to the solver
+    process where Lava's run configuration carries the real one: the host's run of the network
+    on Lava's CPU backend stands in for the chip's, each step an equal share of it.
     """
 
     label = "stand-in profiler, SIMULATED"
 
     def __init__(self, power_w: float) -> None:
         self.power_w = power_w
-        self._step_s: list[float] = []
+        self._step_s: np.ndarray | None = None
+        self._runs = 0
+        self._stopped = False
 
-    def record_run(self, steps: int, seconds: float) -> None:
-        """`steps` more steps ran in `seconds`: each took an equal share."""
-        self._step_s += [seconds / steps] * steps
+    def attach(self, process: object) -> None:
+        """Profile `process`'s runs: its ``run`` and ``stop`` go through the stand-in."""
+        run, stop = process.run, process.stop
+
+        def profiled_run(*args: object, condition: object, **kwargs: object) -> None:
+            if self._runs:
+                raise RuntimeError("stand-in Loihi 2 profiler: one profiled run() per network "
+                                   "(a second raises on the chip too)")
+            self._runs += 1
+            start = time.perf_counter_ns()
+            run(*args, condition=condition, **kwargs)
+            steps = int(condition.num_steps)
+            seconds = (time.perf_counter_ns() - start) / 1e9
+            self._step_s = np.full(steps, seconds / steps)
+
+        def profiled_stop() -> None:
+            stop()
+            self._stopped = True
+
+        process.run, process.stop = profiled_run, profiled_stop
+
+    def _after_stop(self) -> np.ndarray:
+        if not self._stopped or self._step_s is None:
+            raise RuntimeError("stand-in Loihi 2 profiler: read it after the profiled run() "
+                               "and stop(), as the public scripts do")
+        return self._step_s
 
     @property
     def execution_time(self) -> np.ndarray:
-        return np.array(self._step_s, dtype=np.float64)
+        return self._after_stop().copy()
+
+    def power_breakdown(self) -> tuple[float, float, float, float, float, float]:
+        self._after_stop()
+        p = float(self.power_w)
+        return p, p, 0.0, p, 0.0, 0.0
+
+    def energy_breakdown(self) -> tuple[float, float, float, float, float, float]:
+        e_uj = self.power_w * float(np.sum(self._after_stop())) * 1e6
+        return e_uj, e_uj, 0.0, e_uj, 0.0, 0.0
 
     @property
-    def energy(self) -> np.ndarray:
-        return self.power_w * self.execution_time
+    def energy(self) -> float:
+        return self.energy_breakdown()[0]
 
 
 def stand_in_power(environ: dict[str, str]) -> float | None:
@@ -255,26 +301,74 @@ def stand_in_power(environ: dict[str, str]) -> float | None:
     return watts
 
 
-def solve_power(step_times: np.ndarray | None, step_energy: np.ndarray | None,
-                total_energy: float | None, steps_before_clock: int,
-                elapsed_s: float) -> float | None:
-    """The profiler's average power [W] over the solve's steps, None without an energy.
+#: The profiler's two readings of the run's time, Σ execution_time and energy / power, must agree
+#: within this factor, else the units assumed below are wrong (a µJ/J mix-up is a factor 10^6)
+#: and the power is not reported.
+UNIT_CHECK_FACTOR = 2.0
 
-    With per-step times and energies: the energy of the steps the solve's clock paid for over
-    their time (the load's steps are left out). With a total energy only: over the profiled
-    time of all steps, or, without per-step times, over the solve's elapsed time (which then
-    counts the load's steps' energy in).
+
+class Profile:
+    """What the Loihi 2 profiler (or its stand-in) measured over a solve's one profiled run."""
+
+    def __init__(self, step_times_s: np.ndarray | None, power_w: float | None,
+                 energy_uj: float | None, note: str = "") -> None:
+        #: Seconds per step (None: the profiler gave none for every step).
+        self.step_times_s = step_times_s
+        #: The run's average power [W]; None when missing or failing the unit check.
+        self.power_w = power_w
+        #: The run's energy [µJ], as the profiler totals it.
+        self.energy_uj = energy_uj
+        #: Why a reading is missing or was refused ("" when all is well).
+        self.note = note
+
+
+def read_profiler(profiler: object, steps: int) -> Profile:
+    """Read the Loihi 2 profiler after its one profiled run and ``stop()``, as the public code
+    reads it. Power unverified on hardware: no lab has confirmed these readings yet.
+
+    - ``execution_time``: seconds per step, one value a step (lava-optimization v0.4.0 and
+      v0.5.0, tutorials/tutorial_01_solving_qp.ipynb: ``np.mean`` printed as "per timestep ... s",
+      ``np.sum`` as the total; src/lava/lib/optimization/apps/tsp/solver.py and
+      apps/clustering/solver.py: ``np.sum(report.profiler.execution_time)`` seconds).
+    - ``energy_breakdown()[0]``: the run's total energy in µJ, and ``power_breakdown()[0]``:
+      its average power in W, both read after ``stop()`` (NECOTIS/TemporalLearningInRSNNs,
+      loihi_experiment/delay.py: ``total_time = total_energy * 10**-6 / total_power`` s).
+      Unconfirmed without hardware: the unit of ``energy``, which the shim does not read
+      (lava-optimization commits 42fb67b..15a7bf1, Nov. 2022, untagged: ``float(profiler.energy)``
+      documented "Total energy to solution in Joule"; jasonlyik/neurobench loihi/profiling.py
+      calls it ``total_energy`` and notes the energy probe "seems to be not available").
+
+    The two readings of the run's time must agree (`UNIT_CHECK_FACTOR`): a profiler whose units
+    are not those assumed gives no power rather than one off by 10^6.
     """
-    if step_energy is not None and step_times is not None:
-        time_s = float(np.sum(step_times[steps_before_clock:]))
-        if time_s > 0:
-            return float(np.sum(step_energy[steps_before_clock:])) / time_s
-        return None
-    if total_energy is None:
-        return None
-    if step_times is not None and float(np.sum(step_times)) > 0:
-        return total_energy / float(np.sum(step_times))
-    return total_energy / elapsed_s if elapsed_s > 0 else None
+    if profiler is None:
+        return Profile(None, None, None, "no profiler")
+    times = getattr(profiler, "execution_time", None)
+    step_times = None
+    if times is not None and np.size(times) == steps:
+        step_times = np.asarray(times, dtype=np.float64).ravel()
+    try:
+        energy_uj = float(profiler.energy_breakdown()[0])
+        power_w = float(profiler.power_breakdown()[0])
+    except (AttributeError, IndexError, TypeError, ValueError) as exc:
+        return Profile(step_times, None, None,
+                       f"no energy_breakdown()/power_breakdown(): {type(exc).__name__}: {exc}")
+    if not (np.isfinite(power_w) and power_w > 0 and np.isfinite(energy_uj) and energy_uj >= 0):
+        return Profile(step_times, None, energy_uj,
+                       f"power {power_w!r} W, energy {energy_uj!r} uJ: not a measurement")
+    if step_times is not None and step_times.sum() > 0:
+        implied_s, timed_s = energy_uj * 1e-6 / power_w, float(step_times.sum())
+        if not 1 / UNIT_CHECK_FACTOR <= implied_s / timed_s <= UNIT_CHECK_FACTOR:
+            return Profile(step_times, None, energy_uj,
+                           f"unit check failed: energy/power = {implied_s:.6g} s but the "
+                           f"steps took {timed_s:.6g} s (energy assumed in uJ, power in W)")
+    return Profile(step_times, power_w, energy_uj)
+
+
+def profiled_steps(timeout_s: float, step_s: float) -> int:
+    """Steps of a profiled solve: one run, sized before it starts, by the step time measured at
+    `qload`. A step is taken with at least `STOP_STEPS` of it left, as the chunked solve does."""
+    return int(max(1, min(timeout_s / step_s + 1.0 - STOP_STEPS, MAX_STEPS)))
 
 
 class Run:
@@ -283,7 +377,9 @@ class Run:
     def __init__(self, elapsed_ns: int, steps: int, state: np.ndarray, best_step: int,
                  cost_series: np.ndarray, step_times_s: np.ndarray | None,
                  power_w: float | None, bounds: list[tuple[int, int]] | None = None,
-                 load_ns: int = 0) -> None:
+                 load_ns: int = 0, steps_before_clock: int = WARMUP_STEPS) -> None:
+        #: Steps run as part of the load, before the solve's clock (none on the profiled path).
+        self.steps_before_clock = steps_before_clock
         #: (steps done, ns since the solve started) at each chunk boundary.
         self.bounds = bounds or [(0, 0), (steps, elapsed_ns)]
         self.load_ns = load_ns
@@ -312,59 +408,45 @@ class LavaSolver:
         self.stand_in_w = stand_in_w
         self.hardware = stand_in_w is None and forced.upper() != "CPU" and loihi.is_installed()
         self.backend = "Loihi2" if self.hardware else "CPU"
+        #: Solves go through the profiler (the chip's or its stand-in): one run each.
+        self.profiled = self.hardware or stand_in_w is not None
         #: NEBM settings of every network built (main() puts a tuning file's entry over them).
         self.hyperparameters = dict(HYPERPARAMETERS)
 
-    def build(self, problem: Problem, seed: int, max_steps: int) -> Network:
+    def build(self, problem: Problem, seed: int, max_steps: int,
+              profiled: bool = False) -> Network:
         """Build, compile and start a network for `problem` (the SUT's load, outside any clock).
 
         Lava's CPU model draws its noise from numpy's global generator in processes forked
         when the runtime starts: seeding before that makes a CPU solve repeatable. The cost
-        probe holds `max_steps` values, the most steps a solve on this network may run.
+        probe holds `max_steps` values, the most steps a solve on this network may run. A
+        `profiled` network (only when `self.profiled`) carries the Loihi 2 profiler, or its
+        stand-in, for exactly `max_steps` steps: it allows one run of them.
         """
         from lava.magma.core.run_conditions import RunSteps
 
+        profiled = profiled and self.profiled
+        probes = profiled and self.hardware
         np.random.seed(seed)
         config = self._config(
             timeout=max_steps, target_cost=problem.unreachable, backend=self.backend,
             hyperparameters=dict(self.hyperparameters), probe_cost=True,
-            probe_time=self.hardware, probe_energy=self.hardware,
+            probe_time=probes, probe_energy=probes,
         )
         solver = self._solver(self._qubo(problem.q))
         _, run_cfg = solver._prepare_solver(config)
-        stand_in = None
-        if self.stand_in_w is not None:
-            # Where lava-optimization keeps the Loihi 2 profiler on hardware.
-            stand_in = solver._profiler = StandInProfiler(self.stand_in_w)
         solver.solver_process.create_runtime(run_cfg=run_cfg)
-        return Network(solver, config, max_steps, RunSteps, stand_in)
-
-    @staticmethod
-    def _profile(profiler: object, steps: int
-                 ) -> tuple[np.ndarray | None, np.ndarray | None, float | None]:
-        """Per-step execution times (s), per-step energies (J) and total energy (J) from the
-        Loihi 2 profiler (or the stand-in).
-
-        Untested on hardware (we have none): the names are those of lava-loihi's
-        Loihi2HWProfiler; anything missing is simply not reported.
-        """
-        if profiler is None:
-            return None, None, None
-        times = getattr(profiler, "execution_time", None)
-        step_times = None
-        if times is not None and np.size(times) == steps:
-            step_times = np.asarray(times, dtype=np.float64).ravel()
-        energy = getattr(profiler, "energy", None)
-        step_energy = None
-        if energy is not None and np.size(energy) == steps:
-            step_energy = np.asarray(energy, dtype=np.float64).ravel()
-        total = getattr(profiler, "total_energy", None)
-        if total is None and energy is not None:
-            total = float(np.sum(energy))
-        return step_times, step_energy, None if total is None else float(total)
+        if profiled and not self.hardware:
+            # Where lava-optimization keeps the Loihi 2 profiler on hardware.
+            solver._profiler = StandInProfiler(self.stand_in_w)
+            solver._profiler.attach(solver.solver_process)
+        return Network(solver, config, max_steps, RunSteps,
+                       solver._profiler if profiled else None)
 
     def calibrate(self, problem: Problem) -> float:
         """The time per step [s], measured on a network built for `problem` (at `qload`)."""
+        if self.profiled:
+            return self._calibrate_profiled(problem)
         network = self.build(problem, 0, CALIBRATION_ROUNDS * CALIBRATION_STEPS + 1)
         try:
             network.advance(1)  # the first run of a network also starts its processes
@@ -382,40 +464,54 @@ class LavaSolver:
         print(f"calibration: {step_s * 1e3:.3f} ms/step", file=sys.stderr)
         return step_s
 
+    def _calibrate_profiled(self, problem: Problem) -> float:
+        """The chip's time per step [s]: the profiler's mean over one profiled run (the only
+        run a profiled network allows), read after ``stop()``; the host's clock of that run
+        when the profiler gave no time per step."""
+        steps = CALIBRATION_ROUNDS * CALIBRATION_STEPS
+        network = self.build(problem, 0, steps, profiled=True)
+        try:
+            start = time.perf_counter_ns()
+            network.advance(steps)
+            host_s = (time.perf_counter_ns() - start) / 1e9
+        finally:
+            network.stop()
+        times = read_profiler(network.profiler, steps).step_times_s
+        step_s = float(np.mean(times)) if times is not None else host_s / steps
+        print(f"calibration (one profiled run of {steps} steps): {step_s * 1e3:.6f} ms/step",
+              file=sys.stderr)
+        return step_s
+
 
 class Network:
-    """A built and started Lava network: run it chunk by chunk, then read what it found."""
+    """A built and started Lava network: run it (chunk by chunk, or once when profiled), read
+    what it found, stop it; a profiled network's profiler is read after that."""
 
     def __init__(self, solver: object, config: object, max_steps: int, run_steps: type,
-                 stand_in: StandInProfiler | None = None) -> None:
+                 profiler: object | None = None) -> None:
         self.solver = solver
         self.config = config
         self.max_steps = max_steps
         self.steps = 0
+        #: The Loihi 2 profiler (or its stand-in) of a profiled network: one run, then stop().
+        self.profiler = profiler
         self._run_steps = run_steps
-        self._stand_in = stand_in
         self._stopped = False
 
     def advance(self, steps: int) -> None:
         """Run `steps` more algorithm steps (blocking)."""
-        start = time.perf_counter_ns()
         self.solver.solver_process.run(condition=self._run_steps(num_steps=steps, blocking=True))
-        if self._stand_in is not None:
-            self._stand_in.record_run(steps, (time.perf_counter_ns() - start) / 1e9)
         self.steps += steps
 
-    def result(self, problem: Problem, elapsed_s: float
-               ) -> tuple[np.ndarray, int, np.ndarray, np.ndarray | None, float | None]:
-        """(best state, best step, cost per step, per-step times, the profiler's average power
-        over the solve's steps) of the steps run; the solve's clock ran `elapsed_s`."""
+    def result(self, problem: Problem) -> tuple[np.ndarray, int, np.ndarray]:
+        """(best state, best step, cost per step) of the steps run, read from the running
+        network (as lava-optimization's `solve()` does, before `stop()`)."""
         solver = self.solver
         best_state, _, best_step = solver._get_results(self.config)
         series, _ = solver._get_probing(self.config)
         series = np.asarray(series, dtype=np.int64).ravel()[: self.steps]
         state = np.asarray(best_state).ravel()[: problem.n_vars] > 0.5
-        step_times, step_energy, total = LavaSolver._profile(solver._profiler, len(series))
-        power = solve_power(step_times, step_energy, total, WARMUP_STEPS, elapsed_s)
-        return state, int(best_step), series // problem.scale, step_times, power
+        return state, int(best_step), series // problem.scale
 
     def stop(self) -> None:
         if not self._stopped:
@@ -491,15 +587,16 @@ def timeline(problem: Problem, run: Run) -> Result:
     The cost is recomputed from the terms (the cost tracking belongs to the SUT, and a very
     short Lava run can report a cost its state does not have). The network was built and
     started before the clock (the load), so step k ends at the time the solve's clock read
-    when k + 1 steps were done, interpolated inside the chunk that ran it; on Loihi 2 the
-    profiler's per-step times replace the interpolation (the load's steps, before the clock,
-    end at 0). Probe values below the best state's cost are not trusted.
+    when k + 1 steps were done, interpolated inside the chunk that ran it. A profiled solve
+    (one run, no step in the load) takes step k's end from the profiler's per-step times
+    instead (their running sum); steps before the clock, if any, end at 0. Probe values below
+    the best state's cost are not trusted.
     """
     best = qubo_cost(problem.terms, run.state)
     steps = max(run.steps, 1)
     if run.step_times_s is not None:
         times = np.asarray(run.step_times_s, dtype=np.float64).copy()
-        times[:WARMUP_STEPS] = 0.0
+        times[: run.steps_before_clock] = 0.0
         ends = np.cumsum(times)
     else:
         done, at_ns = (np.array(v, dtype=np.float64) for v in zip(*run.bounds, strict=True))
@@ -556,7 +653,8 @@ class Shim:
 
     # -- MLPerf Tiny commands -----------------------------------------------------------------
     def do_name(self, args: list[str]) -> None:
-        vendor = "intel loihi2-hw lava" if self.solver.hardware else "intel lava-cpu"
+        vendor = (f"intel loihi2-hw lava, {POWER_LABEL}" if self.solver.hardware
+                  else "intel lava-cpu")
         if self.solver.stand_in_w is not None:
             vendor += f", {StandInProfiler.label}"
         self.port.send(f"m-name-loihi2-[{vendor}]")
@@ -641,6 +739,22 @@ class Shim:
             raise Rejected(f"qsolve timeout {int(args[0])} us is shorter than one step "
                            f"({shortest_s * 1e6:.0f} us on this graph)")
         self.result = None
+        if self.solver.profiled:
+            # Sized by the chip's step as the profiler measured it at qload (a host's load does
+            # not slow the chip; the stand-in's steps also carry Lava CPU's start-up).
+            run, measured = self._solve_profiled(problem, timeout_s, seed, shortest_s)
+        else:
+            run, measured = self._solve_chunked(problem, timeout_s, seed, step_s)
+            problem.step_s = 0.5 * (step_s + measured)  # Lava's speed drifts with host load
+        self.result = timeline(problem, run)
+        print(f"qsolve: {run.steps} steps in {run.elapsed_ns / 1e9:.4f} s of {timeout_s:.4f} s "
+              f"(load {run.load_ns / 1e9:.3f} s, {measured * 1e3:.3f} ms/step)", file=sys.stderr)
+        self.port.send(f"m-qsolve-done-{self.result.elapsed_us}")
+
+    def _solve_chunked(self, problem: Problem, timeout_s: float, seed: int,
+                       step_s: float) -> tuple[Run, float]:
+        """Lava's CPU backend without a profiler: run in chunks until the shim's clock has
+        spent the timeout (`solve_until`); (the run, the step time it measured)."""
         max_steps = int(min(timeout_s / step_s * PROBE_FACTOR + PROBE_SPARE_STEPS, MAX_STEPS))
         network = None
         try:
@@ -654,20 +768,51 @@ class Shim:
             load_ns = time.perf_counter_ns() - load_start
             self.port.send("m-qsolve-start")
             elapsed_ns, bounds, measured = solve_until(network, timeout_s, step_s)
-            state, best_step, series, step_times, power = network.result(problem,
-                                                                         elapsed_ns / 1e9)
+            state, best_step, series = network.result(problem)
         except Exception as exc:  # Lava's own failures: report them, keep serving
             raise Rejected(f"qsolve failed: {type(exc).__name__}: {exc}") from exc
         finally:
             if network is not None:
                 network.stop()
-        run = Run(elapsed_ns, network.steps, state, best_step, series, step_times, power,
-                  bounds, load_ns)
-        self.result = timeline(problem, run)
-        problem.step_s = 0.5 * (step_s + measured)  # Lava's speed drifts with the host's load
-        print(f"qsolve: {run.steps} steps in {elapsed_ns / 1e9:.4f} s of {timeout_s:.4f} s "
-              f"(load {load_ns / 1e9:.3f} s, {measured * 1e3:.3f} ms/step)", file=sys.stderr)
-        self.port.send(f"m-qsolve-done-{self.result.elapsed_us}")
+        return Run(elapsed_ns, network.steps, state, best_step, series, None, None,
+                   bounds, load_ns), measured
+
+    def _solve_profiled(self, problem: Problem, timeout_s: float, seed: int,
+                        step_s: float) -> tuple[Run, float]:
+        """Through the Loihi 2 profiler (or its stand-in): ONE profiled run of the steps the
+        timeout holds at the step time measured at `qload`, then `stop()`, then the profiler
+        is read, as every public script does (jasonlyik/neurobench loihi/gsc.py notes that a
+        second profiled run() raises). No step runs in the load (it would be that one run);
+        the solve's time is the profiler's: the sum of its per-step execution times."""
+        steps = profiled_steps(timeout_s, step_s)
+        network = None
+        try:
+            load_start = time.perf_counter_ns()
+            network = self.solver.build(problem, seed, steps, profiled=True)
+            load_ns = time.perf_counter_ns() - load_start
+            self.port.send("m-qsolve-start")
+            start = time.perf_counter_ns()
+            network.advance(steps)  # the one profiled run
+            host_ns = time.perf_counter_ns() - start
+            state, best_step, series = network.result(problem)
+            network.stop()
+            profile = read_profiler(network.profiler, steps)  # after stop()
+        except Exception as exc:  # Lava's own failures: report them, keep serving
+            raise Rejected(f"qsolve failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if network is not None:
+                network.stop()
+        times = profile.step_times_s
+        elapsed_ns = host_ns if times is None else round(float(times.sum()) * 1e9)
+        if profile.note:
+            print(f"qsolve: the profiler's power is not reported: {profile.note}",
+                  file=sys.stderr)
+        else:
+            print(f"qsolve: profiler power {profile.power_w:.6g} W, energy "
+                  f"{profile.energy_uj:.6g} uJ ({POWER_LABEL})", file=sys.stderr)
+        run = Run(elapsed_ns, steps, state, best_step, series, times, profile.power_w,
+                  load_ns=load_ns, steps_before_clock=0)
+        return run, elapsed_ns / 1e9 / steps
 
     def do_qresult(self, args: list[str]) -> None:
         result = self.result
@@ -748,7 +893,7 @@ def self_test(solver: LavaSolver) -> int:
         start = time.perf_counter_ns()
         network.advance(SELF_TEST_STEPS)
         elapsed_ns = time.perf_counter_ns() - start
-        state = network.result(problem, elapsed_ns / 1e9)[0]
+        state = network.result(problem)[0]
     finally:
         network.stop()
     every = (np.arange(16)[:, None] >> np.arange(4)) & 1
