@@ -31,14 +31,22 @@ eight digital inputs D0..D7. The current of a word, with ``a = 4 * adc``:
     r = (a - O) * (1.8 / 163840) / R
     I = UG * (r * (GS * r + GI) + S * VDD[V] + I0)
 
-Nordic's app also smooths the samples around a range switch (its "spike filter"); that is a
-display filter of the app, not of the PPK2, and is not applied here (energy windows are
-integrated from the samples as the PPK2 reports them).
+How the two public readers of this stream read it, and the rig with them:
+
+- Calibration values: a ``-nan`` (not computed) or a zero value keeps the default (Nordic's
+  ``parseMeta`` takes ``meta[key] || default``, so 0 and null both fall back); user gains
+  outside 0.9..1.1 reset all five to 1 (Nordic's ``initGains``). See `parse_metadata`.
+- The spike filter: every sample around a range switch is replaced by a running average
+  (`SpikeFilter`); both references do it to every sample they decode, so the rig does too.
+- The counter: up to `OOS_TOLERANCE` words with a wrong counter, after which the count goes on
+  as if they had been in sequence, are kept in place (out of sequence, not lost); a jump that
+  does not resume is a loss (`CounterSequencer`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -58,6 +66,11 @@ WORD_BYTES = 4
 METADATA_END = b"END"
 POWER_MODE_AMPERE = 1
 POWER_MODE_SOURCE = 2
+#: User gains further than this from 1 reset all five to 1: Nordic's pc-nrfconnect-ppk,
+#: src/actions/deviceActions.ts `initGains` (``Math.abs(c - 1) > 0.1``; its gain slider,
+#: src/components/SidePanel/Gains.tsx, spans 0.9..1.1). Computed in float64 like Nordic's
+#: doubles, so exactly 1.1 resets (|1.1 - 1| is 0.10000000000000009) and 0.9 does not.
+USER_GAIN_BAND = 0.1
 
 
 class Cmd(IntEnum):
@@ -145,6 +158,9 @@ class Calibration:
     ug: tuple[float, ...] = _five(1, 1, 1, 1, 1)
     #: Everything else the metadata said (``calibrated``, ``vdd``, ``hw``, ``mode``, ``ia``).
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    #: What the reading changed from the metadata's text (zeros kept at the default, user gains
+    #: reset), in words, for the run's notes.
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     KEYS = ("r", "gs", "gi", "o", "s", "i", "ug")
 
@@ -189,18 +205,32 @@ class Calibration:
         """The largest current range `k` reports [A]."""
         return float(self.current(np.array([ADC_MAX]), np.array([k]), vdd_v)[0])
 
-    def to_metadata(self) -> bytes:
-        """The metadata text a PPK2 sends for this calibration (the simulator's reply)."""
+    def to_metadata(self, text: Mapping[str, str] | None = None) -> bytes:
+        """The metadata text a PPK2 sends for this calibration (the simulator's reply); `text`
+        writes some values otherwise (``{"GS0": "0"}``: a text that reads back as this
+        calibration all the same, such as a zero for a default)."""
+        text = text or {}
         lines = [f"Calibrated: {self.extra.get('calibrated', '0')}"]
         for key in self.KEYS:
-            lines += [f"{key.upper()}{k}: {v:.9g}" for k, v in enumerate(getattr(self, key))]
+            lines += [f"{key.upper()}{k}: {text.get(f'{key.upper()}{k}', f'{v:.9g}')}"
+                      for k, v in enumerate(getattr(self, key))]
         lines += [f"{name.upper() if name in ('vdd', 'hw', 'ia') else name}: {value}"
                   for name, value in self.extra.items() if name != "calibrated"]
         return ("\n".join(lines) + "\nEND\n").encode("ascii")
 
 
 def parse_metadata(text: str) -> Calibration:
-    """The calibration in a metadata reply (up to ``END``); `ProtocolError` if it is not one."""
+    """The calibration in a metadata reply (up to ``END``), read as Nordic's app reads it;
+    `ProtocolError` if it is not one.
+
+    A ``-nan`` or a zero keeps the default: Nordic's pc-nrfconnect-ppk, src/device/
+    serialDevice.ts `parseMeta` (``meta[key] || default``, after ``-nan`` became null), so a
+    zero GS/GI/UG/R reads 1 (R: the uncalibrated shunt); ppk2-api (src/ppk2_api/ppk2_api.py
+    `_parse_metadata`) does this for R only, the rig follows Nordic's app. User gains further
+    than `USER_GAIN_BAND` from 1 (any of the five) reset all five to 1 (deviceActions.ts
+    `initGains`). Nordic's app then also writes those gains into the PPK2 (``SET_USER_GAINS``);
+    the rig does not change an instrument's stored values unasked, and reads the same either
+    way, since it applies the rule at every connect."""
     body, found, _ = text.partition(METADATA_END.decode())
     if not found:
         raise ProtocolError("PPK2 metadata without its END line",
@@ -208,6 +238,7 @@ def parse_metadata(text: str) -> Calibration:
     values: dict[str, list[float]] = {key: list(getattr(Calibration, key)) for key in
                                       Calibration.KEYS}
     extra: dict[str, str] = {}
+    notes: list[str] = []
     seen = 0
     for raw in body.splitlines():
         name, sep, value = raw.strip().partition(":")
@@ -221,15 +252,25 @@ def parse_metadata(text: str) -> Calibration:
                 number = float(value)
             except ValueError:
                 raise ProtocolError(f"PPK2 metadata: {raw.strip()!r} is not a number") from None
-            # "-nan" (not computed) and a zero shunt keep the default, as Nordic's app does.
-            if math.isfinite(number) and not (key == "r" and number == 0):
+            # "-nan" (not computed) and a zero keep the default, as Nordic's app does.
+            if math.isfinite(number) and number != 0:
                 values[key][int(index)] = number
+            elif number == 0 and getattr(Calibration, key)[int(index)] != 0:
+                notes.append(f"{key.upper()}{index} reads 0: the default "
+                             f"{getattr(Calibration, key)[int(index)]:g} is used, as Nordic's "
+                             "app does")
         else:
             extra[name] = value
     if not seen and "calibrated" not in extra:
         raise ProtocolError("PPK2 metadata has no calibration values",
                             hint="the port may not be a PPK2")
-    return Calibration(**{k: tuple(v) for k, v in values.items()}, extra=extra)
+    if any(abs(g - 1) > USER_GAIN_BAND for g in values["ug"]):
+        notes.append(f"user gains {', '.join(f'{g:g}' for g in values['ug'])} are not all "
+                     f"within 1 +- {USER_GAIN_BAND:g}: all five read as 1, as Nordic's app "
+                     "resets them")
+        values["ug"] = [1.0] * RANGES
+    return Calibration(**{k: tuple(v) for k, v in values.items()}, extra=extra,
+                       notes=tuple(notes))
 
 
 # -- samples --------------------------------------------------------------------------------------
@@ -303,3 +344,211 @@ def counter_gaps(counter: np.ndarray, previous: int | None) -> np.ndarray:
         prev[0] = counter[0] - 1 if previous is None else previous
         prev[1:] = counter[:-1]
     return (counter - prev - 1) % COUNTER_MOD
+
+
+# -- the counter: lost samples and out-of-sequence words ------------------------------------------
+#: Consecutive words with a wrong counter that are still taken as in place when the word after
+#: them carries the counter the sequence expects there. Nordic's pc-nrfconnect-ppk, src/device/
+#: serialDevice.ts `handleRawDataSet`: it holds such words in `corruptedSamples` and tests
+#: ``corruptedSamples.length > 4`` before holding the next, so the 6th wrong word in a row is a
+#: loss and up to 5 are tolerated. (ppk2-api does not read the counter at all.)
+OOS_TOLERANCE = 5
+
+
+@dataclass(frozen=True)
+class Sequenced:
+    """Words the sequencer released, in order, with what it found before and in each."""
+
+    words: np.ndarray  #: uint32 sample words
+    lost_before: np.ndarray  #: samples lost just before each word (int64)
+    out_of_sequence: np.ndarray  #: True for a word kept in place despite a wrong counter
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+class CounterSequencer:
+    """Tells lost samples from out-of-sequence words in a stream of sample words.
+
+    A counter jump at word s is out of sequence when one of the next `OOS_TOLERANCE` words
+    resumes the count as if nothing had been lost (word s+k carries the counter of the word
+    before s plus k+1): the k words are samples in their own places whose counter was wrong.
+    Otherwise the jump is a loss of exactly (jump - 1) mod 64 samples (Nordic's app counts one
+    fewer: it compares with its expected counter after the held words). Words within
+    `OOS_TOLERANCE` of the end of what came, after an unresolved jump, are held for the next
+    `feed` (at most that many: 50 µs of stream)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A new stream: no previous counter, nothing held."""
+        self._last: int | None = None
+        self._held = np.zeros(0, dtype=np.uint32)
+
+    @property
+    def held(self) -> int:
+        """Words held back until the words after them tell what their jump was."""
+        return len(self._held)
+
+    def feed(self, words: np.ndarray, *, final: bool = False) -> Sequenced:
+        """Release what can be decided of the held words and `words` (all when `final`: an
+        unresolved jump at the end of the stream then counts as a loss)."""
+        w = np.concatenate((self._held, np.asarray(words, dtype=np.uint32)))
+        n = len(w)
+        lost = np.zeros(n, dtype=np.int64)
+        oos = np.zeros(n, dtype=bool)
+        if n == 0:
+            return Sequenced(w, lost, oos)
+        c = ((w >> 18) & 0x3F).astype(np.int64)
+        last = int(c[0]) - 1 if self._last is None else self._last
+        before = np.concatenate(([last], c[:-1]))
+        step = (c - before - 1) % COUNTER_MOD
+        release = n
+        skip_until = 0
+        # One pass per jump (a handful in a bad stream, none in a good one), not per sample.
+        for s in np.flatnonzero(step).tolist():
+            if s < skip_until:
+                continue
+            base = int(before[s])
+            k = np.arange(1, OOS_TOLERANCE + 1)
+            ahead = s + k < n
+            resumes = ahead & (c[np.minimum(s + k, n - 1)] == (base + k + 1) % COUNTER_MOD)
+            if resumes.any():
+                run = int(k[np.argmax(resumes)])
+                oos[s : s + run] = True
+                skip_until = s + run + 1
+            elif ahead.all() or final:
+                lost[s] = step[s]
+            else:
+                release = s  # too few words after it yet
+                break
+        self._held = w[release:]
+        if release:
+            self._last = int(c[release - 1])
+        return Sequenced(w[:release], lost[:release], oos[:release])
+
+
+# -- the spike filter ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpikeFilterParams:
+    """The spike filter's settings. Defaults: Nordic's pc-nrfconnect-ppk, src/slices/
+    spikeFilterSlice.ts `defaultState` and src/device/serialDevice.ts (alpha 0.18, alpha5 0.06,
+    samples 3); the same in ppk2-api, src/ppk2_api/ppk2_api.py `PPK2_API.__init__`."""
+
+    #: Weight of a new sample in the running average used outside range 4.
+    alpha: float = 0.18
+    #: Weight of a new sample in the running average used in range 4 (the 1 A range).
+    alpha5: float = 0.06
+    #: Samples replaced from a range switch on (the switch's sample included).
+    samples: int = 3
+
+    def __post_init__(self) -> None:
+        if not (0 < self.alpha <= 1 and 0 < self.alpha5 <= 1):
+            raise ProtocolError(f"PPK2 spike filter: alpha {self.alpha} and alpha5 "
+                                f"{self.alpha5} must be in (0, 1]")
+        if not (isinstance(self.samples, int) and self.samples >= 1):
+            raise ProtocolError(f"PPK2 spike filter: samples must be a whole number >= 1, "
+                                f"not {self.samples!r}")
+
+    def as_dict(self) -> dict[str, float | int]:
+        """The settings, for a run's metadata."""
+        return {"alpha": self.alpha, "alpha5": self.alpha5, "samples": self.samples}
+
+
+#: Most samples per block of the running average's closed form (bounded so that
+#: (1 - alpha) ** -block stays far inside float64: 1e200).
+_EMA_BLOCK_DECADES = 200.0
+
+
+def running_average(x: np.ndarray, alpha: float, start: float) -> np.ndarray:
+    """y[n] = alpha x[n] + (1 - alpha) y[n-1], y[-1] = `start`, vectorised: the closed form
+    within blocks short enough for float64, and one step per block to carry the state."""
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    d = 1.0 - alpha
+    if n == 0:
+        return x.copy()
+    if d == 0.0:
+        return x.copy()
+    block = int(max(1, min(4096, _EMA_BLOCK_DECADES / -math.log10(d))))
+    blocks = -(-n // block)
+    padded = np.zeros(blocks * block)
+    padded[:n] = x
+    j = np.arange(1, block + 1, dtype=np.float64)
+    grow, decay = d ** -j, d**j
+    # Each block's average from a zero start, then the start's share added block by block.
+    z = alpha * decay * np.cumsum(padded.reshape(blocks, block) * grow, axis=1)
+    starts = np.empty(blocks)
+    state = float(start)
+    for b in range(blocks):
+        starts[b] = state
+        state = decay[-1] * state + z[b, -1]
+    return (z + decay * starts[:, None]).ravel()[:n]
+
+
+class SpikeFilter:
+    """Nordic's spike filter over the decoded currents, in order, state kept between calls.
+
+    From Nordic's pc-nrfconnect-ppk, src/device/serialDevice.ts `getAdcResult` (the same in
+    ppk2-api, src/ppk2_api/ppk2_api.py `get_adc_result`), re-derived here in array form: two
+    running averages of every sample (weights `alpha` and `alpha5`) run all the time; at a
+    range switch and the `samples` - 1 samples after it the sample's current is replaced by
+    the running average (the `alpha5` one in range 4). In range 4 the first two samples after
+    the switch do not enter either average, and read the average before them. Everything
+    else passes unchanged. Both references restart it when averaging starts (`reset`)."""
+
+    def __init__(self, params: SpikeFilterParams | None = None) -> None:
+        self.params = params or SpikeFilterParams()
+        self.replaced = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """A new acquisition: no averages, no previous range."""
+        self._avg: float | None = None
+        self._avg4: float | None = None
+        self._range: int | None = None
+        self._since: int | None = None  # samples from the last switch to the last sample
+
+    def apply(self, current: np.ndarray, rng: np.ndarray) -> np.ndarray:
+        """`current` [A] of the next samples with their ranges, filtered."""
+        x = np.asarray(current, dtype=np.float64)
+        n = len(x)
+        if n == 0:
+            return x.copy()
+        p = self.params
+        k = np.minimum(np.asarray(rng, dtype=np.int64), RANGES - 1)
+        prev = np.concatenate(([k[0] if self._range is None else self._range], k[:-1]))
+        idx = np.arange(n, dtype=np.int64)
+        last_switch = np.maximum.accumulate(np.where(k != prev, idx, -1))
+        far = p.samples + 1  # as far as any sample the filter leaves alone
+        before = far if self._since is None else self._since + 1
+        since = np.where(last_switch >= 0, idx - last_switch, before + idx)
+        filtered = since < p.samples
+        top = k == RANGES - 1
+        held_out = filtered & top & (since < 2)  # in neither average (range 4 only)
+        used = ~held_out
+        # The latest sample in the averages at or before each sample (-1: none in this call).
+        last_used = np.cumsum(used) - 1
+        out = x.copy()
+        self._avg = self._replace(out, x[used], last_used, filtered & ~top, p.alpha, self._avg)
+        self._avg4 = self._replace(out, x[used], last_used, filtered & top, p.alpha5,
+                                   self._avg4)
+        self._range = int(k[-1])
+        self._since = int(min(since[-1], far))
+        self.replaced += int(filtered.sum())
+        return out
+
+    @staticmethod
+    def _replace(out: np.ndarray, x_used: np.ndarray, last_used: np.ndarray,
+                 where: np.ndarray, alpha: float, state: float | None) -> float | None:
+        """Put the running average (weight `alpha`, from `state`) into `out` at `where`;
+        returns the average after the last sample."""
+        if state is None:  # the stream's first sample starts the average
+            if not len(x_used):
+                return None
+            state = float(x_used[0])
+        avg = running_average(x_used, alpha, state)
+        at = last_used[where]
+        out[where] = np.where(at >= 0, avg[np.maximum(at, 0)] if len(avg) else state, state)
+        return float(avg[-1]) if len(avg) else state

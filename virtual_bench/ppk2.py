@@ -2,8 +2,12 @@
 
 It takes the PPK2's opcode commands (`protocols.ppk2`) like the real one, silently: the only
 replies are the metadata text (its own calibration, deliberately not the defaults, so that a
-driver that ignores the calibration reads wrong currents) and, while averaging runs, the
-100 kS/s stream of 4-byte words. Sample k covers simulated [t0 + k*10 us, t0 + (k+1)*10 us); its
+driver that ignores the calibration reads wrong currents; written as Nordic's app reads it, with
+a zero for a value that reads as its default and user gains outside 0.9..1.1 that read as 1, so
+that a driver reading the text literally reads wrong currents too) and, while averaging runs,
+the 100 kS/s stream of 4-byte words. It streams what the PPK2 measures; the spike filter around
+range switches is the reader's (Nordic's app, ppk2-api, the rig), not the device's.
+Sample k covers simulated [t0 + k*10 us, t0 + (k+1)*10 us); its
 current is the exact mean of the world's power model over that period divided by the DUT's
 supply voltage, turned into the (ADC value, range) the calibration maps back to it: the most
 sensitive range that holds it, rounded to the nearest ADC count as the real ADC quantises. D0
@@ -15,7 +19,8 @@ Source mode (``SET_POWER_MODE 2``): ``REGULATOR_SET`` is the DUT's supply and
 feeds the DUT through the PPK2, ``DEVICE_RUNNING_SET`` connects it.
 
 Test hooks: `drop_samples` loses samples in the stream (the counter jumps, as when USB drops
-data), `unplug` takes the port away and the DUT's power with it; `max_regulator_mv` is the
+data), `garble_counters` gives a few words a wrong counter in their places (out of sequence,
+nothing lost), `unplug` takes the port away and the DUT's power with it; `max_regulator_mv` is the
 highest voltage the regulator was ever asked for.
 """
 
@@ -47,10 +52,11 @@ from virtual_bench.world import CATCH_UP_S, NS, World
 
 log = logging.getLogger(__name__)
 
-#: The simulated unit's calibration: offsets and gains a real unit might have.
+#: The simulated unit's calibration, as read (what its currents follow): offsets and gains a
+#: real unit might have.
 SIM_CALIBRATION = Calibration(
     r=(1010.2, 100.9, 10.08, 0.951, 0.0442),
-    gs=(0.0, 0.012, 0.0021, 0.0, 0.0),
+    gs=(1.0, 0.012, 0.0021, 0.0008, 0.0003),
     gi=(0.985, 1.012, 0.996, 1.003, 0.998),
     o=(64.5, 71.25, 66.0, 73.5, 67.0),
     s=(2.5e-8, 1.1e-7, 0.0, 0.0, 0.0),
@@ -59,6 +65,17 @@ SIM_CALIBRATION = Calibration(
     # "sim": the metadata line that tells the rig this PPK2 is the virtual bench's.
     extra={"calibrated": "1", "hw": "9173", "ia": "56", "sim": "1"},
 )
+#: How the simulated unit's metadata writes some of those values: GS0 as 0 (read: the default,
+#: 1), and user gains of which one is outside 0.9..1.1 (read: all five 1). Nordic's
+#: pc-nrfconnect-ppk reads them so: src/device/serialDevice.ts `parseMeta`, src/actions/
+#: deviceActions.ts `initGains`. Whether a real unit ever sends such values is unconfirmed
+#: without hardware; they are here so that only a reader that reads them as Nordic's app does
+#: measures the simulated currents.
+SIM_METADATA_TEXT = {"GS0": "0", "UG0": "1.02", "UG2": "0.97", "UG3": "1.25"}
+#: The metadata text the simulated unit sends (before its live VDD and mode lines).
+SIM_METADATA = SIM_CALIBRATION.to_metadata(SIM_METADATA_TEXT)
+#: The counter a garbled word carries instead of its own: half the counter's cycle away.
+GARBLE_OFFSET = COUNTER_MOD // 2
 #: Host seconds between two bursts of streamed samples.
 STREAM_PERIOD_S = 0.005
 #: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
@@ -76,9 +93,14 @@ class SimPpk2(SerialInstrument):
     SIM_NAME = "ppk2"
 
     def __init__(self, world: World, *, ampere_supply_v: float = 3.3,
-                 calibration: Calibration = SIM_CALIBRATION) -> None:
+                 calibration: Calibration = SIM_CALIBRATION,
+                 metadata_text: dict[str, str] | None = None) -> None:
         self.world = world
         self.calibration = calibration
+        #: Values the metadata writes otherwise (default: `SIM_METADATA_TEXT` for the default
+        #: calibration); each must read back as `calibration`'s value.
+        self.metadata_text = (SIM_METADATA_TEXT if calibration is SIM_CALIBRATION else {}) \
+            if metadata_text is None else metadata_text
         self.ampere_supply_v = ampere_supply_v
         self._pty = Pty()
         self.path = self._pty.path
@@ -93,8 +115,11 @@ class SimPpk2(SerialInstrument):
         self.running = False
         self.acquisition_t0_ns: int | None = None
         self._next_k = 0
-        #: A loss to make: (samples, after how many samples past the next edge, since when).
-        self._drop: tuple[int, int | None, int] | None = None
+        #: A fault to make: (kind, samples, after how many samples past the next edge, since
+        #: when); kind "drop" (lost) or "garble" (wrong counters, in place).
+        self._drop: tuple[str, int, int | None, int] | None = None
+        #: Samples [a, b) whose words carry a wrong counter.
+        self._garbled = (0, 0)
         self._last_forget_ns = 0
         self._write_lock = threading.Lock()
         self._acq_lock = threading.Lock()
@@ -121,10 +146,19 @@ class SimPpk2(SerialInstrument):
         """Lose `count` samples (their counter values go missing): in the next burst, or
         `after_edge` samples after the next falling edge of the DUT's timestamp line (inside
         its window)."""
+        self._fault("drop", count, after_edge)
+
+    def garble_counters(self, count: int, *, after_edge: int | None = None) -> None:
+        """Give `count` consecutive words a wrong counter (`GARBLE_OFFSET` away), each sample
+        still in its place and the count going on after them (out of sequence, nothing lost):
+        in the next burst, or `after_edge` samples after the next falling edge."""
+        self._fault("garble", count, after_edge)
+
+    def _fault(self, kind: str, count: int, after_edge: int | None) -> None:
         if count < 1 or (after_edge is not None and after_edge < 0):
             raise ValueError("count must be >= 1 and after_edge >= 0")
         with self._acq_lock:
-            self._drop = (count, after_edge, self.world.clock.now_ns())
+            self._drop = (kind, count, after_edge, self.world.clock.now_ns())
 
     # -- commands -----------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -165,7 +199,7 @@ class SimPpk2(SerialInstrument):
             extra = {**self.calibration.extra, "vdd": str(self.vdd_mv), "mode": str(self.mode)}
             cal = Calibration(**{k: getattr(self.calibration, k) for k in Calibration.KEYS},
                               extra=extra)
-            self._write(cal.to_metadata())
+            self._write(cal.to_metadata(self.metadata_text))
         elif op == Cmd.SET_POWER_MODE:
             if args[0] in (POWER_MODE_AMPERE, POWER_MODE_SOURCE):
                 self.mode = args[0]
@@ -245,9 +279,9 @@ class SimPpk2(SerialInstrument):
             self._last_forget_ns = now_ns
 
     def _lose_samples(self, end: int) -> None:
-        """Carry out `drop_samples` if its place is in [next sample, end)."""
+        """Carry out `drop_samples` or `garble_counters` if its place is in [next sample, end)."""
         assert self._drop is not None and self.acquisition_t0_ns is not None
-        count, after_edge, since_ns = self._drop
+        kind, count, after_edge, since_ns = self._drop
         at = self._next_k
         if after_edge is not None:
             t0 = self.acquisition_t0_ns
@@ -261,7 +295,10 @@ class SimPpk2(SerialInstrument):
             if at > self._next_k:
                 self._emit_samples(self._next_k, at)
         self._drop = None
-        self._next_k = at + count
+        if kind == "garble":
+            self._garbled = (at, at + count)
+        else:
+            self._next_k = at + count
 
     def _emit_samples(self, k: int, end: int) -> None:
         t0 = self.acquisition_t0_ns
@@ -271,4 +308,6 @@ class SimPpk2(SerialInstrument):
         amps = self.world.mean_current(bounds[:-1], _PERIOD_NS)
         adc, rng = self.calibration.adc_for(amps, self.vdd_mv / 1000)
         logic = self.world.gpio_levels(bounds[:-1])  # D0; D1..D7 unconnected
-        self._write(encode_words(adc, rng, idx[:-1] % COUNTER_MOD, logic))
+        a, b = self._garbled
+        counter = np.where((idx[:-1] >= a) & (idx[:-1] < b), idx[:-1] + GARBLE_OFFSET, idx[:-1])
+        self._write(encode_words(adc, rng, counter % COUNTER_MOD, logic))

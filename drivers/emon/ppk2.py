@@ -15,9 +15,23 @@ other inputs in bits 1..7), sampled with the current, so every edge is seen. A l
 input anywhere in a block marks the block low).
 
 Nothing is acked by the PPK2, so commands are written and not waited for; the metadata reply
-(calibration) at connect proves the port is a PPK2. Lost samples show as jumps of the words'
-6-bit counter: the sample ids jump with them (the recorder fails a window across them) and the
-loss is noted; a port that fails mid-run (USB unplugged) ends the reader, and `fault` says so.
+(calibration) at connect proves the port is a PPK2, and is read as Nordic's app reads it
+(`protocols.ppk2.parse_metadata`: zeros keep the default, user gains outside 0.9..1.1 read 1;
+each such change is noted). Every sample goes through Nordic's spike filter around range
+switches (`protocols.ppk2.SpikeFilter`), as Nordic's app and ppk2-api do, before any averaging;
+`settings()` records that and its parameters in the run's manifest.
+
+The words' 6-bit counter (`protocols.ppk2.CounterSequencer`): a few words with a wrong counter
+after which the count resumes are out of sequence, kept in their places and counted
+(`out_of_sequence`), as Nordic's app keeps them; a jump that does not resume is a loss: the
+sample ids jump with it (the recorder fails a window across them) and the loss is noted. Here
+the rig stays stricter than Nordic's app, which only reports a loss once 500 samples (5 ms)
+are lost in an acquisition (serialDevice.ts ``DATALOSS_THRESHOLD``) and fills them in its trace
+as empty samples: a window's energy needs every one of its samples, so one lost sample fails the
+windows it falls in, never silently. It also counts a loss exactly where Nordic's app counts one
+fewer, and keeps an out-of-sequence sample once where Nordic's app passes it on twice (when it
+comes and again when the count resumes). A port that fails mid-run (USB unplugged) ends the
+reader, and `fault` says so.
 """
 
 from __future__ import annotations
@@ -43,13 +57,16 @@ from drivers.transport import SerialTransport
 from protocols.errors import ActionableError, ProtocolError
 from protocols.ppk2 import (
     METADATA_END,
+    OOS_TOLERANCE,
     SAMPLE_RATE_HZ,
     VDD_MAX_MV,
     VDD_MIN_MV,
     Calibration,
     Cmd,
+    CounterSequencer,
+    SpikeFilter,
+    SpikeFilterParams,
     WordAssembler,
-    counter_gaps,
     device_running,
     encode,
     parse_metadata,
@@ -90,7 +107,8 @@ class Ppk2(EnergyMonitor):
     measures_voltage = False  # current only: the rail is set (source) or given (ampere)
 
     def __init__(self, transport: ByteTransport, *, voltage_limit_v: float,
-                 simulated: bool = False, mode: str = "source") -> None:
+                 simulated: bool = False, mode: str = "source",
+                 spike_filter: SpikeFilterParams | None = None) -> None:
         if mode not in MODES:
             raise DeviceError(f"PPK2: unknown mode {mode!r}",
                               hint="use \"source\" (the PPK2 supplies the DUT) or \"ampere\"")
@@ -113,7 +131,10 @@ class Ppk2(EnergyMonitor):
         self._fault: DeviceError | None = None
         self._last_rx = time.monotonic()
         self._words = WordAssembler()
-        self._last_counter: int | None = None
+        self._sequencer = CounterSequencer()
+        self._spike = SpikeFilter(spike_filter)
+        #: Samples kept in place although their counter was out of sequence (this acquisition).
+        self.out_of_sequence = 0
         self._raw_next = 0  # raw sample id of the next word
         self._carry: tuple[int, np.ndarray, np.ndarray] | None = None  # a partial block
 
@@ -153,6 +174,9 @@ class Ppk2(EnergyMonitor):
             raise DeviceError(f"PPK2: {exc.message}", hint=exc.hint or _CABLE_HINT) from None
         # The virtual bench's PPK2 adds a "sim: 1" metadata line: simulated, whatever was said.
         self.simulated = self.simulated or identifies_as_simulator(*self.calibration.extra)
+        for note in self.calibration.notes:
+            log.info("PPK2 calibration: %s", note)
+            self.stats.note(f"calibration: {note}")
 
     def close(self) -> None:
         """Stop, switch the DUT off, release the port. Idempotent."""
@@ -232,7 +256,9 @@ class Ppk2(EnergyMonitor):
             raise DeviceError("PPK2: start() while already streaming", hint="stop() first")
         self.transport.reset_input()
         self._words.reset()
-        self._last_counter = None
+        self._sequencer.reset()
+        self._spike.reset()  # both references restart it with each acquisition
+        self.out_of_sequence = 0
         self._raw_next = 0
         self._carry = None
         self._callback_errors.clear()
@@ -259,6 +285,7 @@ class Ppk2(EnergyMonitor):
         finally:
             self._running = False
             self._stop_reader()
+            self._deliver_held()
             self._on_chunk = None
             if self._carry is not None:
                 self.stats.note(f"{len(self._carry[1])} sample(s) after the last whole "
@@ -308,6 +335,13 @@ class Ppk2(EnergyMonitor):
             "timestamp_input": "D0",
             "hw": extra.get("hw"),
             "calibrated": extra.get("calibrated"),
+            "calibration_notes": list(self.calibration.notes) if self.calibration else [],
+            # Applied to every sample the rig records (before any averaging), as Nordic's app
+            # and ppk2-api apply it: the trace holds filtered currents around range switches.
+            "spike_filter": {"applied": True, **self._spike.params.as_dict(),
+                             "source": "Nordic pc-nrfconnect-ppk src/device/serialDevice.ts "
+                                       "getAdcResult; ppk2-api ppk2_api.py get_adc_result"},
+            "out_of_sequence_tolerance": OOS_TOLERANCE,
         }
 
     def self_test(self) -> dict[str, Any]:
@@ -363,20 +397,40 @@ class Ppk2(EnergyMonitor):
                     break
                 self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
 
-    def _chunks(self, raw: bytes) -> list[Chunk]:
+    def _deliver_held(self) -> None:
+        """The words the sequencer still held at the end of the stream (their jump unresolved:
+        a loss), to the chunk callback; called once the reader has stopped."""
+        on_chunk = self._on_chunk
+        if not self._sequencer.held or on_chunk is None or self.calibration is None:
+            return
+        for chunk in self._chunks(b"", final=True):
+            self._callback_errors.call(on_chunk, chunk)
+
+    def _chunks(self, raw: bytes, *, final: bool = False) -> list[Chunk]:
         """Decode whole words into chunks: one per run of consecutive samples."""
         assert self.calibration is not None and self._vdd_mv is not None
-        words = split_words(raw)
-        n = len(words)
-        gaps = counter_gaps(words.counter, self._last_counter)
-        self._last_counter = int(words.counter[-1])
+        seq = self._sequencer.feed(np.frombuffer(raw, dtype="<u4"), final=final)
+        n = len(seq)
+        if n == 0:
+            return []
+        words = split_words(seq.words)
+        gaps = seq.lost_before
         current = self.calibration.current(words.adc, words.rng, self._vdd_mv / 1000)
+        current = self._spike.apply(current, words.rng)
         ids = self._raw_next + np.arange(n, dtype=np.int64) + np.cumsum(gaps)
         self._raw_next = int(ids[-1]) + 1
         lost_at = np.flatnonzero(gaps)
         for k in lost_at.tolist():
             self.stats.note(f"{int(gaps[k])} sample(s) lost before sample {int(ids[k])} "
                             "(the PPK2's sample counter jumped)")
+        oos = seq.out_of_sequence
+        if oos.any():
+            self.out_of_sequence += int(oos.sum())
+            starts = np.flatnonzero(oos & ~np.concatenate(([False], oos[:-1])))
+            ends = np.flatnonzero(oos & ~np.concatenate((oos[1:], [False]))) + 1
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                self.stats.note(f"{b - a} sample(s) out of sequence at sample {int(ids[a])} "
+                                "(a wrong counter, then the count resumed): kept in place")
         cuts = [0, *(k for k in lost_at.tolist() if k > 0), n]
         chunks = []
         for a, b in itertools.pairwise(cuts):

@@ -30,7 +30,7 @@ from protocols.ppk2 import (
     split_words,
 )
 from tests.deadline import wait_until as _wait_until
-from virtual_bench.ppk2 import SIM_CALIBRATION, SimPpk2
+from virtual_bench.ppk2 import SIM_CALIBRATION, SIM_METADATA, SimPpk2
 from virtual_bench.world import NS, PowerParams, World
 
 # -- codec ----------------------------------------------------------------------------------------
@@ -325,7 +325,13 @@ def test_stream_decodes_currents_and_d0_with_the_calibration() -> None:
     gpio = np.concatenate([c.gpio for c in chunks])
     assert chunks[0].first_sample_id == 0 and len(current) == 10
     assert current[:5] == pytest.approx(666.67e-6, abs=3e-8)  # half a count of range 0
-    assert current[5:] == pytest.approx(2e-3, abs=3e-7)  # half a count of range 1
+    assert current[8:] == pytest.approx(2e-3, abs=3e-7)  # half a count of range 1
+    # The switch from range 0 to 1 at sample 5: Nordic's spike filter reads the three samples
+    # from it on as the running average, x_b + (x_a - x_b) 0.82^(j+1) (alpha 0.18).
+    x_a, x_b = (SIM_CALIBRATION.current(*SIM_CALIBRATION.adc_for(np.array([a]), 1.8), 1.8)[0]
+                for a in (666.67e-6, 2e-3))
+    assert current[5:8] == pytest.approx([x_b + (x_a - x_b) * 0.82 ** (j + 1)
+                                          for j in range(3)], rel=1e-12)
     assert gpio.tolist() == logic.tolist()  # D0 is bit 0
     assert np.all(np.concatenate([c.voltage for c in chunks]) == 1.8)
     assert monitor.stats.samples == 10 and monitor.stats.notes == []
@@ -349,19 +355,82 @@ def test_a_counter_jump_becomes_a_gap_in_the_sample_ids() -> None:
     close(monitor, port)
 
 
+def test_out_of_sequence_words_stay_in_place_and_only_real_losses_are_gaps() -> None:
+    """Counters 0..3, two words with a wrong counter, 6..9 (the count resumed: nothing lost),
+    then a jump of 5 that never resumes: 5 samples lost."""
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 100_000)
+    chunks = collect(monitor)
+    raw = words_for([1e-3] * 10)
+    bad = encode_words(*(np.array(v) for v in ([100, 100], [1, 1], [40, 41], [1, 1])))
+    port.feed(raw[:16] + bad + raw[24:])
+    port.feed(words_for([1e-3] * 8, first_counter=15))  # 10..14 never came
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    assert ids.tolist() == [*range(10), *range(15, 23)]
+    current = np.concatenate([c.current for c in chunks])
+    assert current[4] == pytest.approx(SIM_CALIBRATION.current(np.array([100]), np.array([1]),
+                                                               1.8)[0], rel=1e-12)
+    assert monitor.out_of_sequence == 2
+    assert monitor.stats.notes == [
+        "2 sample(s) out of sequence at sample 4 (a wrong counter, then the count resumed): "
+        "kept in place",
+        "5 sample(s) lost before sample 15 (the PPK2's sample counter jumped)"]
+    close(monitor, port)
+
+
+def test_six_wrong_counters_in_a_row_are_a_loss() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 100_000)
+    chunks = collect(monitor)
+    port.feed(words_for([1e-3] * 3) + words_for([1e-3] * 6, first_counter=40)
+              + words_for([1e-3] * 3, first_counter=9))
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    # 37 lost before counter 40; then 9 after 45 is (9 - 45 - 1) mod 64 = 27 more.
+    assert ids.tolist() == [0, 1, 2, *range(40, 46), *range(73, 76)]
+    assert monitor.out_of_sequence == 0
+    close(monitor, port)
+
+
+def test_the_manifest_settings_say_the_spike_filter_was_applied() -> None:
+    monitor, port = connected()
+    spike = monitor.settings()["spike_filter"]
+    assert spike["applied"] is True
+    assert (spike["alpha"], spike["alpha5"], spike["samples"]) == (0.18, 0.06, 3)
+    assert monitor.settings()["out_of_sequence_tolerance"] == 5
+    close(monitor, port)
+
+
+def test_the_sim_s_metadata_reads_as_nordic_s_app_reads_it() -> None:
+    """GS0 written 0 reads 1; user gains with one outside 0.9..1.1 read all 1; both noted."""
+    port = ScriptedPort([CONNECT[0], CONNECT[1], (b"\x19", SIM_METADATA)])
+    monitor = Ppk2(port, voltage_limit_v=3.3)
+    monitor.connect()
+    assert b"GS0: 0\n" in SIM_METADATA and b"UG3: 1.25\n" in SIM_METADATA
+    assert monitor.calibration == SIM_CALIBRATION
+    assert monitor.calibration.gs[0] == 1.0 and monitor.calibration.ug == (1.0,) * 5
+    assert [n.split(":")[0] for n in monitor.stats.notes] == ["calibration"] * 2
+    assert monitor.settings()["calibration_notes"] == list(monitor.calibration.notes)
+    close(monitor, port)
+
+
 def test_a_lower_rate_averages_blocks_and_keeps_a_pulse() -> None:
     monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
     monitor.configure(1.8, 25_000)  # 4 samples per delivered sample
     assert monitor.sample_rate == 25_000
     chunks = collect(monitor)
-    amps = [1e-3, 1e-3, 3e-3, 3e-3, 0.5e-3, 0.5e-3, 0.5e-3, 0.5e-3, 1e-3, 1e-3]
+    # All in range 1 (no range switch, so the spike filter leaves them as they are).
+    amps = [1e-3, 1e-3, 3e-3, 3e-3, 0.9e-3, 0.9e-3, 0.9e-3, 0.9e-3, 1e-3, 1e-3]
     logic = np.array([1, 1, 1, 1, 1, 0, 1, 1, 1, 1], np.uint8)
     port.feed(words_for(amps, logic=logic))
     port.expect((b"\x07", b""))
     monitor.stop()
     current = np.concatenate([c.current for c in chunks])
     gpio = np.concatenate([c.gpio for c in chunks])
-    assert current == pytest.approx([2e-3, 0.5e-3], rel=2e-4)
+    assert current == pytest.approx([2e-3, 0.9e-3], rel=2e-4)
     assert gpio.tolist() == [1, 0]
     assert "2 sample(s) after the last whole 4-sample average" in monitor.stats.notes[0]
     close(monitor, port)
@@ -417,7 +486,10 @@ def test_the_sim_measures_the_closed_form_power_and_window(sim: SimPpk2) -> None
     lsb1 = SIM_CALIBRATION.current(np.array([4001]), np.array([1]), 1.8)[0] - \
         SIM_CALIBRATION.current(np.array([4000]), np.array([1]), 1.8)[0]
     window_w = current[k1 : k1 + 1250].mean() * 1.8
-    assert window_w == pytest.approx(3.6e-3, abs=0.5 * lsb1 * 1.8)
+    # The window opens with a switch from range 0 (idle, 1.2 mW) to 1 (3.6 mW): the spike
+    # filter reads its first three samples as x_b + (x_a - x_b) 0.82^(j+1), j = 0, 1, 2.
+    filtered_w = (3.6e-3 - 1.2e-3) * sum(0.82 ** (j + 1) for j in range(3)) / 1250
+    assert window_w == pytest.approx(3.6e-3 - filtered_w, abs=0.5 * lsb1 * 1.8)
     idle = current[k1 + 1300 :]
     assert idle.mean() * 1.8 == pytest.approx(1.2e-3, rel=1e-4)
 
@@ -431,7 +503,10 @@ def test_ampere_mode_measures_at_the_bench_supply(sim: SimPpk2) -> None:
     finally:
         monitor.close()
     current = np.concatenate([c.current for c in chunks])
-    assert current[k1 : k1 + 1250].mean() * 2.5 == pytest.approx(3.6e-3, rel=3e-4)
+    # Less the spike filter's share at the switch into range 1 (as at 1.8 V, in watts).
+    filtered_w = (3.6e-3 - 1.2e-3) * sum(0.82 ** (j + 1) for j in range(3)) / 1250
+    assert current[k1 : k1 + 1250].mean() * 2.5 == pytest.approx(3.6e-3 - filtered_w,
+                                                                  rel=3e-4)
     assert chunks[0].voltage[0] == 2.5
 
 
@@ -451,6 +526,25 @@ def test_samples_lost_on_the_link_are_a_gap_not_a_shift(sim: SimPpk2) -> None:
     ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
     assert ids[-1] + 1 - len(ids) == 5  # 5 ids missing, every sample after at its own time
     assert any("5 sample(s) lost" in note for note in monitor.stats.notes)
+
+
+def test_words_the_sim_garbles_are_out_of_sequence_not_lost(sim: SimPpk2) -> None:
+    monitor = Ppk2.open(sim.path, voltage_limit_v=3.3, simulated=True)
+    try:
+        monitor.configure(1.8, FS)
+        chunks: list[Chunk] = []
+        monitor.start(chunks.append)
+        assert wait_until(lambda: sum(map(len, chunks)) > 1000)
+        sim.garble_counters(3)
+        seen = sum(map(len, chunks))
+        assert wait_until(lambda: sum(map(len, chunks)) > seen + 1000)
+        monitor.stop()
+    finally:
+        monitor.close()
+    ids = np.concatenate([np.arange(c.first_sample_id, c.end_sample_id) for c in chunks])
+    assert ids.tolist() == list(range(len(ids)))  # nothing lost, nothing shifted
+    assert monitor.out_of_sequence == 3
+    assert [n for n in monitor.stats.notes if "lost" in n] == []
 
 
 # serial: the bound holds while the host schedules the driver's reader within ~50 ms. The
