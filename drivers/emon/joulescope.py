@@ -632,7 +632,14 @@ class Joulescope(EnergyMonitor):
                                       "streaming", hint="restart the acquisition")
                 stream.ratio = ratio
             start = int(value["sample_id"]) // decimate
-            known = self._block_lengths.get(start) if ratio == 1 else None
+            if ratio == 1:
+                known = self._block_lengths.get(start)
+            elif decimate == 1:
+                # Full-rate GPI blocks (a JS220's) hold whole bytes: 8 samples per byte received
+                # (js220_usb.c stream_in_port: sample_count = (size << 3) / element_size_bits).
+                known = 8 * len(value["data"])
+            else:
+                known = None
             stream.add(start, value["data"], self.stats.note, known)
             return
         rate = (base_rate, decimate)

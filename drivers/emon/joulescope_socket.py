@@ -17,6 +17,28 @@ but ``off`` connects the DUT (`SampleSource.set_power`). A fixed range (JS220: `
 = ``manual`` with the range on ``s/i/range/select``; JS110: a range name on
 ``s/i/range/select``) clips the current at its full scale, as a saturated range does on the
 instrument; the larger shunt's drop of the DUT's supply (burden voltage) is not modelled.
+
+What it does as the real driver (joulescope_driver 2.2.12) does:
+
+- `unsubscribe` matches the very callback object given to `subscribe` (the binding passes the
+  object's address to the C side) and fails with NOT_FOUND for any other, even an equal bound
+  method.
+- Metadata is asked with the topic suffix ``%`` (``include/jsdrv.h``); ``$`` is NOT_FOUND.
+- Sample ids count at 2 MHz on both models (``SAMPLING_FREQUENCY`` in ``js110_usb.c`` and
+  ``js220_usb.c``). Current and voltage come at ``h/fs`` (a JS220's at 1 MHz at most); a
+  JS220's GPI at 2 MS/s whatever ``h/fs`` is (decimate_factor 1), a JS110's at ``h/fs``.
+  Its full-rate GPI blocks hold whole bytes (js220_usb.c ``stream_in_port``: 8 samples a
+  byte); bits that do not fill a byte wait for the next block. Simplified: the bench's samples
+  come at the output rate, so the stand-in repeats each GPI level over the output sample's
+  2 MS/s period (a pulse is as long as whole output periods).
+- `open` with ``defaults`` (or None) connects the DUT: the JS110 host code sends its range
+  default 128 (auto) at open; a JS220's range mode defaults to auto (``doc/js220.txt``).
+  Unconfirmed without hardware: whether a JS220 opened with defaults also leaves an ``off`` it
+  held before; the stand-in takes the documented default (the worse case). ``restore`` changes
+  nothing on the instrument.
+- Unconfirmed without hardware: a Joulescope's range when it was just plugged in (before any
+  host opened it). The stand-in boots with the DUT disconnected unless `range_at_boot` says
+  otherwise.
 """
 
 from __future__ import annotations
@@ -51,6 +73,10 @@ log = logging.getLogger(__name__)
 _RATE_LABELS = ((1_000_000, "MHz"), (1_000, "kHz"), (1, "Hz"))
 #: jsdrv field ids of the streams
 FIELD_CURRENT, FIELD_VOLTAGE, FIELD_GPI = 1, 2, 5
+#: Rate the sample ids count at, both models (``SAMPLING_FREQUENCY``, js110_usb.c, js220_usb.c).
+SAMPLE_ID_RATE_HZ = 2_000_000
+#: ``Driver.open`` modes (binding.pyx ``_DEVICE_OPEN_MODES``): defaults 0, restore 1, raw 0xff.
+_OPEN_MODES = {0: 0, "defaults": 0, None: 0, 1: 1, "restore": 1, 0xFF: 0xFF, "raw": 0xFF}
 #: Host seconds the stand-in's thread waits for a block before looking at its state again.
 POLL_S = 0.005
 _TIME64_PER_S = 1 << 30  # jsdrv time64: seconds since 2018-01-01 in 34.30 fixed point
@@ -81,10 +107,10 @@ def _rate_label(hz: int) -> str:
 
 
 def _rates(model: str) -> list[int]:
-    top = BASE_RATES[model]
-    steps = [2_000_000, 1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000,
-             2_000, 1_000, 500, 200, 100, 50, 20, 10, 5, 2, 1]
-    return [r for r in steps if r <= top]
+    """The ``h/fs`` options: the same list on both models (js110_usb.c, js220_usb.c), 2 MHz
+    included on a JS220 although its current and voltage stop at 1 MHz."""
+    return [2_000_000, 1_000_000, 500_000, 200_000, 100_000, 50_000, 20_000, 10_000, 5_000,
+            2_000, 1_000, 500, 200, 100, 50, 20, 10, 5, 2, 1]
 
 
 #: The instrument's current ranges: name -> full scale [A] (the JS220 has no 2 A range).
@@ -92,17 +118,17 @@ _FULL_SCALE_A = {"10 A": 10.0, "2 A": 2.0, "180 mA": 0.18, "18 mA": 0.018, "1.8 
                  "180 µA": 180e-6, "18 µA": 18e-6}
 _JS220_RANGES = {name for name in _FULL_SCALE_A if name != "2 A"}
 #: model -> (the topic that connects/disconnects the DUT, {range topic: values it takes}, the
-#: values those topics hold when the device is opened with "defaults")
+#: values those topics take when the device is opened with "defaults")
 _RANGE_TOPICS = {
+    # doc/js220.txt: s/i/range/mode [auto], manual, off; s/i/range/select 0..5 [0] (10 A)
     "js220": ("s/i/range/mode",
               {"s/i/range/mode": {"off", "auto", "manual"},
                "s/i/range/select": _JS220_RANGES},
-              # The fake opens with the DUT disconnected (no power blip before the rig's own
-              # "off"); the real default is "auto".
-              {"s/i/range/mode": "off", "s/i/range/select": "10 A"}),
+              {"s/i/range/mode": "auto", "s/i/range/select": "10 A"}),
+    # js110_usb.c PARAMS: s/i/range/select default 128 (auto), sent to the instrument at open
     "js110": ("s/i/range/select",
               {"s/i/range/select": {"auto", "off", *_FULL_SCALE_A}},
-              {"s/i/range/select": "off"}),
+              {"s/i/range/select": "auto"}),
 }
 #: data topic suffix -> (ctrl topic suffix, field id, index, packed bits)
 _DATA_TOPICS = {
@@ -121,11 +147,13 @@ class FakeJoulescopeDriver:
     """
 
     def __init__(self, source: SampleSource, *, device_path: str = "u/js220/000415",
-                 first_sample_id: int = 1_234_567, timeout: float | None = None) -> None:
+                 first_sample_id: int = 1_234_567, timeout: float | None = None,
+                 range_at_boot: str = "off") -> None:
         self.source = source
         self.device_path = device_path
         self.model = "js220" if "js220" in device_path else "js110"
-        self.base_rate = BASE_RATES[self.model]
+        #: Top rate of current and voltage (a JS220's GPI go on at 2 MS/s above it).
+        self.analog_max = BASE_RATES[self.model]
         self.log_level = "off"
         #: Every (topic, value) published, in order (for tests).
         self.published: list[tuple[str, Any]] = []
@@ -138,8 +166,16 @@ class FakeJoulescopeDriver:
         self._source_lock = threading.Lock()
         self._open = False
         self._streaming = False
+        power_topic, _, defaults = _RANGE_TOPICS[self.model]
+        # The instrument's own state before any host opened it (see the module docstring).
+        self._retained = {"h/fs": SAMPLE_ID_RATE_HZ, **defaults, power_topic: range_at_boot,
+                          **{ctrl: 0 for ctrl, *_ in _DATA_TOPICS.values()}}
+        if range_at_boot != "off":
+            source.set_power(True)
         self._next_id = first_sample_id  # output-rate ids, absolute like the instrument's
         self._id_offset = first_sample_id
+        #: data topic -> (first 2 MS/s id, bits) a JS220's GPI hold back until a byte is full
+        self._gpi_carry: dict[str, tuple[int, np.ndarray]] = {}
         self._lost: BaseException | None = None
         self._finalized = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-jsdrv", daemon=True)
@@ -167,18 +203,23 @@ class FakeJoulescopeDriver:
         return [] if self._lost is not None else [self.device_path]
 
     def open(self, device_prefix, mode=None, timeout=None) -> None:
-        """Open the device; mode ``defaults`` (or None) resets every setting."""
+        """Open the device: ``defaults`` (or None) resets every setting, which connects the
+        DUT (range auto); ``restore`` keeps the instrument's state."""
         self._check_device(device_prefix)
+        code = _OPEN_MODES[mode.lower() if isinstance(mode, str) else mode]
+        if code == 0xFF:
+            raise RuntimeError(f"open {device_prefix}: raw mode is not simulated")
+        power_topic, _, range_defaults = _RANGE_TOPICS[self.model]
         with self._state:
-            if mode in (None, "defaults") or not self._retained:
-                fs = self.base_rate
-                _, _, range_defaults = _RANGE_TOPICS[self.model]
-                self._retained = {
-                    "h/fs": fs,
-                    **range_defaults,
-                    **{ctrl: 0 for ctrl, *_ in _DATA_TOPICS.values()},
-                }
+            if code == 0:
+                self._retained.update({"h/fs": SAMPLE_ID_RATE_HZ, **range_defaults})
+            for ctrl, *_ in _DATA_TOPICS.values():
+                self._retained[ctrl] = 0
+            connected = self._retained[power_topic] != "off"
             self._open = True
+        if code == 0:
+            with self._source_lock:
+                self.source.set_power(connected)
 
     def close(self, device_prefix, timeout=None) -> None:
         """Close the device: streams stop."""
@@ -224,15 +265,18 @@ class FakeJoulescopeDriver:
         return self.query(response_topic, timeout)
 
     def query(self, topic: str, timeout=None) -> Any:
-        """A retained value, or metadata for a topic ending in ``$`` (only ``h/fs$`` here)."""
+        """A retained value, or the metadata of a topic asked with the suffix ``%`` (only
+        ``h/fs`` has any here; others answer None, as topics without metadata do)."""
         sub = self._device_topic(topic)
         with self._state:
-            if sub == "h/fs$":
+            if sub == "h/fs%":
                 rates = _rates(self.model)
                 return {"dtype": "u32", "brief": "The sampling frequency.", "default": rates[0],
                         "options": [[r, _rate_label(r)] for r in rates]}
+            if sub.endswith("%") and sub[:-1] in self._retained:
+                return None
             if sub not in self._retained:
-                raise RuntimeError(f"query {topic}: topic not found")
+                raise RuntimeError(f"jsdrv_query failed 16 NOT_FOUND | {topic}")
             return self._retained[sub]
 
     def subscribe(self, topic: str, flags, fn, timeout=None) -> None:
@@ -247,15 +291,19 @@ class FakeJoulescopeDriver:
                         fn(full, value)
 
     def unsubscribe(self, topic, fn, timeout=None) -> None:
-        """Stop calling `fn` for `topic`; returns after any call in progress ended."""
+        """Stop calling the very object `fn` for `topic` (an equal but other bound method is
+        NOT_FOUND, as in the binding); returns after any call in progress ended."""
         with self._dispatch:
-            self._subscribers = [(t, f) for t, f in self._subscribers
-                                 if not (t == topic and f == fn)]
+            kept = [(t, f) for t, f in self._subscribers if not (t == topic and f is fn)]
+            found = len(kept) < len(self._subscribers)
+            self._subscribers = kept
+        if not found:
+            raise RuntimeError(f"jsdrv_unsubscribe failed 16 NOT_FOUND | {topic}")
 
     def unsubscribe_all(self, fn, timeout=None) -> None:
-        """Stop calling `fn` for any topic."""
+        """Stop calling the very object `fn` for any topic."""
         with self._dispatch:
-            self._subscribers = [(t, f) for t, f in self._subscribers if f != fn]
+            self._subscribers = [(t, f) for t, f in self._subscribers if f is not fn]
 
     # -- internals ----------------------------------------------------------------------------
     def _check_device(self, device_prefix: str) -> None:
@@ -277,8 +325,9 @@ class FakeJoulescopeDriver:
             self._streaming = want
             with self._source_lock:
                 if want:
-                    self.source.set_sample_rate(int(self._retained["h/fs"]))
+                    self.source.set_sample_rate(self._analog_rate())
                     self._id_offset = self._next_id
+                    self._gpi_carry.clear()
                     self.source.start()
                 else:
                     self.source.stop()
@@ -309,14 +358,37 @@ class FakeJoulescopeDriver:
                 return _FULL_SCALE_A[self._retained["s/i/range/select"]]
             return _FULL_SCALE_A.get(self._retained.get("s/i/range/select", "off"))
 
+    def _gpi_block(self, suffix: str, sample_id: int, levels: np.ndarray,
+                   repeat: int) -> tuple[int, np.ndarray]:
+        """(first id, packed little-endian bits) of one GPI block: each level repeated
+        `repeat` times; at full rate (repeat > 1) whole bytes only, the rest carried over."""
+        bits = levels.astype(np.uint8)
+        if repeat == 1:
+            return sample_id, np.packbits(bits, bitorder="little")
+        bits = np.repeat(bits, repeat)
+        carry = self._gpi_carry.pop(suffix, None)
+        if carry is not None and carry[0] + len(carry[1]) == sample_id:
+            sample_id, bits = carry[0], np.concatenate((carry[1], bits))
+        whole = len(bits) // 8 * 8
+        if whole < len(bits):
+            self._gpi_carry[suffix] = (sample_id + whole, bits[whole:])
+        return sample_id, np.packbits(bits[:whole], bitorder="little")
+
+    def _analog_rate(self) -> int:
+        """The rate current and voltage stream at: ``h/fs``, at most `analog_max`."""
+        return min(int(self._retained["h/fs"]), self.analog_max)
+
     def _publish_block(self, block: SampleBlock) -> None:
         full_scale = self.full_scale_a()
         with self._state:
-            fs = int(self._retained["h/fs"])
+            fs = self._analog_rate()
             enabled = {d: bool(self._retained.get(c)) for d, (c, *_) in _DATA_TOPICS.items()}
             first = self._id_offset + block.first
             self._next_id = first + len(block)
-        decimate = self.base_rate // fs
+        decimate = SAMPLE_ID_RATE_HZ // fs
+        # A JS220's GPI stay at 2 MS/s (js220_usb.c PORT_MAP decimate_min 1); a JS110's follow.
+        gpi_decimate = 1 if self.model == "js220" else decimate
+        gpi_repeat = decimate // gpi_decimate
         utc = int((time.time() - _EPOCH_2018) * _TIME64_PER_S)
         current = block.current.astype(np.float32)
         if full_scale is not None:  # a fixed range saturates at its full scale
@@ -324,24 +396,29 @@ class FakeJoulescopeDriver:
         signals = {
             "s/i/!data": current,
             "s/v/!data": block.voltage.astype(np.float32),
-            "s/gpi/0/!data": np.packbits(block.gpi0.astype(np.uint8), bitorder="little"),
-            "s/gpi/1/!data": np.packbits(block.gpi1.astype(np.uint8), bitorder="little"),
+            "s/gpi/0/!data": block.gpi0,
+            "s/gpi/1/!data": block.gpi1,
         }
         with self._dispatch:
             for suffix, data in signals.items():
                 if not enabled[suffix]:
                     continue
-                _, field_id, index, _ = _DATA_TOPICS[suffix]
+                _, field_id, index, packed = _DATA_TOPICS[suffix]
                 topic = f"{self.device_path}/{suffix}"
+                sample_id = first * decimate
+                if packed:
+                    sample_id, data = self._gpi_block(suffix, sample_id, data, gpi_repeat)
+                    if not len(data):
+                        continue
                 value = {
-                    "sample_id": first * decimate,
+                    "sample_id": sample_id,
                     "utc": utc,
                     "field_id": field_id,
                     "index": index,
-                    "sample_rate": self.base_rate,
-                    "decimate_factor": decimate,
+                    "sample_rate": SAMPLE_ID_RATE_HZ,
+                    "decimate_factor": gpi_decimate if packed else decimate,
                     "time_map": {"offset_time": utc, "offset_counter": first * decimate,
-                                 "counter_rate": float(self.base_rate)},
+                                 "counter_rate": float(SAMPLE_ID_RATE_HZ)},
                     "data": data,
                 }
                 for sub_topic, fn in list(self._subscribers):

@@ -216,7 +216,7 @@ def test_fake_joulescope_clips_at_a_fixed_ranges_full_scale(path, publishes, pow
     fake = FakeJoulescopeDriver(source, device_path=path)
     got: list[np.ndarray] = []
     try:
-        fake.open(path, "defaults")
+        fake.open(path, "restore")  # as the rig opens it ("defaults" connects the DUT)
         fake.publish(f"{path}/{('s/i/range/mode' if 'js220' in path else 's/i/range/select')}",
                      "off")
         for topic, value in publishes:

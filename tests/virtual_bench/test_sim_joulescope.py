@@ -13,7 +13,7 @@ import pytest
 from drivers.emon.base import Chunk
 from drivers.emon.joulescope import Joulescope
 from drivers.emon.joulescope_socket import FakeJoulescopeDriver, SocketSource, SourceEnded
-from drivers.errors import VoltageLimitError
+from drivers.errors import DeviceError, VoltageLimitError
 from protocols.errors import ProtocolError
 from protocols.joulescope_bridge import (
     HELLO,
@@ -68,10 +68,14 @@ def test_payloads_look_like_the_real_drivers() -> None:
     cur, volt, gpi = (got[f"{dev}/{s}/!data"] for s in ("s/i", "s/v", "s/gpi/0"))
     for value in (cur, volt, gpi):
         assert set(value) == keys
-        assert value["sample_rate"] == 1_000_000 and value["decimate_factor"] == 100
-        assert value["sample_id"] % 100 == 0
+        # Ids count at 2 MHz (js220_usb.c SAMPLING_FREQUENCY); i, v at h/fs = 10 kHz.
+        assert value["sample_rate"] == 2_000_000
+        assert value["sample_id"] % 200 == 0
+    assert cur["decimate_factor"] == volt["decimate_factor"] == 200
+    assert gpi["decimate_factor"] == 1  # a JS220's GPI stay at 2 MS/s (PORT_MAP)
     assert cur["data"].dtype == np.float32 and volt["data"].dtype == np.float32
-    assert gpi["data"].dtype == np.uint8
+    assert gpi["data"].dtype == np.uint8 and len(gpi["data"]) == len(cur["data"]) * 200 // 8
+    np.testing.assert_array_equal(np.unpackbits(gpi["data"], bitorder="little"), 1)
     assert (cur["field_id"], volt["field_id"], gpi["field_id"]) == (1, 2, 5)
     np.testing.assert_allclose(volt["data"], np.float32(3.3))
 
@@ -87,9 +91,13 @@ def test_fake_refuses_like_the_instrument() -> None:
             fake.publish(f"{dev}/h/fs", 3000)
         with pytest.raises(RuntimeError, match="invalid value"):
             fake.publish(f"{dev}/s/i/range/mode", "sideways")
-        with pytest.raises(RuntimeError, match="not found"):
+        with pytest.raises(RuntimeError, match="NOT_FOUND"):
             fake.query(f"{dev}/no/such/topic")
-        assert fake.query(f"{dev}/h/fs$")["options"][0] == [1_000_000, "1 MHz"]
+        # Metadata is asked with "%" (jsdrv.h); "$" is the response's suffix: NOT_FOUND.
+        assert fake.query(f"{dev}/h/fs%")["options"][:2] == [[2_000_000, "2 MHz"],
+                                                            [1_000_000, "1 MHz"]]
+        with pytest.raises(RuntimeError, match="NOT_FOUND"):
+            fake.query(f"{dev}/h/fs$")
     finally:
         fake.finalize()
 
@@ -291,3 +299,127 @@ def test_joulescope_through_the_socket_bridge() -> None:
         server.join(timeout=5.0)
         bench.close()
     assert not server.is_alive()
+
+
+# -- the stand-in does what the real driver does (issue 35) ---------------------------------------
+class _Power:
+    """A SampleSource that only records the DUT's power switching."""
+
+    def __init__(self) -> None:
+        self.power: list[bool] = []
+
+    def set_sample_rate(self, hz: int) -> None: ...
+    def set_power(self, on: bool) -> None:
+        self.power.append(on)
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def read(self, timeout_s: float):
+        return None
+
+    def close(self) -> None: ...
+
+
+def test_unsubscribe_needs_the_very_callback_object() -> None:
+    fake = FakeJoulescopeDriver(_Power())
+    topic = f"{fake.device_path}/s/i/!data"
+
+    class Sub:
+        def on(self, topic, value) -> None: ...
+
+    sub = Sub()
+    held = sub.on
+    try:
+        fake.subscribe(topic, ["pub"], held)
+        with pytest.raises(RuntimeError, match="NOT_FOUND"):
+            fake.unsubscribe(topic, sub.on)  # equal, but another bound-method object
+        assert fake._subscribers == [(topic, held)]
+        fake.unsubscribe(topic, held)
+        assert fake._subscribers == []
+    finally:
+        fake.finalize()
+
+
+@pytest.mark.parametrize(("path", "range_topic"), [("u/js220/000415", "s/i/range/mode"),
+                                                   ("u/js110/000001", "s/i/range/select")])
+def test_open_with_defaults_connects_the_dut_and_restore_changes_nothing(
+        path: str, range_topic: str) -> None:
+    source = _Power()
+    fake = FakeJoulescopeDriver(source, device_path=path)
+    try:
+        fake.open(path, "restore")
+        assert source.power == [] and fake.query(f"{path}/{range_topic}") == "off"
+        fake.close(path)
+        fake.open(path, "defaults")
+        assert source.power == [True] and fake.query(f"{path}/{range_topic}") == "auto"
+        fake.publish(f"{path}/{range_topic}", "off")
+        fake.close(path)
+        fake.open(path, "restore")  # the instrument keeps what the last host left
+        assert source.power == [True, False] and fake.query(f"{path}/{range_topic}") == "off"
+    finally:
+        fake.finalize()
+
+
+def test_the_rig_never_connects_a_dut_the_instrument_held_off() -> None:
+    source = _Power()
+    fake = FakeJoulescopeDriver(source)
+    js = Joulescope.open("", voltage_limit_v=3.6, simulated=True, driver_factory=lambda: fake)
+    try:
+        js.configure(3.3, 1000)
+        assert source.power == [False]  # the rig's own "off"; open connected nothing
+        js.power_on()
+        assert source.power == [False, True]
+    finally:
+        js.close()
+    assert source.power == [False, True, False]
+
+
+def test_a_js220_opened_while_connected_is_disconnected_first() -> None:
+    # Unconfirmed without hardware: a JS220 just plugged in may hold its default, auto.
+    source = _Power()
+    fake = FakeJoulescopeDriver(source, range_at_boot="auto")
+    js = Joulescope.open("", voltage_limit_v=3.6, simulated=True, driver_factory=lambda: fake)
+    try:
+        assert source.power == [True, False]
+        assert fake.published[0] == (f"{fake.device_path}/s/i/range/mode", "off")
+    finally:
+        js.close()
+
+
+@pytest.mark.parametrize("fs", [1_000_000, 100_000, 1_000])
+def test_js220_gpi_blocks_are_whole_bytes_at_2_msps(fs: int) -> None:
+    world = World(speed=50.0)
+    fake = FakeJoulescopeDriver(WorldSource(world, fs))
+    dev = fake.device_path
+    blocks: list[dict] = []
+    analog: list[dict] = []
+    try:
+        fake.open(dev, "restore")
+        fake.publish(f"{dev}/h/fs", fs)
+        fake.subscribe(f"{dev}/s/gpi/0/!data", ["pub"], lambda t, v: blocks.append(v))
+        fake.subscribe(f"{dev}/s/i/!data", ["pub"], lambda t, v: analog.append(v))
+        fake.publish(f"{dev}/s/i/ctrl", 1)
+        fake.publish(f"{dev}/s/gpi/0/ctrl", 1)
+        wait_until(lambda: len(blocks) >= 3)
+        fake.publish(f"{dev}/s/gpi/0/ctrl", 0)
+        fake.publish(f"{dev}/s/i/ctrl", 0)
+    finally:
+        fake.finalize()
+    d = 2_000_000 // fs
+    assert {v["decimate_factor"] for v in analog} == {d}
+    assert {v["decimate_factor"] for v in blocks} == {1}
+    # Contiguous at 2 MS/s, 8 samples a byte, starting where the current starts.
+    ids = [v["sample_id"] for v in blocks]
+    assert ids[0] == analog[0]["sample_id"]
+    assert ids[1:] == [i + 8 * len(v["data"]) for i, v in zip(ids, blocks, strict=False)][:-1]
+
+
+def test_a_js220_offers_2_mhz_and_the_rig_refuses_it() -> None:
+    fake = FakeJoulescopeDriver(_Power())
+    js = Joulescope.open("", voltage_limit_v=3.6, simulated=True, driver_factory=lambda: fake)
+    try:
+        assert [2_000_000, "2 MHz"] in fake.query(f"{fake.device_path}/h/fs%")["options"]
+        with pytest.raises(DeviceError, match="2e\\+06 Hz is not available"):
+            js.configure(3.3, 2_000_000)
+    finally:
+        js.close()
