@@ -25,7 +25,9 @@ import numpy as np
 
 from protocols.errors import ProtocolError
 
-#: Top sample rate of each model [Hz] (a JS110 samples at 2 MS/s, a JS220 at 1 MS/s).
+#: Top ``h/fs`` of current and voltage on each model [Hz] (a JS110's at 2 MS/s, a JS220's at
+#: 1 MS/s; both count sample ids at 2 MHz and a JS220's GPI stay at 2 MS/s: joulescope_driver
+#: 2.2.12 ``js220_usb.c`` PORT_MAP and ``SAMPLING_FREQUENCY``).
 BASE_RATES = {"js110": 2_000_000, "js220": 1_000_000}
 #: Most samples in one block.
 MAX_BLOCK = 65_536
