@@ -80,7 +80,19 @@ def find_xylo_audio2_hdk() -> Any:
     xylo_audio2(hdk=True)
     from rockpool.devices.xylo import find_xylo_hdks
 
-    hdks, _modules, versions = find_xylo_hdks()
+    try:
+        hdks, _modules, versions = find_xylo_hdks()
+    except ValueError as exc:
+        # Rockpool 3.1.0 (rockpool/devices/xylo/helper.py, find_xylo_hdks) raises ValueError for
+        # a board whose firmware is older than its minimum (check_firmware_versions: FX3
+        # "fxtree" 0.11.5 and FPGA "unifirm" 1.1.3 for Xylo Audio 2 and IMU, 0.12.2 and 1.6.0
+        # for Xylo Audio 3) instead of listing it.
+        raise XyloUnavailable(
+            f"samna found a Xylo HDK that Rockpool cannot use ({exc})",
+            hint="upgrade the HDK's firmware with SynSense's tools (Rockpool 3.1.0 needs FX3 "
+            "firmware >= 0.11.5 and unifirm >= 1.1.3 on a Xylo Audio 2 HDK), "
+            "or run without --hdk (XyloSim)",
+        ) from exc
     for device, version in zip(hdks, versions, strict=False):
         if version == "syns61201":
             return device

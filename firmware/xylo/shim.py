@@ -7,19 +7,25 @@ Run it with the rig's Python (it imports the installed `protocols` package); the
 through `drivers.process.ProcessTransport`. Performance timestamp mode only. The lap counter
 under XyloSim is Xylo's own time base (timesteps x dt per inference, accumulated from boot): the
 real-time length of the input, not an execution time anyone measured, so ``caps`` lists
-``simtime``. On an HDK it adds up samna's measured ``inf_duration`` per evolve instead.
+``simtime``. On an HDK it adds up the time from the start of Rockpool's read of the board to our
+poll that saw the readout of the last time step (`ReadoutPoll`), and says that poll's resolution.
 The input format, the extra power lines of ``--hdk`` and the exit codes are in README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
 import re
 import select
 import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from firmware.xylo.nir_graph import load_network
-from firmware.xylo.rockpool_import import XyloUnavailable, find_xylo_audio2_hdk, xylo_audio2
+from firmware.xylo.rockpool_import import (
+    XYLO_AUDIO2,
+    XyloUnavailable,
+    find_xylo_audio2_hdk,
+    load_samna,
+    xylo_audio2,
+)
 from firmware.xylo.spec import SpecError, XyloSpec
 from protocols.dut.codec import (
     CAP_BLOAD,
@@ -58,6 +70,19 @@ DUMP_BYTES_PER_LINE = 16
 #: names of the ``m-power-<rail>-uw-<n>`` lines.
 POWER_RAILS = {"io_power": "io", "snn_core_power": "snn_core",
                "afe_core_power": "afe_core", "afe_ldo_power": "afe_ldo"}
+#: The samna measurement channel of each rail, as Rockpool 3.1.0's XyloSamna.evolve splits the
+#: power events (rockpool/devices/xylo/syns61201/xylo_samna.py, `samna.xyloA2TestBoard.
+#: MeasurementChannels`); used for idle power, which is read without an evolve.
+RAIL_CHANNELS = {"io_power": "Io", "snn_core_power": "Logic",
+                 "afe_core_power": "LogicAfe", "afe_ldo_power": "IoAfe"}
+#: Rail sampling rate [Hz]: SynSense's power tutorial builds XyloSamna with power_frequency=20.
+#: (synsense/rockpool docs/devices/quick-xylo/xylo-audio-power.ipynb, commit 925e2e9); Rockpool's
+#: own default of 5 Hz leaves a 0.1-0.2 s evolve with no sample at all.
+DEFAULT_POWER_HZ = 20.0
+#: Interval of our poll of the board's read buffer for the readout of an evolve's last time
+#: step. Rockpool 3.1.0's blocking_read sleeps 0.1 s before every poll (xa2_devkit_utils.py), so
+#: its inf_duration is never below 0.1 s and moves in 0.1 s steps.
+POLL_INTERVAL_S = 1e-3
 #: Exit codes: bad arguments or spec, no HDK/samna.
 EXIT_USAGE, EXIT_UNAVAILABLE = 2, 3
 
@@ -104,30 +129,93 @@ def class_scores(output: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Evolved:
     """One inference on a backend: output spikes ``(T, n_out)``, power samples (W) per rail
-    (none in simulation) and, on hardware, the seconds it took as the board's driver measured
-    them (None where time is the simulator's: T x dt)."""
+    (none in simulation) and, on hardware, the seconds it took as the host saw the board finish
+    and the resolution of that figure (None where time is the simulator's: T x dt)."""
 
     output: np.ndarray
     power: dict[str, np.ndarray] = field(default_factory=dict)
     duration_s: float | None = None
+    resolution_s: float | None = None
 
 
 class HdkTimingError(Rejected):
-    """samna's record of an evolve carries no usable ``inf_duration``: the ``infer`` is refused
-    (an ``e-`` line), never timed by a guess."""
+    """An evolve on the HDK could not be timed (no readout seen, or a time not above the poll's
+    resolution): the ``infer`` is refused with an ``e-`` line, never timed by a guess."""
 
 
-def hdk_duration(record: dict[str, Any]) -> float:
-    """The ``inf_duration`` [s] of one XyloSamna evolve: Rockpool's host-clock time around the
-    board's accelerated-time run and its readout, the only execution time an HDK reports."""
-    value = record.get("inf_duration")
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
-        raise HdkTimingError(f"the HDK's evolve record has no inf_duration (got {value!r}): "
-                             "the installed Rockpool does not report execution time")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise HdkTimingError(f"the HDK's evolve took {seconds!r} s by its inf_duration")
-    return seconds
+class PowerUnavailable(Rejected):
+    """A measurement window collected no power sample on some rail: refused by name, so that
+    power never reads as silently unavailable."""
+
+
+@dataclass(frozen=True)
+class BoardTime:
+    """When one evolve's last readout was seen: `seconds` from the start of the read to the end
+    of the poll that saw it; it arrived within the last `resolution_s` of that."""
+
+    seconds: float
+    resolution_s: float
+
+
+class ReadoutPoll:
+    """Our stand-in for Rockpool's ``xa2_devkit_utils.blocking_read`` while the shim evolves.
+
+    Same contract as Rockpool 3.1.0's (``(events, is_timeout)``; wait for an event whose
+    ``timestamp`` reaches `target_timestamp`, or for `count` events, or for any event; give up
+    after `timeout` s; one last read at the end), but it polls every `interval_s` instead of
+    sleeping 0.1 s first, and records in `last` when the readout was seen and to within what.
+    XyloSamna.evolve starts its clock right after writing the input and calls this at once, so
+    `last.seconds` is Rockpool's ``inf_duration`` without the polling floor. It is host time:
+    USB transfer and samna's event pipeline are in it (their share is unconfirmed without
+    hardware).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep,
+                 interval_s: float = POLL_INTERVAL_S) -> None:
+        self._clock, self._sleep, self._interval = clock, sleep, interval_s
+        self.last: BoardTime | None = None
+
+    def __call__(self, read_buffer: Any, target_timestamp: int | None = None,
+                 count: int | None = None, timeout: float | None = None
+                 ) -> tuple[list[Any], bool]:
+        events: list[Any] = []
+        start = previous = self._clock()
+        while True:
+            before = self._clock()
+            batch = list(read_buffer.get_events())
+            after = self._clock()
+            events += batch
+            if _read_done(batch, events, target_timestamp, count):
+                self.last = BoardTime(after - start, after - previous)
+                events += read_buffer.get_events()
+                return events, False
+            if timeout and after - start > timeout:
+                return events + list(read_buffer.get_events()), True
+            previous = before
+            self._sleep(self._interval)
+
+    @contextmanager
+    def installed(self, devkit: types.ModuleType) -> Iterator[ReadoutPoll]:
+        """This poll as `devkit.blocking_read` (XyloSamna.evolve looks it up there on each
+        call) for the body; Rockpool's own is put back afterwards."""
+        original = devkit.blocking_read
+        self.last = None
+        devkit.blocking_read = self
+        try:
+            yield self
+        finally:
+            devkit.blocking_read = original
+
+
+def _read_done(batch: list[Any], events: list[Any], target: int | None,
+               count: int | None) -> bool:
+    if target is not None:
+        stamps = [e.timestamp for e in batch if getattr(e, "timestamp", None) is not None]
+        return bool(stamps) and max(stamps) >= target
+    if count:
+        return len(events) >= count
+    return bool(events)
 
 
 class SimBackend:
@@ -151,36 +239,85 @@ class SimBackend:
 class HdkBackend:
     """XyloSamna on an attached Xylo Audio 2 HDK, its power rails sampled at `power_hz`.
 
-    `xylo` is the evolvable XyloSamna module (`open` builds it through samna); the rest only
-    calls ``reset_state()`` and ``xylo(raster, record_power=True)``, so a test can hand in a
-    stand-in for the samna edge.
+    `xylo` is Rockpool's XyloSamna module, `devkit` the Rockpool module whose ``blocking_read``
+    its evolve calls (``syns61201.xa2_devkit_utils``) and `samna` the samna library; `open`
+    builds all three. `clock` and `sleep` time the board (tests hand in a simulated clock).
     """
 
     label = "HDK"
     has_power = True
     simulated_time = False
 
-    def __init__(self, xylo: Any) -> None:
-        self._xylo = xylo
+    def __init__(self, xylo: Any, devkit: types.ModuleType, samna: Any, power_hz: float, *,
+                 clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep,
+                 poll_s: float = POLL_INTERVAL_S) -> None:
+        for owner, name in ((devkit, "blocking_read"), (xylo, "_power_buf")):
+            if not hasattr(owner, name):
+                raise XyloUnavailable(
+                    f"the installed Rockpool has no {name} where 3.1.0 has it: the shim "
+                    "cannot time the board or read idle power through it",
+                    hint="install rockpool 3.1.0 (the rig's xylo extra)")
+        self._xylo, self._devkit, self._samna = xylo, devkit, samna
+        self.power_hz = power_hz
+        self._sleep = sleep
+        self._poll = ReadoutPoll(clock, sleep, poll_s)
 
     @classmethod
-    def open(cls, spec: XyloSpec, power_hz: float) -> HdkBackend:
-        """Configure the attached HDK for `spec` (needs samna and a board)."""
+    def open(cls, spec: XyloSpec, power_hz: float, **timing: Any) -> HdkBackend:
+        """Configure the attached HDK for `spec` (needs samna and a board); `timing` goes to
+        the constructor (``clock``, ``sleep``, ``poll_s``)."""
         module = xylo_audio2(hdk=True)
+        samna = load_samna()
         device = find_xylo_audio2_hdk()
-        config, valid, message = module.config_from_specification(**spec.specification())
+        arguments = spec.specification()
+        # XyloSim takes the hidden biases as `bias`, config_from_specification as `bias_hidden`
+        # (rockpool 3.1.0 syns61201/xylo_sim.py and xylo_samna.py): without this the board
+        # would run without them.
+        arguments["bias_hidden"] = arguments["bias"]
+        config, valid, message = module.config_from_specification(**arguments)
         if not valid:
             raise SpecError(f"samna refused the network configuration: {message}",
                             hint="rebuild the specification for Xylo Audio 2")
-        return cls(module.XyloSamna(device, config, dt=spec.dt, power_frequency=power_hz))
+        try:
+            xylo = module.XyloSamna(device, config, dt=spec.dt, power_frequency=power_hz)
+        except (TimeoutError, ValueError) as exc:  # XyloSamna's version check, samna's replies
+            raise XyloUnavailable(
+                f"the Xylo Audio 2 HDK did not come up under Rockpool's XyloSamna ({exc})",
+                hint="unplug and replug the HDK, check that samna sees it, and retry") from exc
+        return cls(xylo, importlib.import_module(f"{XYLO_AUDIO2}.xa2_devkit_utils"), samna,
+                   power_hz, **timing)
 
     def run(self, raster: np.ndarray) -> Evolved:
-        """Output spikes, the power samples (W) of each rail and the measured duration."""
+        """Output spikes, the power samples (W) of each rail and the board's time."""
         self._xylo.reset_state()
-        output, _, record = self._xylo(raster, record_power=True)
+        try:
+            with self._poll.installed(self._devkit):
+                output, _, record = self._xylo(raster, record_power=True)
+        except TimeoutError as exc:  # XyloSamna.evolve: the board did not reach the last step
+            raise HdkTimingError(f"the HDK did not finish the inference: {exc}") from exc
+        seen = self._poll.last
+        if seen is None:
+            raise HdkTimingError("the HDK's evolve returned without our poll seeing the "
+                                 "readout of its last time step: it cannot be timed")
         return Evolved(np.asarray(output),
                        {k: np.asarray(record[k], float) for k in POWER_RAILS},
-                       hdk_duration(record))
+                       seen.seconds, seen.resolution_s)
+
+    def idle(self, seconds: float) -> dict[str, np.ndarray]:
+        """The rails over `seconds` with the network configured and nothing evolving, read as
+        SynSense's tutorial reads idle power (xylo-audio-power.ipynb, "Measure idle power (no
+        evolution)"): empty XyloSamna's power buffer, wait, take what arrived, split by
+        channel."""
+        buffer = self._xylo._power_buf
+        buffer.get_events()
+        self._sleep(seconds)
+        events = buffer.get_events()
+        channels = np.fromiter((int(e.channel) for e in events), int, len(events))
+        values = np.fromiter((float(e.value) for e in events), float, len(events))
+        names = self._samna.xyloA2TestBoard.MeasurementChannels
+        return {rail: values[channels == int(getattr(names, RAIL_CHANNELS[rail]))]
+                for rail in POWER_RAILS}
 
 
 class StandInRails(SimBackend):
@@ -197,7 +334,7 @@ class StandInRails(SimBackend):
 
     def __init__(self, spec: XyloSpec, power_hz: float, rails: dict[str, dict[str, float]]):
         super().__init__(spec)
-        self._dt, self._hz = spec.dt, power_hz
+        self._dt, self.power_hz = spec.dt, power_hz
         names = {short: long for long, short in POWER_RAILS.items()}
         self._idle = {names[k]: v * 1e-6 for k, v in rails["idle_uw"].items()}
         self._active = {names[k]: v * 1e-6 for k, v in rails["active_uw"].items()}
@@ -205,8 +342,13 @@ class StandInRails(SimBackend):
     def run(self, raster: np.ndarray) -> Evolved:
         output = super().run(raster).output
         level = self._active if np.any(raster) else self._idle
-        count = max(1, round(raster.shape[0] * self._dt * self._hz))
+        count = round(raster.shape[0] * self._dt * self.power_hz)
         return Evolved(output, {rail: np.full(count, watts) for rail, watts in level.items()})
+
+    def idle(self, seconds: float) -> dict[str, np.ndarray]:
+        """The idle levels, one sample per ``1/power_hz`` of `seconds` (none when shorter)."""
+        count = round(seconds * self.power_hz)
+        return {rail: np.full(count, watts) for rail, watts in self._idle.items()}
 
 
 class Port:
@@ -382,14 +524,21 @@ class XyloShim:
         lines += ["m-warmup-done", f"m-infer-start-{n}", self._lap()]
         samples: dict[str, list[np.ndarray]] = {rail: [] for rail in POWER_RAILS}
         output = np.zeros((0, self.spec.n_output))
-        for _ in range(n):
+        durations, resolutions = np.zeros(n), np.zeros(n)
+        for i in range(n):
             evolved = self.backend.run(raster)
             self._advance(evolved, per_ns)
             output = evolved.output
+            durations[i] = per_ns / 1e9 if evolved.duration_s is None else evolved.duration_s
+            resolutions[i] = evolved.resolution_s or 0.0
             for rail, values in evolved.power.items():
                 samples[rail].append(values)
         lines.append(self._lap())
-        lines += _power_lines(samples)
+        if not self.backend.simulated_time:
+            lines.append(_resolution_line(durations, resolutions))
+        if self.backend.has_power:
+            lines += self._power_lines(
+                samples, f"{n} timed inference(s), {durations.sum():.3f} s")
         self._results = class_scores(output)
         lines += ["m-infer-done", self._results_line()]
         return lines
@@ -405,9 +554,25 @@ class XyloShim:
             raise Rejected("idle needs a duration in ms > 0")
         if not self.backend.has_power:
             raise Rejected(f"idle power needs an HDK ({self.backend.label} has no power rails)")
-        steps = max(1, round(ms / 1000 / self.spec.dt))
-        power = self.backend.run(np.zeros((steps, self.spec.n_input), dtype=np.int64)).power
-        return _power_lines({rail: [values] for rail, values in power.items()})
+        power = self.backend.idle(ms / 1000)  # no evolve: the tutorial's idle
+        return self._power_lines({rail: [values] for rail, values in power.items()},
+                                 f"idle span of {ms} ms")
+
+    def _power_lines(self, samples: dict[str, list[np.ndarray]], window: str) -> list[str]:
+        """``m-power-samples-<k>`` and the mean of each rail over `window`, in µW;
+        `PowerUnavailable` naming the window when a rail collected no sample in it."""
+        joined = {rail: np.concatenate(v) if v else np.zeros(0) for rail, v in samples.items()}
+        empty = [POWER_RAILS[rail] for rail, v in joined.items() if v.size == 0]
+        if empty:
+            raise PowerUnavailable(
+                f"no power sample on rail(s) {', '.join(empty)} over the {window} at "
+                f"{self.backend.power_hz:g} Hz: power not measured (use longer windows or a "
+                "higher --power-frequency)")
+        count = min(v.size for v in joined.values())
+        return [f"m-power-samples-{count}"] + [
+            f"m-power-{POWER_RAILS[rail]}-uw-{round(float(v.mean()) * 1e6)}"
+            for rail, v in joined.items()
+        ]
 
     def _advance(self, evolved: Evolved, per_ns: int) -> None:
         """Move the lap counter on by one inference: its measured time on hardware, else the
@@ -418,16 +583,17 @@ class XyloShim:
         return f"m-lap-us-{(self._xylo_ns // 1000) & LAP_MASK}"
 
 
-def _power_lines(samples: dict[str, list[np.ndarray]]) -> list[str]:
-    """``m-power-samples-<k>`` and the mean of each rail over the timed inferences, in µW."""
-    joined = {rail: np.concatenate(v) if v else np.zeros(0) for rail, v in samples.items()}
-    count = min(len(v) for v in joined.values())
-    if count == 0:
-        return []  # simulation: no power lines at all (unavailable, not zero)
-    return [f"m-power-samples-{count}"] + [
-        f"m-power-{POWER_RAILS[rail]}-uw-{round(float(v.mean()) * 1e6)}"
-        for rail, v in joined.items()
-    ]
+def _resolution_line(durations: np.ndarray, resolutions: np.ndarray) -> str:
+    """``m-lap-resolution-us-<n>``: each timed inference's time is known to within the
+    largest poll bracket `n` µs; `HdkTimingError` when an inference took no longer than that
+    (the board answered before we could tell its time from zero)."""
+    worst = float(resolutions.max())
+    if float(durations.min()) <= worst:
+        raise HdkTimingError(
+            f"an inference on the HDK took {durations.min() * 1e6:.0f} us, not above the "
+            f"timing resolution of {worst * 1e6:.0f} us (our poll of the board's readout): "
+            "no lap time finer than that is reported")
+    return f"m-lap-resolution-us-{math.ceil(round(worst * 1e9) / 1000)}"  # whole ns, then up
 
 
 def _results_line(scores: np.ndarray | None) -> str:
@@ -441,16 +607,23 @@ def _atoi(text: str) -> int:
     return int(m.group(0)) if m else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, load the spec, start the backend, serve until stdin closes."""
+def build_parser() -> argparse.ArgumentParser:
+    """The shim's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=Path,
                         help="network specification .npz, or a NIR graph (.nir, mapped and "
                         "quantised for Xylo Audio 2 on load)")
     parser.add_argument("--hdk", action="store_true",
                         help="run on an attached Xylo Audio 2 HDK (needs SynSense's samna)")
-    parser.add_argument("--power-frequency", type=float, default=5.0, metavar="HZ",
-                        help="HDK power-rail sampling rate (default 5 Hz, Rockpool's)")
+    parser.add_argument("--power-frequency", type=float, default=DEFAULT_POWER_HZ, metavar="HZ",
+                        help=f"HDK power-rail sampling rate (default {DEFAULT_POWER_HZ:g} Hz, as "
+                        "SynSense's power-measurement tutorial)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, load the spec, start the backend, serve until stdin closes."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not args.power_frequency > 0:
         parser.error("--power-frequency must be positive")

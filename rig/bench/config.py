@@ -62,8 +62,10 @@ class DutConfig:
     spec: str = ""
     #: kind = "xylo": run on a Xylo Audio 2 HDK (needs samna) instead of XyloSim.
     hdk: bool = False
-    #: kind = "xylo" on an HDK: how often the power rails are sampled [Hz].
-    power_frequency_hz: float = 5.0
+    #: kind = "xylo" on an HDK: how often the power rails are sampled [Hz]. 20 Hz as SynSense's
+    #: power tutorial (rockpool docs/devices/quick-xylo/xylo-audio-power.ipynb); at Rockpool's
+    #: 5 Hz a short evolve collects no sample.
+    power_frequency_hz: float = 20.0
     #: Seconds one inference takes, as far as known (0: not declared). It only bounds the wait
     #: for the DUT's replies until the calibration run has measured the time.
     inference_time_s: float = 0.0

@@ -1,42 +1,73 @@
-"""Xylo HDK power at the samna edge (issue 22.1): a stand-in XyloSamna whose
-``evolve(record_power=True)`` record holds each rail's power in watts at known idle and active
-levels and a known ``inf_duration``. The shim must turn it into exactly the per-rail lines and
-lap counts from which the rig takes idle, active and dynamic power and energy per inference
-(tests/e2e/test_xylo_asc.py checks that arithmetic end to end with the same levels)."""
+"""Xylo HDK power rails and opening the board (issue 35 items 16, 17), run through Rockpool
+3.1.0's own code (find_xylo_hdks, config_from_specification, XyloSamna) with only samna (and the
+host clock under it) replaced by a fake board: `tests/firmware/fake_samna.py`.
+
+SynSense's power tutorial (synsense/rockpool docs/devices/quick-xylo/xylo-audio-power.ipynb)
+samples the rails at 20 Hz and reads idle power without evolving: empty the power buffer, wait,
+read it. A window that collected no sample is refused by name. The per-rail lines are what the
+rig's rail arithmetic (`rig.run.asc.rail_power`) takes; tests/e2e/test_xylo_asc.py checks that
+arithmetic end to end with the same levels.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from firmware.xylo.shim import POWER_RAILS, HdkBackend, XyloShim, encode_raster
+from firmware.xylo.shim import (
+    DEFAULT_POWER_HZ,
+    HdkBackend,
+    PowerUnavailable,
+    XyloShim,
+    build_parser,
+    encode_raster,
+    main,
+)
+from firmware.xylo.spec import XyloSpec, load_spec
+from rig.bench.config import DutConfig
 from rig.run.asc import rail_power
+from tests.requires import needs
 
-from .test_xylo_timing import SPEC, STEPS, laps
+from .fake_samna import DeviceInfo, Firmware, Harness, MeasurementChannels, rockpool_hdk
 
-#: Per-rail power [W] while the input is silent / not, as Rockpool's record names the rails.
-IDLE_W = {"io_power": 100e-6, "snn_core_power": 200e-6, "afe_core_power": 300e-6,
-          "afe_ldo_power": 400e-6}                                                 # 1.000 mW
-ACTIVE_W = {"io_power": 150e-6, "snn_core_power": 600e-6, "afe_core_power": 300e-6,
-            "afe_ldo_power": 400e-6}                                               # 1.450 mW
-INF_S = 0.5      # the board's inf_duration of every evolve
-POWER_HZ = 20.0  # rail sampling: 10 samples per evolve
+pytestmark = needs("rockpool", "xylosim")
+
+MODEL = Path(__file__).resolve().parents[2] / "firmware" / "xylo" / "models" / "asc_synthetic.npz"
+STEPS = 100
+#: Rail power [W] outside / inside a run, per samna measurement channel.
+IDLE_W = {MeasurementChannels.Io: 100e-6, MeasurementChannels.Logic: 200e-6,
+          MeasurementChannels.LogicAfe: 300e-6, MeasurementChannels.IoAfe: 400e-6}  # 1.000 mW
+ACTIVE_W = {MeasurementChannels.Io: 150e-6, MeasurementChannels.Logic: 600e-6,
+            MeasurementChannels.LogicAfe: 300e-6, MeasurementChannels.IoAfe: 400e-6}  # 1.450 mW
 
 
-class RailsXyloSamna:
-    """Stands in for rockpool's XyloSamna on a board: the rails read `IDLE_W` while the raster
-    is silent and `ACTIVE_W` otherwise, sampled at `POWER_HZ` over the evolve's `INF_S`."""
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Harness]:
+    with rockpool_hdk() as h:
+        yield h
 
-    def reset_state(self) -> None:
-        pass
 
-    def __call__(self, raster: np.ndarray, record_power: bool = False):
-        assert record_power
-        level = ACTIVE_W if np.any(raster) else IDLE_W
-        count = round(INF_S * POWER_HZ)
-        record: dict = {rail: np.full(count, watts) for rail, watts in level.items()}
-        record["inf_duration"] = INF_S
-        return np.zeros((raster.shape[0], SPEC.n_output), dtype=int), {}, record
+@pytest.fixture(scope="module")
+def spec() -> XyloSpec:
+    return load_spec(MODEL)
+
+
+def open_shim(harness: Harness, spec: XyloSpec, **board: Any) -> tuple[XyloShim, Any]:
+    """A shim on HdkBackend.open at the default rail rate, one fake board, a raster loaded."""
+    harness.reset()
+    hdk = harness.samna.attach(idle_w=IDLE_W, active_w=ACTIVE_W, **board)
+    backend = HdkBackend.open(spec, DEFAULT_POWER_HZ, clock=harness.clock.time,
+                              sleep=harness.clock.sleep)
+    shim = XyloShim(spec, backend, port=None)
+    data = encode_raster(np.ones((STEPS, spec.n_input), dtype=np.uint8))
+    shim._buffer[: len(data)] = data
+    shim._expected = shim._loaded = len(data)
+    return shim, hdk
 
 
 def messages(lines: list[str]) -> tuple[str, ...]:
@@ -44,30 +75,78 @@ def messages(lines: list[str]) -> tuple[str, ...]:
     return tuple(line[2:] for line in lines if line.startswith("m-"))
 
 
-@pytest.fixture
-def shim() -> XyloShim:
-    shim = XyloShim(SPEC, HdkBackend(RailsXyloSamna()), port=None)
-    raster = encode_raster(np.ones((STEPS, SPEC.n_input), dtype=np.uint8))
-    shim._buffer[: len(raster)] = raster
-    shim._expected = shim._loaded = len(raster)
-    return shim
+def laps(lines: list[str]) -> list[int]:
+    return [int(line.rsplit("-", 1)[1]) for line in lines if line.startswith("m-lap-us-")]
 
 
-def test_idle_rails_give_the_idle_power(shim: XyloShim) -> None:
-    lines = shim.execute("idle 1000")
-    assert lines == ["m-power-samples-10", "m-power-io-uw-100", "m-power-snn_core-uw-200",
+def test_rails_are_sampled_at_the_tutorials_20_hz() -> None:
+    assert DEFAULT_POWER_HZ == 20.0
+    assert build_parser().parse_args(["--spec", "x.npz", "--hdk"]).power_frequency == 20.0
+    assert DutConfig().power_frequency_hz == 20.0  # what the rig passes as --power-frequency
+
+
+def test_idle_is_read_without_evolving(harness: Harness, spec: XyloSpec) -> None:
+    shim, hdk = open_shim(harness, spec)
+    assert hdk.power.frequencies == [20.0]
+    runs, written = len(hdk.runs), len(hdk.inputs)
+    lines = shim.execute("idle 2000")
+    # 2 s at 20 Hz: 40 samples of every rail, whatever the phase of the monitor's clock.
+    assert lines == ["m-power-samples-40", "m-power-io-uw-100", "m-power-snn_core-uw-200",
                      "m-power-afe_core-uw-300", "m-power-afe_ldo-uw-400"]
+    assert (len(hdk.runs), len(hdk.inputs)) == (runs, written)  # nothing evolved
+    assert harness.clock.time() == 2.0
     assert rail_power(messages(lines)) == pytest.approx(1.000e-3, rel=1e-12)
 
 
-def test_active_rails_and_inf_durations_give_power_and_energy_per_inference(
-        shim: XyloShim) -> None:
+def test_active_rails_and_board_time_give_power_and_energy_per_inference(
+        harness: Harness, spec: XyloSpec) -> None:
+    # Each evolve takes 0.2 s on the board (seen at the 1 ms poll that reads at 200 ms): its
+    # window holds the samples at 50, 100, 150 and 200 ms of it, all at the active level.
+    shim, _ = open_shim(harness, spec, latency_s=0.2)
     lines = shim.execute("infer 4 1")
     assert [line for line in lines if line.startswith("m-power-")] == [
-        "m-power-samples-40", "m-power-io-uw-150", "m-power-snn_core-uw-600",
+        "m-power-samples-16", "m-power-io-uw-150", "m-power-snn_core-uw-600",
         "m-power-afe_core-uw-300", "m-power-afe_ldo-uw-400"]
     first, last = laps(lines)
-    elapsed_s = (last - first) / 1e6
-    assert elapsed_s == 4 * INF_S  # the window is the board's measured time
-    assert rail_power(messages(lines)) == pytest.approx(1.450e-3, rel=1e-12)
-    assert set(POWER_RAILS) == set(IDLE_W) == set(ACTIVE_W)  # every rail samna records
+    assert (first, last - first) == (200_000, 800_000)  # the board's time, DUT-timed window
+    assert "m-lap-resolution-us-1000" in lines
+    power = rail_power(messages(lines))
+    assert power == pytest.approx(1.450e-3, rel=1e-12)
+    assert power * (last - first) / 1e6 / 4 == pytest.approx(1.450e-3 * 0.2, rel=1e-12)
+
+
+def test_an_inference_window_without_a_power_sample_fails_loudly(harness: Harness,
+                                                                  spec: XyloSpec) -> None:
+    # One 12.5 ms evolve (13 ms at the 1 ms poll) from t = 0: the first sample is at 50 ms.
+    shim, _ = open_shim(harness, spec, latency_s=0.0125)
+    with pytest.raises(PowerUnavailable, match=r"no power sample on rail\(s\) io, snn_core, "
+                       r"afe_core, afe_ldo over the 1 timed inference\(s\), 0.013 s at 20 Hz"):
+        shim.execute("infer 1 0")
+
+
+def test_an_idle_span_shorter_than_a_sample_fails_loudly(harness: Harness,
+                                                         spec: XyloSpec) -> None:
+    shim, _ = open_shim(harness, spec)
+    with pytest.raises(PowerUnavailable, match="over the idle span of 40 ms at 20 Hz"):
+        shim.execute("idle 40")
+
+
+def test_hidden_biases_reach_the_board(harness: Harness, spec: XyloSpec) -> None:
+    # The shipped model's biases are all 0: give it known ones.
+    bias = (np.arange(spec.n_hidden) % 7 - 3).astype(np.int16)
+    _, hdk = open_shim(harness, replace(spec, arrays={**spec.arrays, "bias": bias}))
+    neurons = hdk.config.reservoir.neurons
+    assert [getattr(n, "v_mem_bias", None) for n in neurons] == bias.astype(int).tolist()
+    assert hdk.config.bias_enable
+
+
+def test_a_board_with_old_firmware_exits_3_with_the_reason(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    harness.reset()
+    harness.samna.attach(DeviceInfo(firmware=Firmware(fxtree="0.11.4", unifirm="1.1.3")))
+    monkeypatch.delenv("RIG_XYLO_STAND_IN_RAILS", raising=False)
+    assert main(["--spec", str(MODEL), "--hdk"]) == 3
+    err = capsys.readouterr().err
+    assert "firmware of the connected Xylo HDK is unsupported" in err  # Rockpool's reason
+    assert "hint: upgrade the HDK's firmware" in err and "Traceback" not in err
