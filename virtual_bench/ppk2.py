@@ -297,6 +297,7 @@ class SimPpk2(SerialInstrument):
         self._drop = None
         if kind == "garble":
             self._garbled = (at, at + count)
+            self._next_k = at  # those before it were just sent
         else:
             self._next_k = at + count
 

@@ -75,6 +75,13 @@ def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: 
     assert emon["driver"] == "ppk2" and emon["simulated"] is True and emon["mode"] == "source"
     assert emon["sample_rate_hz"] == FS and emon["voltage_v"] == SUPPLY_V
     assert emon["timestamp_input"] == "D0" and emon["hw"] == "9173"
+    # The trace holds spike-filtered currents: the run's snapshot says so, with the settings.
+    assert emon["spike_filter"]["applied"] is True
+    assert {k: emon["spike_filter"][k] for k in ("alpha", "alpha5", "samples")} == {
+        "alpha": 0.18, "alpha5": 0.06, "samples": 3}
+    # The simulated unit's metadata writes GS0 as 0 and a user gain of 1.25: read as Nordic's
+    # app reads them (else idle power would read 2 % high: UG0 is written 1.02).
+    assert len(emon["calibration_notes"]) == 2
     trace = read_trace(run / "traces" / "emon.jls")
     assert trace.sample_rate == FS and trace.simulated and len(trace) > 4 * FS
     assert (trace.gpio == 0).sum() >= 4  # both pulses of both energy runs, at least
@@ -277,3 +284,19 @@ def test_samples_lost_inside_a_window_fail_that_window_by_name(
     assert summary["dropped_samples"] == 50
     assert {"name": "no lost samples", "ok": False, "detail": "50 samples dropped"} in summary[
         "checks"]
+
+
+def test_out_of_sequence_words_inside_a_window_do_not_fail_it(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """Three words with a wrong counter 100 samples into the third window, each sample in its
+    place and the count resuming after them: out of sequence, not lost, so every window stands
+    and the run completes (Nordic's app keeps such samples too)."""
+    with VirtualBench(load_description(REPO / "benches" / "sim-ppk2.toml")) as vb:
+        bench = attached_bench(tmp_path, vb)
+        code, err = measure_with(monkeypatch, capsys, bench, tmp_path / "runs",
+                                 lambda: vb.emon.garble_counters(3, after_edge=100))
+        assert vb.world.powered is False
+    assert code == 0, err
+    record = load_run(only_run(tmp_path / "runs"))
+    assert record.status == "complete"
+    assert record.manifest["summary"]["dropped_samples"] == 0
