@@ -183,6 +183,14 @@ def _ppk2_words(data: bytes) -> None:
     words = ppk2.split_words(data)
     ppk2.counter_gaps(words.counter, None)
     ppk2.counter_gaps(words.counter, 5)
+    # Whatever the counters, the sequencer releases every word once the stream ends, and the
+    # spike filter keeps one finite value per sample.
+    sequencer = ppk2.CounterSequencer()
+    raw = np.frombuffer(data, dtype="<u4")
+    released = len(sequencer.feed(raw[: len(raw) // 2])) + len(sequencer.feed(raw[len(raw) // 2:]))
+    assert released + len(sequencer.feed(raw[:0], final=True)) == len(raw)
+    current = ppk2.Calibration().current(words.adc, words.rng, 3.3)
+    assert np.isfinite(ppk2.SpikeFilter().apply(current, words.rng)).all()
 
 
 def _otii_data(data: bytes) -> None:
