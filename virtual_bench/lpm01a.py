@@ -1,24 +1,36 @@
 """A simulated ST LPM01A (PowerShield) on a pty, measuring the shared `World`'s DUT.
 
-It answers the board's ASCII commands like the real one (ack / error + detail), supplies the DUT
-(`volt` -> `World.set_supply`, `pwr` -> `World.power`) and, once started, streams ascii_dec
-samples: sample k covers simulated [t0 + k*1e9//fs, t0 + (k+1)*1e9//fs) ns and is the exact mean
-current (or energy) of the world's power model over that period, rounded to 4 digits like the
-board. Falling edges of the DUT's timestamp line appear as ``event N ris`` lines just before the
-first sample starting at or after the edge. Simulated, not measured: every number comes from the
-world's power model.
+It answers the board's ASCII commands (lines ending CR LF, as every public host sends them; a
+bare LF is taken too) like the real one (ack / error + detail), supplies the DUT (`volt` ->
+`World.set_supply`, `pwr` -> `World.power`) and, once started, streams ascii_dec samples: sample
+k covers simulated [t0 + k*1e9//fs, t0 + (k+1)*1e9//fs) ns and is the exact mean current (or
+energy) of the world's power model over that period, rounded to 4 digits like the board. Falling
+edges of the DUT's timestamp line appear as ``event N ris`` lines just before the first sample
+starting at or after the edge. Simulated, not measured: every number comes from the world's
+power model.
+
+It answers in the forms the public hosts read (see `protocols.lpm01a.codec`): query values on
+the ack line (``ack volt get 3300-03``, ``ack version 1.0.5-sim``, ``ack status ok``), status
+lines ``TimeStamp:>001s 000ms, buff 00%`` (the MLPerf Tiny runner's form), and on ``stop`` the
+``Acquisition completed`` line BEFORE the ack (the MLPerf runner waits for the completion alone;
+`stop_ack_first` gives the other order).
 
 With ``format bin_hexa`` (any rate up to 100 kHz) the same samples go out as 16-bit words
-(12-bit mantissa, see `encode_bin_hexa`), edges and the once-a-second status as metadata frames
-(`encode_event_frame`, `encode_timestamp_frame`: our reading of the board's frames), and
-replies stay text between them, as the codec documents.
+(12-bit mantissa, see `encode_bin_hexa`), the once-a-second status as 0xF3 frames, the end of
+the acquisition as an 0xF4 frame followed by the ``Acquisition completed`` line, and replies
+stay text between them, as the codec documents. D7 events are NOT sent in bin_hexa: how the
+board frames them there is not public.
 
 A fault to inject: `clock_error` makes the board sample at freq x (1 + clock_error) while it
 reports freq, so every duration counted from its samples comes out that much longer (a
 stretched trace) while the DUT's own timer stays right.
 
+Faults to inject as well: `inject_overrun` (samples lost in the board), `lose_event` (a D7 event
+line lost on the link: the next numbers show the gap), `inject_frame` (any bin_hexa frame, e.g.
+an 0xF1 error message, in the next burst).
+
 Not simulated: ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than ``d7 fal`` (each is
-refused with an error reply saying so).
+refused with an error reply saying so), D7 events in bin_hexa (not public).
 """
 
 from __future__ import annotations
@@ -41,8 +53,8 @@ from protocols.lpm01a.codec import (
     PROMPT,
     VOLT_MAX_MV,
     VOLT_MIN_MV,
+    encode_acquisition_end_frame,
     encode_bin_hexa,
-    encode_event_frame,
     encode_overrun,
     encode_timestamp_frame,
     format_samples,
@@ -55,6 +67,9 @@ from virtual_bench.world import CATCH_UP_S, NS, World
 log = logging.getLogger(__name__)
 
 VERSION = "1.0.5-sim"
+#: What ``powershield`` answers: a board id (a real board's is three dash-separated numbers, per
+#: the MLPerf Tiny runner's log of one: mlcommons/tiny benchmark/runner/sessions/).
+BOARD_ID = "000000000-0000000000-0000000"
 #: Host seconds between two bursts of streamed samples.
 STREAM_PERIOD_S = 0.005
 #: How long one write may wait for a reader before the rest is dropped (as USB would lose it).
@@ -91,10 +106,13 @@ class SimLpm01a(SerialInstrument):
 
     SIM_NAME = "lpm01a"
 
-    def __init__(self, world: World, *, clock_error: float = 0.0) -> None:
+    def __init__(self, world: World, *, clock_error: float = 0.0,
+                 stop_ack_first: bool = False) -> None:
         if not clock_error > -1.0:
             raise ValueError("clock_error must be > -1 (a sample clock runs forward)")
         self.world = world
+        #: On `stop`, the ack before ``Acquisition completed`` (default: after it).
+        self.stop_ack_first = stop_ack_first
         #: Fractional error of the sample clock (0: exact); see the module's docstring.
         self.clock_error = clock_error
         self._pty = Pty()
@@ -129,6 +147,8 @@ class SimLpm01a(SerialInstrument):
         self._acq_lock = threading.Lock()
         self._init_threads()
         self._overrun: _Overrun | None = None
+        self._lost_events: set[int] = set()  # numbers of D7 event lines to lose
+        self._frames: list[bytes] = []  # bin_hexa frames to put in the next burst
 
     # -- faults (test hooks: what a real board does when things go wrong) --------------------
     def unplug(self) -> None:
@@ -147,6 +167,20 @@ class SimLpm01a(SerialInstrument):
             raise ValueError("lost must be >= 1 and after_edge >= 0")
         with self._acq_lock:
             self._overrun = _Overrun(lost, after_edge, self.world.clock.now_ns(), report)
+
+    def lose_event(self, number: int) -> None:
+        """Lose the D7 event line numbered `number` on the link: the number is used up, so the
+        next event that arrives shows the gap (as a real loss would)."""
+        if number < 1:
+            raise ValueError("event numbers start at 1")
+        with self._acq_lock:
+            self._lost_events.add(number)
+
+    def inject_frame(self, frame: bytes) -> None:
+        """Put a bin_hexa metadata frame (e.g. `encode_text_frame(FRAME_ERROR, ...)`) before the
+        first sample of the next burst (bin_hexa only)."""
+        with self._acq_lock:
+            self._frames.append(bytes(frame))
 
     def _overrun_in(self, k: int, end: int, now_ns: int) -> int:
         """Carry out an injected overrun that falls in samples [k, end): emit what comes before
@@ -234,10 +268,8 @@ class SimLpm01a(SerialInstrument):
         except ProtocolError as exc:
             self._reply(f"error {line}", f"Error detail: {exc.message}")
             return
-        if value is None:
-            self._reply(f"ack {line}")
-        else:
-            self._reply(f"ack {line}", value)
+        # A value goes on the ack line, where the public hosts read it (the codec's docstring).
+        self._reply(f"ack {line}" if value is None else f"ack {line} {value}")
 
     def _require_idle(self) -> None:
         if self.running:
@@ -263,7 +295,7 @@ class SimLpm01a(SerialInstrument):
         return VERSION
 
     def _cmd_powershield(self, args: list[str]) -> str:
-        return "PowerShield present"
+        return BOARD_ID
 
     def _cmd_status(self, args: list[str]) -> str:
         return "ok"
@@ -275,7 +307,8 @@ class SimLpm01a(SerialInstrument):
 
     def _cmd_volt(self, args: list[str]) -> str | None:
         if self._one_arg(args) == "get":
-            return f"{self.volt_mv}m"
+            # DDDD-EE, the form Zephyr's host parses (its example: 3292-03).
+            return f"{self.volt_mv:04d}-03"
         self._require_idle()
         mv = round(parse_number(args[0]) * 1000)
         if not VOLT_MIN_MV <= mv <= VOLT_MAX_MV:
@@ -370,10 +403,13 @@ class SimLpm01a(SerialInstrument):
         with self._acq_lock:
             if not self.running:
                 raise _Refused("no acquisition running")
-            self._reply(f"ack {line}")
+            if self.stop_ack_first:
+                self._reply(f"ack {line}")
             self._emit_until(self.world.observable_ns())
             if self.running:  # a finite acquisition may have just ended by itself
                 self._finish()
+            if not self.stop_ack_first:
+                self._reply(f"ack {line}")
 
     def _set(self, key: str, args: list[str], allowed: tuple[str, ...] | None = None) -> None:
         self._require_idle()
@@ -404,8 +440,11 @@ class SimLpm01a(SerialInstrument):
                     self._finish()
 
     def _finish(self) -> None:
-        """End the acquisition (caller holds `_acq_lock`)."""
+        """End the acquisition (caller holds `_acq_lock`): in bin_hexa the 0xF4 frame first
+        (Zephyr's host reads ASCII after it), then the completion line."""
         self.running = False
+        if self.settings["format"] == "bin_hexa":
+            self._write(encode_acquisition_end_frame())
         self._reply("Acquisition completed")
 
     def _emit_until(self, now_ns: int) -> None:
@@ -461,20 +500,26 @@ class SimLpm01a(SerialInstrument):
 
         # What goes between samples: (position = samples before it, bytes), in order.
         inserts: list[tuple[int, bytes]] = []
+        if binary:
+            inserts += [(0, frame) for frame in self._frames]
+        self._frames.clear()
         while self._next_second * fs <= end:
             pos = self._next_second * fs - k
+            # The MLPerf Tiny runner's form: "TimeStamp:" then ' ', '>' or '<', 3-digit s/ms.
             inserts.append((pos, encode_timestamp_frame(self._next_second * 1000, 0) if binary
-                            else f"TimeStamp: {self._next_second}s 000ms, buff 00%\r\n".encode()))
+                            else f"TimeStamp:>{self._next_second:03d}s 000ms, buff 00%\r\n"
+                            .encode()))
             self._next_second += 1
         last_start = int(starts[-1])
-        if self.settings["eventsrc"] == "d7 fal":
+        if self.settings["eventsrc"] == "d7 fal" and not binary:
             # An edge at t goes before the first sample starting at or after t.
             edges = self.world.falling_edges_between(self._edge_from_ns, last_start + 1)
             positions = np.searchsorted(starts, np.asarray(edges, dtype=np.int64), side="left")
             for pos in positions.tolist():
                 self._event_number += 1
-                inserts.append((pos, encode_event_frame(self._event_number) if binary
-                                else f"event {self._event_number} ris\r\n".encode()))
+                if self._event_number in self._lost_events:
+                    continue
+                inserts.append((pos, f"event {self._event_number} ris\r\n".encode()))
         # Edges up to here are done with, reported or not: `forget_before` may drop them.
         self._edge_from_ns = last_start + 1
         inserts.sort(key=lambda item: item[0])  # stable: TimeStamp before events at one place

@@ -1,7 +1,10 @@
 """Sans-IO codec for the ST LPM01A ("PowerShield") ASCII protocol.
 
-Host -> board: one ASCII command per line ending ``\\n`` (`encode`). Numbers carry a unit suffix
-(``u``, ``m``, ``k``) or a power-of-ten suffix (``2m`` == ``2-3``), see `parse_number`.
+Host -> board: one ASCII command per line ending ``\\r\\n`` (`encode`), as every public host
+does (mlcommons/tiny ``benchmark/runner/serial_device.py`` ``write_line`` with the ``"\\r\\n"``
+delimiter ``power_manager.py`` gives it; Zephyr ``scripts/pm/power_monitor_stm32l562e_dk/
+SerialHandler.py`` ``send_cmd``). Numbers carry a unit suffix (``u``, ``m``, ``k``) or a
+power-of-ten suffix (``2m`` == ``2-3``), see `parse_number`.
 
 Board -> host: lines ending ``\\r\\n`` (a bare ``\\n`` is accepted too), possibly laced with stray
 NUL bytes, which are dropped. `Lpm01aDecoder.feed` turns them into typed events:
@@ -16,9 +19,15 @@ line                                                   event
 ``PowerShield > <anything else>``                      ``Text(line=<anything else>)``
 ``6409-07`` (``DDDD±EE``, ascii_dec data)              ``Samples`` (consecutive lines, in bulk)
 ``event 3 ris``                                        ``EdgeEvent(sample_index, 3, "ris")``
-``TimeStamp: 12s 345ms, buff 03%``                     ``TimeStamp(12.345, 3, sample_index)``
+``TimeStamp:>001s 000ms, buff 00%``                    ``TimeStamp(1.0, 0, sample_index)``
 anything else                                          ``Garbled(raw)``
 =====================================================  ==========================================
+
+``TimeStamp`` lines: the MLPerf Tiny runner reads them with ``^TimeStamp:[ ><]([0-9]{3})s
+([0-9]{3})ms, buff [0-9]{2}%$`` (mlcommons/tiny ``benchmark/runner/script.py``,
+``_gather_power_results``): a space, ``>`` or ``<`` after the colon, 3-digit seconds and
+milliseconds. All three are accepted, and so are other digit counts and spacing. What ``>`` and
+``<`` mean is unconfirmed without hardware; the decoder does not use the mark.
 
 ``event`` and ``TimeStamp`` lines are recognised with or without the prompt; data lines only
 without it. An ``error`` line that arrives while data flows, with no command sent, is the board
@@ -27,45 +36,63 @@ reporting samples it lost (its buffer overflowed): ``error acquisition overrun``
 (`encode_overrun`, `is_overrun`, `lost_samples`). OUR READING, TO CONFIRM ON HARDWARE: the facts
 we have give the error format, not these words.
 
-Queries that return a value (``version``, ``status``, ``volt get``, ``powershield``) answer
-with their ack line and then the value alone on one prompt line, which decodes as `Text`::
+Queries that return a value answer on their ack line (`Ack.value`):
 
-    PowerShield > ack version
-    PowerShield > 1.0.5-sim
+- ``volt get``: Zephyr's host reads the 6th word of the reply, ``parts[5]`` of
+  ``PowerShield > ack volt get 3292-03`` (``PowerShield.py``, ``__get_voltage_level``, which
+  expects the ``DDDD-EE`` form; ``3300m`` is accepted too, `parse_number` reads both).
+- ``temp degc``: ``PowerShield > ack temp degc 28.0`` (the same file, ``__get_temperature``).
+- ``version``, ``status``, ``powershield``: the MLPerf Tiny runner takes them from the ack line
+  (``power_manager.py``, ``_send_command`` stops reading at the ack) and its log of a run on a
+  real board (``benchmark/runner/sessions/20250612_122741/log.txt``) shows ``Version: 1.0.7``,
+  ``Status: ok`` and a board id, with no further line dropped after these acks. The exact words
+  of those ack lines are unconfirmed without hardware.
+
+A board that answers with the ack alone and the value on the next prompt line (``PowerShield >
+3300m``, decoded as `Text`) is accepted too by the driver.
 
 A data line ``DDDD±EE`` is the 4-digit mantissa times ten to the signed 2-digit exponent:
 amperes with ``output current``, joules per sample period with ``output energy``.
 
 bin_hexa (``format bin_hexa``, needed above 5 kHz)
 --------------------------------------------------
-Between the ``ack start`` line and ``Acquisition completed`` the board streams binary: 16-bit
+Between the ``ack start`` line and the end of the acquisition the board streams binary: 16-bit
 big-endian data words, ``I = (w & 0x0FFF) * 16**-(w >> 12)`` (``0x52A0`` -> 640.87 µA), one per
 sample. A word whose first byte has the high nibble ``F`` is never data: a metadata frame starts
-there, ``0xF0 <type> <payload> 0xFF 0xFF``. The facts we have stop at that framing; the frame
-types below are OUR READING, TO CONFIRM ON HARDWARE (the decoder and `encode_*_frame` are the
-only places that know them):
+there, ``0xF0 <type> <payload> 0xFF 0xFF``. The types, as Zephyr's PowerShield host reads them
+(``scripts/pm/power_monitor_stm32l562e_dk/PowerShield.py``, ``__handle_metadata``):
 
-=========  =====================================  =========================================
-type       payload                                event
-=========  =====================================  =========================================
-``0xF1``   u16 BE event number (wraps)            ``EdgeEvent(sample_index, n, "ris")``: a D7
-                                                  edge before the next data word (what the
-                                                  ascii ``event N ris`` line says)
-``0xF3``   u32 BE elapsed ms, u8 buffer fill %    ``TimeStamp(ms / 1000, pct, sample_index)``
-other      anything up to the first ``FF FF``     ``MetaFrame(type, payload)``, skipped
-=========  =====================================  =========================================
+=========  ==========================================  =====================================
+type       payload                                     event
+=========  ==========================================  =====================================
+``0xF1``   ASCII error message                         ``BoardError(text)``
+``0xF2``   ASCII information message                   ``BoardInfo(text)``
+``0xF3``   u32 BE elapsed ms, u8 buffer load %         ``TimeStamp(ms / 1000, pct, index)``
+``0xF4``   none (``F0 F4 FF FF``); ASCII text follows  ``AcquisitionEnd()``; text mode again
+``0xF5``   (Zephyr reads none)                         ``Overcurrent(payload)``
+other      anything up to the first ``FF FF``          ``MetaFrame(type, payload)``, skipped
+=========  ==========================================  =====================================
+
+Zephyr's host logs the 0xF1/0xF2 texts without reading them, so their length is taken up to the
+``FF FF`` end tag (ASCII text never holds 0xFF); an 0xF5 payload, if any, likewise. Both are
+unconfirmed without hardware. After 0xF4 Zephyr reads the rest as ASCII (a summary), so the
+decoder goes back to text there.
+
+How D7 events (``eventsrc d7 fal``) arrive in bin_hexa is NOT PUBLIC: no reference decodes them.
+The decoder gives no `EdgeEvent` in binary mode, and the driver refuses ASC energy windows above
+the ascii_dec rate limit (`ASCII_DEC_MAX_HZ_UNLIMITED`).
 
 Replies keep coming as text while binary flows (``PowerShield > ack stop``, errors, then
 ``PowerShield > Acquisition completed``): in binary mode the decoder looks for the prompt
 ``PowerShield >`` (NULs tolerated between its characters) at any byte offset, decodes that line
-as text and resumes binary after its ``\n``; ``Acquisition completed`` ends binary mode. The
-decoder follows ``ack format bin_hexa`` / ``ack format ascii_dec`` by itself. Resynchronisation:
-a byte with high nibble ``F`` other than ``0xF0`` at a word boundary, or a frame without its
-terminator is reported as `Garbled` and skipped (one byte, which realigns the word boundary
-after a lost byte; a known frame type with a bad terminator: its whole length); so is an odd
-byte before a prompt. Limits: a NUL pair between a reply and the next
-data word decodes as a 0 A sample, and data that happens to spell the 13-byte prompt would be
-taken for a reply (both unseen in the simulator; confirm on hardware).
+as text and resumes binary after its ``\\n``; ``Acquisition completed`` or an 0xF4 frame ends
+binary mode. The decoder follows ``ack format bin_hexa`` / ``ack format ascii_dec`` by itself.
+Resynchronisation: a byte with high nibble ``F`` other than ``0xF0`` at a word boundary, or a
+frame without its terminator is reported as `Garbled` and skipped (one byte, which realigns the
+word boundary after a lost byte; a fixed-size frame with a bad terminator: its whole length);
+so is an odd byte before a prompt. Limits: a NUL pair between a reply and the next data word
+decodes as a 0 A sample, and data that happens to spell the 13-byte prompt would be taken for a
+reply (both unseen in the simulator; confirm on hardware).
 """
 
 from __future__ import annotations
@@ -109,13 +136,20 @@ ASCII_DEC_MAX_HZ_UNLIMITED = 5_000
 ASCII_DEC_MAX_HZ_SHORT = 10_000
 #: A line longer than this is not protocol; it is reported (truncated) as `Garbled`.
 MAX_LINE = 1024
-#: bin_hexa metadata frame types (our reading of the board; confirm on hardware).
+#: bin_hexa metadata frames: start byte, types and end tag as Zephyr's PowerShield host reads
+#: them (zephyr ``scripts/pm/power_monitor_stm32l562e_dk/PowerShield.py``, ``__acq_data`` and
+#: ``__handle_metadata``).
 FRAME_START = 0xF0
-FRAME_EVENT = 0xF1
-FRAME_TIMESTAMP = 0xF3
+FRAME_ERROR = 0xF1  # ASCII error message
+FRAME_INFO = 0xF2  # ASCII information message
+FRAME_TIMESTAMP = 0xF3  # u32 BE ms, u8 buffer load %, FF FF
+FRAME_ACQ_END = 0xF4  # end of acquisition: FF FF right after the type
+FRAME_OVERCURRENT = 0xF5
 FRAME_END = b"\xff\xff"
-#: An unknown frame whose ``FF FF`` does not come within this many bytes is garbage.
+#: An unknown (or 0xF5) frame whose ``FF FF`` does not come within this many bytes is garbage.
 MAX_FRAME = 64
+#: ... and a text frame (0xF1, 0xF2) whose ``FF FF`` does not come within this many.
+MAX_TEXT_FRAME = 256
 #: What the board says when its buffer overflowed mid-acquisition (our reading, see above).
 OVERRUN_ERROR = "acquisition overrun"
 _OVERRUN_RE = re.compile(r"\b(?:overrun|overflow)\b", re.IGNORECASE)
@@ -131,14 +165,15 @@ _NUMBER_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:([umk])|([+-][0-9]{1
 
 # -- host -> board -------------------------------------------------------------------------------
 def encode(command: str) -> bytes:
-    """The bytes that send `command` (ASCII, one line, ``\\n`` appended)."""
+    """The bytes that send `command` (ASCII, one line, ``\\r\\n`` appended as every public host
+    does: see the module docstring)."""
     if "\n" in command or "\r" in command:
         raise ProtocolError(
             f"LPM01A command {command!r} contains a line break",
             hint="send one command per call",
         )
     try:
-        return command.encode("ascii") + b"\n"
+        return command.encode("ascii") + b"\r\n"
     except UnicodeEncodeError as exc:
         raise ProtocolError(f"LPM01A command {command!r} is not plain ASCII") from exc
 
@@ -254,11 +289,6 @@ def encode_bin_hexa(values: np.ndarray) -> bytes:
     return words.astype(">u2").tobytes()
 
 
-def encode_event_frame(number: int) -> bytes:
-    """The bin_hexa frame for D7 event `number` (our reading of the board's format)."""
-    return bytes([FRAME_START, FRAME_EVENT]) + (number & 0xFFFF).to_bytes(2, "big") + FRAME_END
-
-
 def encode_timestamp_frame(elapsed_ms: int, buffer_pct: int) -> bytes:
     """The bin_hexa status frame: elapsed acquisition time [ms] and buffer fill [%]."""
     return (
@@ -267,6 +297,25 @@ def encode_timestamp_frame(elapsed_ms: int, buffer_pct: int) -> bytes:
         + bytes([max(0, min(255, buffer_pct))])
         + FRAME_END
     )
+
+
+def encode_text_frame(kind: int, text: str) -> bytes:
+    """An 0xF1 (error) or 0xF2 (info) frame carrying `text` (board side, used by the simulator)."""
+    if kind not in (FRAME_ERROR, FRAME_INFO):
+        raise ProtocolError(f"LPM01A: 0x{kind:02X} is not a text frame type",
+                            hint="use FRAME_ERROR (0xF1) or FRAME_INFO (0xF2)")
+    body = text.encode("ascii", "replace")[: MAX_TEXT_FRAME - 4]
+    return bytes([FRAME_START, kind]) + body + FRAME_END
+
+
+def encode_acquisition_end_frame() -> bytes:
+    """The 0xF4 end-of-acquisition frame, ``F0 F4 FF FF`` (board side)."""
+    return bytes([FRAME_START, FRAME_ACQ_END]) + FRAME_END
+
+
+def encode_overcurrent_frame(payload: bytes = b"") -> bytes:
+    """An 0xF5 overcurrent frame (board side); its payload is unconfirmed without hardware."""
+    return bytes([FRAME_START, FRAME_OVERCURRENT]) + payload.replace(b"\xff", b"") + FRAME_END
 
 
 def encode_overrun(lost: int) -> bytes:
@@ -286,8 +335,10 @@ def lost_samples(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-#: Total size of each known frame (start, type, payload, terminator).
-_FRAME_SIZES = {FRAME_EVENT: 6, FRAME_TIMESTAMP: 9}
+#: Total size of each fixed-size frame (start, type, payload, terminator).
+_FRAME_SIZES = {FRAME_TIMESTAMP: 9, FRAME_ACQ_END: 4}
+#: How far to look for the end tag of a variable-size frame, by type.
+_FRAME_LIMITS = {FRAME_ERROR: MAX_TEXT_FRAME, FRAME_INFO: MAX_TEXT_FRAME}
 
 
 # -- board -> host events ------------------------------------------------------------------------
@@ -302,6 +353,16 @@ class Ack:
     def echoed(self) -> str:
         """The whole echoed command line."""
         return f"{self.command} {self.rest}".strip()
+
+    def value(self, cmd: str) -> str | None:
+        """What the ack line holds after the echo of `cmd` (``ack volt get 3292-03`` ->
+        ``"3292-03"``); None when this is not its ack or nothing follows the echo."""
+        want = cmd.split()
+        got = self.echoed.split()
+        if [w.lower() for w in got[: len(want)]] != [w.lower() for w in want]:
+            return None
+        rest = " ".join(got[len(want) :])
+        return rest or None
 
 
 @dataclass(frozen=True)
@@ -375,6 +436,32 @@ class Garbled:
 
 
 @dataclass(frozen=True)
+class BoardError:
+    """An 0xF1 bin_hexa frame: an ASCII error message from the board."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    """An 0xF2 bin_hexa frame: an ASCII information message from the board."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AcquisitionEnd:
+    """An 0xF4 bin_hexa frame: the end of the acquisition (ASCII text follows)."""
+
+
+@dataclass(frozen=True)
+class Overcurrent:
+    """An 0xF5 bin_hexa frame: the board detected an overcurrent."""
+
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
 class MetaFrame:
     """A well-formed bin_hexa metadata frame of a type the rig does not use (skipped)."""
 
@@ -393,6 +480,10 @@ Event = (
     | Text
     | Garbled
     | MetaFrame
+    | BoardError
+    | BoardInfo
+    | AcquisitionEnd
+    | Overcurrent
 )
 
 _ACK_RE = re.compile(r"^ack\b\s*(\S*)\s*(.*)$", re.IGNORECASE)
@@ -400,8 +491,9 @@ _DETAIL_RE = re.compile(r"^error\s+detail\s*:?\s*(.*)$", re.IGNORECASE)
 _ERROR_RE = re.compile(r"^error\b\s*:?\s*(.*)$", re.IGNORECASE)
 _COMPLETED_RE = re.compile(r"^acquisition\s+completed\b", re.IGNORECASE)
 _EVENT_RE = re.compile(r"^event\s+(\d+)\s*(\S*)", re.IGNORECASE)
+# ``TimeStamp:`` then a space, ``>`` or ``<`` (mlcommons/tiny script.py), seconds, ms, buffer %.
 _TIMESTAMP_RE = re.compile(
-    r"^timestamp\s*:\s*(\d+)\s*s\s*(\d+)\s*ms\s*,?\s*buff\s*(\d+)\s*%", re.IGNORECASE
+    r"^timestamp\s*:\s*[<>]?\s*(\d+)\s*s\s*(\d+)\s*ms\s*,?\s*buff\s*(\d+)\s*%", re.IGNORECASE
 )
 
 
@@ -526,17 +618,21 @@ class Lpm01aDecoder:
 
     # -- binary mode --------------------------------------------------------------------------
     def _feed_binary(self, buf: bytes, events: list[Event]) -> bytes:
-        """Decode words and frames, and the reply lines among them; returns the bytes after
-        ``Acquisition completed`` (text again), or b"" with the undecided tail kept."""
+        """Decode words and frames, and the reply lines among them; returns the bytes after the
+        end of the acquisition (text again), or b"" with the undecided tail kept."""
         while True:
             m = _PROMPT_RE.search(buf)
             if m is None:
                 end = len(buf) - _prompt_prefix_len(buf)
                 used = self._decode_words(buf, end, events, final=False)
+                if not self._binary:  # an 0xF4 frame: text follows
+                    return buf[used:]
                 self._partial = buf[used:]
                 return b""
             start = m.start()
-            self._decode_words(buf, start, events, final=True)
+            used = self._decode_words(buf, start, events, final=True)
+            if not self._binary:
+                return buf[used:]
             nl = buf.find(b"\n", start, start + MAX_LINE + 2)
             if nl < 0:
                 if len(buf) - start <= MAX_LINE + 1:
@@ -557,6 +653,7 @@ class Lpm01aDecoder:
         """Decode data words and frames in buf[:end]; returns how many bytes were used.
 
         With `final`, bytes that cannot complete (a reply follows) are reported as garbage.
+        Stops right after an 0xF4 frame (binary mode is over).
         """
         arr = np.frombuffer(buf, dtype=np.uint8, count=end)
         # Frames start at word boundaries whose first byte has the high nibble F. Word
@@ -579,6 +676,9 @@ class Lpm01aDecoder:
                 break  # an unfinished frame: wait for more bytes
             event, p = parsed
             events.append(event)
+            if isinstance(event, AcquisitionEnd):
+                self._binary = False
+                return p
         if final and p < end:
             rest = buf[p:end]
             if rest.strip(b"\x00"):  # stray NULs before a reply are not worth a report
@@ -600,21 +700,31 @@ class Lpm01aDecoder:
             if c + size > end:
                 return None
             if buf[c + size - 2 : c + size] == FRAME_END:
-                return self._known_frame(kind, buf[c + 2 : c + size - 2]), c + size
+                return self._fixed_frame(kind, buf[c + 2 : c + size - 2]), c + size
             # Its length is known: skip just that, so the data after it is not swallowed.
             return Garbled(buf[c : c + size]), c + size
-        j = buf.find(FRAME_END, c + 2, min(end, c + MAX_FRAME))
+        limit = _FRAME_LIMITS.get(kind, MAX_FRAME)
+        j = buf.find(FRAME_END, c + 2, min(end, c + limit))
         if j < 0:
-            if end - c < MAX_FRAME and not final:
+            if end - c < limit and not final:
                 return None
             return Garbled(buf[c : c + 2]), c + 1
-        return MetaFrame(kind, buf[c + 2 : j]), j + 2
+        return self._variable_frame(kind, buf[c + 2 : j]), j + 2
 
-    def _known_frame(self, kind: int, payload: bytes) -> Event:
-        if kind == FRAME_EVENT:
-            return EdgeEvent(self._count, int.from_bytes(payload, "big"), "ris")
+    def _fixed_frame(self, kind: int, payload: bytes) -> Event:
+        if kind == FRAME_ACQ_END:
+            return AcquisitionEnd()
         ms = int.from_bytes(payload[:4], "big")
         return TimeStamp(ms / 1000, payload[4], self._count)
+
+    @staticmethod
+    def _variable_frame(kind: int, payload: bytes) -> Event:
+        if kind in (FRAME_ERROR, FRAME_INFO):
+            text = payload.replace(b"\x00", b"").decode("ascii", "replace").strip()
+            return BoardError(text) if kind == FRAME_ERROR else BoardInfo(text)
+        if kind == FRAME_OVERCURRENT:
+            return Overcurrent(payload)
+        return MetaFrame(kind, payload)
 
     def _decode_lines(self, block: bytes, events: list[Event]) -> None:
         """Decode `block`, a run of complete lines each ending in ``\\n``."""

@@ -719,7 +719,8 @@ def check_bench_setup(bench: Bench) -> None:
     options = _monitor_options(bench)
     try:
         cls = monitor_class(bench.emon.driver)
-        if bench.dut.timestamp_mode == "energy" and not cls.sees_every_edge_with(**options):
+        if bench.dut.timestamp_mode == "energy" and not cls.sees_every_edge_with(
+                sample_rate_hz=bench.emon.sample_rate_hz, **options):
             raise _every_edge_refusal(bench, cls)
         cls.check_setup(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
                         voltage_limit_v=bench.voltage_limit_v, **options)
@@ -731,9 +732,11 @@ def check_bench_setup(bench: Bench) -> None:
 
 def _every_edge_refusal(bench: Bench, monitor: Any) -> ConfigError:
     """ASC energy windows on a monitor that sees the timestamp line only as a trigger."""
-    return ConfigError(
+    reason = getattr(monitor, "every_edge_reason", None) or (
         f"the {bench.emon.driver} sees the DUT's timestamp line only as a trigger (one edge "
-        "per capture), but ASC energy windows need both edges of every run",
+        "per capture)")
+    return ConfigError(
+        f"{reason}, but ASC energy windows need both edges of every run",
         hint=getattr(monitor, "every_edge_hint", "use an LPM01A or a Joulescope for ASC "
                      "energy; record traces with `rig emon record`"),
     )

@@ -114,16 +114,19 @@ IO_WRITES = [io.encode_command(c) for c in ("name", "db load 10", "infer 10 1", 
 
 _ACQUISITION = (
     b"PowerShield > ack format bin_hexa\r\nPowerShield > ack start\r\n"
-    + lpm.encode_bin_hexa(np.array([1e-3, 2e-3, 640.87e-6])) + lpm.encode_event_frame(3)
+    + lpm.encode_bin_hexa(np.array([1e-3, 2e-3, 640.87e-6]))
+    + lpm.encode_text_frame(lpm.FRAME_ERROR, "error text")
     + lpm.encode_bin_hexa(np.array([3e-3])) + lpm.encode_timestamp_frame(1_002, 7)
+    + lpm.encode_text_frame(lpm.FRAME_INFO, "info") + lpm.encode_overcurrent_frame()
     + bytes.fromhex("f0990102ffff") + b"PowerShield > ack stop\r\n"
-    + lpm.encode_bin_hexa(np.array([5e-3]))
+    + lpm.encode_bin_hexa(np.array([5e-3])) + lpm.encode_acquisition_end_frame()
     + b"PowerShield > Acquisition completed\r\n1234-05\r\n"
 )
 LPM_LINES = _lines(
     "PowerShield > ack volt 1800m", "PowerShield > error volt 9000m",
     "PowerShield > Error detail: voltage out of range", "PowerShield > 1.0.5-sim",
-    "event 3 ris", "PowerShield > event 4 ris", "TimeStamp: 12s 345ms, buff 03%", "6409-07",
+    "event 3 ris", "PowerShield > event 4 ris", "TimeStamp: 12s 345ms, buff 03%",
+    "TimeStamp:>001s 000ms, buff 00%", "PowerShield > ack volt get 3292-03", "6409-07",
     "PowerShield > Acquisition completed",
 )
 LPM_STREAMS = [

@@ -12,22 +12,31 @@ from hypothesis import strategies as st
 from protocols.errors import ProtocolError
 from protocols.lpm01a.codec import (
     BIN_HEXA_RTOL,
+    FRAME_ERROR,
+    FRAME_INFO,
     MAX_LINE,
+    MAX_TEXT_FRAME,
     Ack,
     AcquisitionCompleted,
+    AcquisitionEnd,
+    BoardError,
+    BoardInfo,
     EdgeEvent,
     ErrorDetail,
     ErrorReply,
     Garbled,
     Lpm01aDecoder,
     MetaFrame,
+    Overcurrent,
     Samples,
     Text,
     TimeStamp,
     decode_bin_hexa,
     encode,
+    encode_acquisition_end_frame,
     encode_bin_hexa,
-    encode_event_frame,
+    encode_overcurrent_frame,
+    encode_text_frame,
     encode_timestamp_frame,
     format_millivolts,
     format_samples,
@@ -39,8 +48,10 @@ from protocols.lpm01a.codec import (
 # -- host -> board -------------------------------------------------------------------------------
 
 
-def test_encode_appends_newline():
-    assert encode("volt 1800m") == b"volt 1800m\n"
+def test_encode_ends_the_line_with_cr_lf_as_every_public_host_does():
+    # mlcommons/tiny serial_device.py write_line("\r\n"); zephyr SerialHandler.send_cmd.
+    assert encode("volt 1800m") == b"volt 1800m\r\n"
+    assert encode("htc") == b"htc\r\n"
 
 
 @pytest.mark.parametrize("bad", ["htc\nstart", "htc\r", "volt 1,8 V \u00b5"])
@@ -158,6 +169,11 @@ def test_format_then_decode_is_within_the_4_digit_quantisation(values):
         (b"event 3 ris", EdgeEvent(0, 3, "ris")),
         (b"PowerShield > event 4 ris", EdgeEvent(0, 4, "ris")),
         (b"TimeStamp: 12s 345ms, buff 03%", TimeStamp(12.345, 3, 0)),
+        # The three forms the MLPerf Tiny runner's ^TimeStamp:[ ><]... accepts.
+        (b"TimeStamp:>001s 000ms, buff 00%", TimeStamp(1.0, 0, 0)),
+        (b"TimeStamp:<012s 345ms, buff 03%", TimeStamp(12.345, 3, 0)),
+        (b"TimeStamp: 002s 500ms, buff 99%", TimeStamp(2.5, 99, 0)),
+        (b"PowerShield > ack volt get 3292-03", Ack("volt", "get 3292-03")),
         (b"6409-07", Samples(np.array([6.409e-4]), 0)),
         (b"6409-7", Garbled(b"6409-7")),
         (b"hello", Garbled(b"hello")),
@@ -171,6 +187,25 @@ def test_each_line_kind(line, event):
 def test_ack_echoed_gives_the_whole_command():
     assert Ack("volt", "1800m").echoed == "volt 1800m"
     assert Ack("htc").echoed == "htc"
+
+
+@pytest.mark.parametrize(
+    ("line", "cmd", "value"),
+    [
+        # zephyr power_monitor_stm32l562e_dk/PowerShield.py reads parts[5] of these lines.
+        (b"PowerShield > ack volt get 3292-03", "volt get", "3292-03"),
+        (b"PowerShield > ack volt get 3300m", "volt get", "3300m"),
+        (b"PowerShield > ack temp degc 28.0", "temp degc", "28.0"),
+        (b"PowerShield > ack version 1.0.7", "version", "1.0.7"),
+        (b"PowerShield > ack status ok", "status", "ok"),
+        (b"PowerShield > ack version", "version", None),  # the value may come on the next line
+        (b"PowerShield > ack volt 1800m", "volt get", None),  # not this command's ack
+    ],
+)
+def test_a_query_value_is_read_from_its_ack_line(line, cmd, value):
+    (ack,) = Lpm01aDecoder().feed(line + b"\r\n")
+    assert ack.value(cmd) == value
+    assert parse_number("3292-03") == 3.292 and parse_number("3300m") == 3.3
 
 
 def test_nul_bytes_are_dropped_and_bare_newlines_accepted():
@@ -309,7 +344,7 @@ def test_nul_laced_stream_decodes_like_the_clean_one(stream, seed):
 
 _EVENT_TYPES = (
     Ack, ErrorReply, ErrorDetail, Samples, EdgeEvent, TimeStamp, AcquisitionCompleted, Text,
-    Garbled,
+    Garbled, BoardError, BoardInfo, AcquisitionEnd, Overcurrent,
 )
 
 
@@ -370,22 +405,83 @@ def test_bin_hexa_round_trip_is_within_the_12_bit_quantisation(values):
 
 
 def test_frame_encoders_match_the_documented_layout():
-    assert encode_event_frame(0x1234) == bytes.fromhex("f0f11234ffff")
-    assert encode_event_frame(0x10001) == bytes.fromhex("f0f10001ffff")  # u16, wraps
+    # zephyr power_monitor_stm32l562e_dk/PowerShield.py: F0, type, payload, FF FF.
     assert encode_timestamp_frame(12_345, 3) == bytes.fromhex("f0f300003039" "03ffff")
+    assert encode_text_frame(FRAME_ERROR, "bad") == b"\xf0\xf1bad\xff\xff"
+    assert encode_text_frame(FRAME_INFO, "ok") == b"\xf0\xf2ok\xff\xff"
+    assert encode_acquisition_end_frame() == bytes.fromhex("f0f4ffff")
+    assert encode_overcurrent_frame() == bytes.fromhex("f0f5ffff")
+    with pytest.raises(ProtocolError):
+        encode_text_frame(0xF3, "x")
+
+
+def test_metadata_frames_decode_as_zephyrs_host_reads_them():
+    """0xF1 is an error MESSAGE (not a D7 edge), 0xF2 info, 0xF3 time stamp, 0xF5 overcurrent:
+    none of them becomes samples or edges."""
+    stream = (
+        ACK_BIN + ACK_START + words([1e-3])
+        + encode_text_frame(FRAME_ERROR, "acquisition error: buffer full")
+        + words([2e-3]) + encode_text_frame(FRAME_INFO, "target power on")
+        + encode_timestamp_frame(1_500, 42) + encode_overcurrent_frame() + words([3e-3])
+        + ACK_STOP + DONE
+    )
+    events = Lpm01aDecoder().feed(stream)
+    assert events[2:] == [
+        Samples(events[2].values, 0),
+        BoardError("acquisition error: buffer full"),
+        Samples(events[4].values, 1),
+        BoardInfo("target power on"),
+        TimeStamp(1.5, 42, 2),
+        Overcurrent(b""),
+        Samples(events[8].values, 2),
+        Ack("stop", ""),
+        AcquisitionCompleted(),
+    ]
+    assert not any(isinstance(e, EdgeEvent | Garbled) for e in events)
+    values = np.concatenate([e.values for e in events if isinstance(e, Samples)])
+    np.testing.assert_allclose(values, [1e-3, 2e-3, 3e-3], rtol=BIN_HEXA_RTOL)
+
+
+def test_the_end_of_acquisition_frame_returns_to_text():
+    """After F0 F4 FF FF Zephyr's host reads ASCII: a summary, then text replies and data."""
+    decoder = Lpm01aDecoder()
+    events = decoder.feed(
+        ACK_BIN + ACK_START + words([1e-3, 2e-3]) + encode_acquisition_end_frame()
+        + b"PowerShield > Acquisition completed\r\nPowerShield > ack stop\r\n"
+    )
+    assert [type(e) for e in events] == [Ack, Ack, Samples, AcquisitionEnd,
+                                         AcquisitionCompleted, Ack]
+    assert not decoder.in_binary and decoder.sample_count == 2
+    # Text again: an ascii_dec value is a sample, not a pair of binary words.
+    assert decoder.feed(b"1234-05\r\n") == [Samples(np.array([1.234e-2]), 2)]
+
+
+def test_an_end_frame_split_from_the_text_after_it_decodes_the_same():
+    stream = ACK_BIN + ACK_START + words([1e-3]) + encode_acquisition_end_frame() + b"1234-05\r\n"
+    whole = _normalise(Lpm01aDecoder().feed(stream))
+    assert whole[-2:] == [AcquisitionEnd(), ("samples", 1, (1.234e-2,))]
+    for cut in range(len(stream) + 1):
+        decoder = Lpm01aDecoder()
+        assert _normalise(decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])) == whole
+
+
+def test_a_text_frame_without_its_end_tag_is_garbage_not_data_forever():
+    decoder = Lpm01aDecoder(bin_hexa=True)
+    events = decoder.feed(ACK_START + b"\xf0\xf1" + b"x" * (MAX_TEXT_FRAME + 10))
+    assert Garbled(b"\xf0\xf1") in events
 
 
 def test_a_bin_hexa_acquisition_decodes_words_frames_and_replies_in_order():
     stream = (
         ACK_BIN + ACK_START
-        + words([1e-3, 2e-3]) + encode_event_frame(1) + words([3e-3])
+        + words([1e-3, 2e-3]) + encode_text_frame(FRAME_INFO, "i") + words([3e-3])
         + encode_timestamp_frame(1_002, 7) + bytes.fromhex("f0990102ffff") + words([4e-3])
         + ACK_STOP + words([5e-3]) + DONE + b"1234-05\r\n"
     )
     decoder = Lpm01aDecoder()
     events = decoder.feed(stream)
     assert [type(e) for e in events] == [
-        Ack, Ack, Samples, EdgeEvent, Samples, TimeStamp, MetaFrame, Samples, Ack, Samples,
+        Ack, Ack, Samples, BoardInfo, Samples, TimeStamp, MetaFrame, Samples, Ack, Samples,
         AcquisitionCompleted, Samples,
     ]
     samples = [e for e in events if isinstance(e, Samples)]
@@ -395,7 +491,7 @@ def test_a_bin_hexa_acquisition_decodes_words_frames_and_replies_in_order():
         rtol=BIN_HEXA_RTOL,
     )
     assert samples[4].values.tolist() == [1.234e-2]  # text again after the completion
-    assert events[3] == EdgeEvent(2, 1, "ris")
+    assert events[3] == BoardInfo("i")
     assert events[5] == TimeStamp(1.002, 7, 3)
     assert events[6] == MetaFrame(0x99, b"\x01\x02")
     assert events[8] == Ack("stop", "")
@@ -434,14 +530,15 @@ def test_an_odd_byte_before_a_reply_and_a_bad_frame_are_garbled_and_skipped():
     decoder = Lpm01aDecoder(bin_hexa=True)
     events = decoder.feed(
         ACK_START + words([1e-3]) + b"\x12" + ACK_STOP  # a byte of a lost word
-        + bytes.fromhex("f0f1aabbccff") + words([2e-3]) + encode_event_frame(9)  # bad end
+        + bytes.fromhex("f0f3aabbccddeeff01") + words([2e-3])  # a time stamp with a bad end
+        + encode_timestamp_frame(9, 1)
         + b"\xf7\x01"  # nibble F but not a frame start
         + words([3e-3]) + DONE
     )
     kinds = [type(e).__name__ for e in events]
     assert kinds[:4] == ["Ack", "Samples", "Garbled", "Ack"]
-    assert kinds[4] == "Garbled" and events[4].raw == bytes.fromhex("f0f1aabbccff")
-    assert EdgeEvent(2, 9, "ris") in events  # the bad frame skipped by its known length only
+    assert kinds[4] == "Garbled" and events[4].raw == bytes.fromhex("f0f3aabbccddeeff01")
+    assert TimeStamp(0.009, 1, 2) in events  # the bad frame skipped by its known length only
     assert Garbled(b"\xf7") in events
     assert isinstance(events[-1], AcquisitionCompleted)
     assert all(isinstance(e, _ALL_TYPES) for e in events)
@@ -450,13 +547,13 @@ def test_an_odd_byte_before_a_reply_and_a_bad_frame_are_garbled_and_skipped():
 def test_a_lost_byte_realigns_by_the_next_frames():
     stream = ACK_START + words(np.full(10, 1e-3))
     stream = stream[:-5] + stream[-4:]  # one byte lost in the middle of the data
-    stream += encode_timestamp_frame(1000, 0) + words([2e-3]) + encode_event_frame(5)
+    stream += encode_timestamp_frame(1000, 0) + words([2e-3]) + encode_timestamp_frame(2000, 5)
     stream += words([3e-3, 3e-3]) + DONE
     events = Lpm01aDecoder(bin_hexa=True).feed(stream)
     assert any(isinstance(e, Garbled) for e in events)
-    edge = next(e for e in events if isinstance(e, EdgeEvent))
-    assert edge.number == 5
-    after = [e for e in events if isinstance(e, Samples) and e.first_index >= edge.sample_index]
+    stamp = [e for e in events if isinstance(e, TimeStamp)][-1]
+    assert stamp.seconds == 2.0
+    after = [e for e in events if isinstance(e, Samples) and e.first_index >= stamp.sample_index]
     np.testing.assert_allclose(after[0].values, [3e-3, 3e-3], rtol=BIN_HEXA_RTOL)
 
 
@@ -464,7 +561,10 @@ def _bin_segment():
     rng_values = st.lists(st.floats(min_value=1e-9, max_value=1.0), min_size=1, max_size=8)
     return st.one_of(
         rng_values.map(words),
-        st.integers(0, 0xFFFF).map(encode_event_frame),
+        st.sampled_from([FRAME_ERROR, FRAME_INFO]).flatmap(
+            lambda kind: st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=20)
+            .map(lambda text: encode_text_frame(kind, text))),
+        st.binary(max_size=4).map(encode_overcurrent_frame),
         st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 100)).map(
             lambda t: encode_timestamp_frame(*t)
         ),
