@@ -50,8 +50,10 @@ _SLICE_MAX_S = 1.0
 _SAFETY = 0.8
 #: At most this many tabu iterations in one slice shorter than the solver's 1 ms resolution.
 _MAX_SLICE_ITERATIONS = 1_000_000
-#: Power sources of the Loihi 2 shim: its chip's profiler, or the stand-in for it (tests).
-LOIHI_PROFILER = "loihi-profiler"
+#: Power sources of the Loihi 2 shim: its chip's profiler, or the stand-in for it (tests). The
+#: profiler's units are read as public scripts read them (firmware/loihi2/shim.py) but no lab has
+#: checked them on a chip: the label says so wherever the source is shown, until one does.
+LOIHI_PROFILER = "loihi-profiler (unverified on hardware)"
 LOIHI_PROFILER_SIMULATED = "loihi-profiler (SIMULATED)"
 #: Loihi 2 shim: where it lives (relative to the repository) and its environment's Python.
 REPO = Path(__file__).resolve().parents[2]

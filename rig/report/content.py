@@ -588,7 +588,11 @@ def _execution_time_text(s: dict[str, Any]) -> str:
 _POWER_SOURCES = {
     "rapl": "the host CPU's RAPL package counters",
     "nvml": "the GPU's NVML power readings",
-    "loihi-profiler": "the Loihi 2 chip's own power profiler",
+    "loihi-profiler (unverified on hardware)": "the Loihi 2 chip's own power profiler (its "
+                                               "units as public scripts read them, unverified "
+                                               "on hardware)",
+    # Runs recorded before the label was added.
+    "loihi-profiler": "the Loihi 2 chip's own power profiler (unverified on hardware)",
     "loihi-profiler (SIMULATED)": "a stand-in for the Loihi 2 profiler (SIMULATED: a fixed "
                                   "power, not a chip's)",
 }

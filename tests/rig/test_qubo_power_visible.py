@@ -11,10 +11,12 @@ import pytest
 
 import drivers.emon.host_power as host_power
 from rig.cli import main
+from rig.qubo.suts import LOIHI_PROFILER
 from rig.qubo.sweep import SweepPoint, SweepSpec, stand_in_point, start_sweep, summarize
-from rig.report.content import _qubo_results
+from rig.report.content import _power, _qubo_results
 from rig.report.document import Para, Table
 from rig.report.runs import group_systems, read_run
+from rig.report.system import SystemInfo
 
 #: What a point without power says (as the host monitors word it).
 REASON = ("power unavailable: no /sys/class/powercap/intel-rapl (a VM) (enable RAPL "
@@ -92,3 +94,25 @@ def test_summarize_counts_points_without_a_recorded_reason() -> None:
                                   timeouts=(1.0,), seeds=(0,)), done)
     assert summary["rows"][0]["power_status"] == "power unavailable: no reason recorded"
     assert summary["power"]["without"] == {"power unavailable: no reason recorded": 1}
+
+
+@pytest.mark.parametrize("recorded", [LOIHI_PROFILER, "loihi-profiler"])
+def test_loihi_profiler_power_is_labelled_unverified_on_hardware(
+        recorded: str, tmp_path: Path, capsys) -> None:
+    """The Loihi 2 profiler's units are read as public scripts read them, never checked on a chip
+    (issue 35.18): `rig show` and the report say so, for runs recorded before the label too."""
+    def profiled(point: SweepPoint) -> dict:
+        result = stand_in_point(point)
+        result["power_status"], result["power_source"] = f"measured ({recorded})", recorded
+        return result
+
+    run = start_sweep(SPEC, runs_root=tmp_path / "runs", point_function=profiled).run_path
+    assert main(["show", str(run)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"power: measured for 4 of 4 points by {recorded}" in out
+    if recorded == LOIHI_PROFILER:  # an older run shows the source it recorded
+        assert "loihi-profiler (unverified on hardware)" in out
+    (system,) = group_systems([read_run(run)])
+    (described,) = [b.text for b in _power(system, SystemInfo()) if isinstance(b, Para)]
+    assert "Loihi 2 chip's own power profiler" in described
+    assert "unverified on hardware" in described

@@ -19,7 +19,7 @@ from rig.qubo.procedure import (
     open_power_meter,
     time_to_solution,
 )
-from rig.qubo.suts import SolveResult
+from rig.qubo.suts import LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED, SolveResult
 from rig.qubo.workloads import Workload, generate
 from rig.run.events import Event, QuboPointMeasured
 
@@ -193,7 +193,7 @@ class ProfiledSut(ScriptedSut):
         return result
 
 
-@pytest.mark.parametrize("source", ["loihi-profiler", "loihi-profiler (SIMULATED)"])
+@pytest.mark.parametrize("source", [LOIHI_PROFILER, LOIHI_PROFILER_SIMULATED])
 def test_the_sut_s_own_power_and_energy_are_recorded_with_their_source(source: str) -> None:
     sut = ProfiledSut(1.25, source)
     meter = open_power_meter(sut.power_source)
@@ -206,11 +206,12 @@ def test_the_sut_s_own_power_and_energy_are_recorded_with_their_source(source: s
 
 
 def test_a_profiled_solve_without_power_says_why() -> None:
-    sut = ProfiledSut(None, "loihi-profiler")
+    sut = ProfiledSut(None, LOIHI_PROFILER)
     row = fixed_timeout_point(sut, generate(10, 0.25, 0), 1.0, 0, Target(-44),
                               open_power_meter(sut.power_source))
     assert row["power_w"] is None and row["energy_j"] is None
-    assert row["power_status"].startswith("power unavailable: the SUT sent no loihi-profiler")
+    assert row["power_status"].startswith(
+        "power unavailable: the SUT sent no loihi-profiler (unverified on hardware)")
 
 
 def test_a_meter_s_power_gives_the_energy_over_the_solve_time() -> None:
