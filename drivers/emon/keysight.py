@@ -727,8 +727,9 @@ class N6705(_ScpiMonitor):
         if NO_ELOG_OPTION in options:
             raise ElogUnavailable(
                 f"n6705: this mainframe has option {NO_ELOG_OPTION} (*OPT? lists "
-                f"{', '.join(options)}), which has no external data logger (Elog): "
-                '[emon] timestamp_input = "aux" logs the timestamp line with it and cannot run',
+                f"{', '.join(options)}), and with it the external data logger (Elog) is not "
+                "available (N6705 User's Guide): [emon] timestamp_input = \"aux\" logs the "
+                "timestamp line with Elog, so it cannot run on this mainframe",
                 hint='use [emon] timestamp_input = "gpio" (the digitizer: one triggered capture, '
                 "no ASC energy windows), or for ASC energy an LPM01A or a Joulescope")
         return options
