@@ -461,30 +461,58 @@ class SpikeFilterParams:
 _EMA_BLOCK_DECADES = 200.0
 
 
-def running_average(x: np.ndarray, alpha: float, start: float) -> np.ndarray:
-    """y[n] = alpha x[n] + (1 - alpha) y[n-1], y[-1] = `start`, vectorised: the closed form
-    within blocks short enough for float64, and one step per block to carry the state."""
-    x = np.asarray(x, dtype=np.float64)
-    n = len(x)
+def _ema_blocks(x: np.ndarray, alpha: float, start: float) -> tuple[np.ndarray, np.ndarray,
+                                                                     np.ndarray, int]:
+    """`x` in blocks (rows, zero-padded), the state before each block, and the block length:
+    each block's end state from a zero start is one dot product; the states carry on by one
+    scalar step per block."""
     d = 1.0 - alpha
-    if n == 0:
-        return x.copy()
-    if d == 0.0:
-        return x.copy()
     block = int(max(1, min(4096, _EMA_BLOCK_DECADES / -math.log10(d))))
-    blocks = -(-n // block)
+    blocks = -(-len(x) // block)
     padded = np.zeros(blocks * block)
-    padded[:n] = x
-    j = np.arange(1, block + 1, dtype=np.float64)
-    grow, decay = d ** -j, d**j
-    # Each block's average from a zero start, then the start's share added block by block.
-    z = alpha * decay * np.cumsum(padded.reshape(blocks, block) * grow, axis=1)
+    padded[: len(x)] = x
+    rows = padded.reshape(blocks, block)
+    ends = alpha * (rows @ d ** np.arange(block - 1, -1, -1, dtype=np.float64))
     starts = np.empty(blocks)
-    state = float(start)
-    for b in range(blocks):
-        starts[b] = state
-        state = decay[-1] * state + z[b, -1]
-    return (z + decay * starts[:, None]).ravel()[:n]
+    state, keep = float(start), d**block
+    for i in range(blocks):
+        starts[i] = state
+        state = keep * state + ends[i]
+    return rows, starts, d ** np.arange(1, block + 1, dtype=np.float64), block
+
+
+def running_average_at(x: np.ndarray, alpha: float, start: float,
+                       at: np.ndarray) -> tuple[np.ndarray, float]:
+    """y[at] and y[-1] of y[n] = alpha x[n] + (1 - alpha) y[n-1], y[-1] = `start` before `x`
+    (`at` may hold -1: the start). Vectorised: the closed form within blocks short enough for
+    float64, computed only in the blocks that hold an index of `at`."""
+    x = np.asarray(x, dtype=np.float64)
+    at = np.asarray(at, dtype=np.int64)
+    n = len(x)
+    if n == 0:
+        return np.full(len(at), float(start)), float(start)
+    if alpha == 1.0:
+        return np.where(at >= 0, x[np.maximum(at, 0)], start), float(x[-1])
+    rows, starts, decay, block = _ema_blocks(x, alpha, start)
+    d = 1.0 - alpha
+    # The last sample: its block's start decayed, plus the block's samples up to it.
+    last = (n - 1) // block
+    r = n - last * block
+    final = d**r * starts[last] + alpha * float(rows[last, :r] @ d ** np.arange(r - 1, -1, -1.0))
+    out = np.full(len(at), float(start))
+    inside = at >= 0
+    if inside.any():
+        where = at[inside]
+        need, row_of = np.unique(where // block, return_inverse=True)
+        grow = 1.0 / decay
+        z = alpha * decay * np.cumsum(rows[need] * grow, axis=1) + decay * starts[need, None]
+        out[inside] = z[row_of, where % block]
+    return out, float(final)
+
+
+def running_average(x: np.ndarray, alpha: float, start: float) -> np.ndarray:
+    """y[n] = alpha x[n] + (1 - alpha) y[n-1] for every n, y[-1] = `start` (vectorised)."""
+    return running_average_at(x, alpha, start, np.arange(len(x)))[0]
 
 
 class SpikeFilter:
@@ -511,44 +539,53 @@ class SpikeFilter:
         self._since: int | None = None  # samples from the last switch to the last sample
 
     def apply(self, current: np.ndarray, rng: np.ndarray) -> np.ndarray:
-        """`current` [A] of the next samples with their ranges, filtered."""
+        """`current` [A] of the next samples with their ranges, filtered. Per sample only the
+        range comparison and the averages' block sums; the rest is per switch."""
         x = np.asarray(current, dtype=np.float64)
         n = len(x)
         if n == 0:
             return x.copy()
         p = self.params
         k = np.minimum(np.asarray(rng, dtype=np.int64), RANGES - 1)
-        prev = np.concatenate(([k[0] if self._range is None else self._range], k[:-1]))
-        idx = np.arange(n, dtype=np.int64)
-        last_switch = np.maximum.accumulate(np.where(k != prev, idx, -1))
-        far = p.samples + 1  # as far as any sample the filter leaves alone
-        before = far if self._since is None else self._since + 1
-        since = np.where(last_switch >= 0, idx - last_switch, before + idx)
-        filtered = since < p.samples
-        top = k == RANGES - 1
-        held_out = filtered & top & (since < 2)  # in neither average (range 4 only)
-        used = ~held_out
-        # The latest sample in the averages at or before each sample (-1: none in this call).
-        last_used = np.cumsum(used) - 1
+        first = k[0] if self._range is None else self._range
+        switches = np.flatnonzero(k != np.concatenate(([first], k[:-1])))
+        # Candidates: the `samples` from each switch on, and those after the previous call's.
+        reach = np.arange(p.samples, dtype=np.int64)
+        near = (switches[:, None] + reach).ravel()
+        carried = -1 - (self._since if self._since is not None else p.samples)
+        near = np.unique(np.concatenate((near, carried + reach[reach + carried >= 0])))
+        near = near[(near >= 0) & (near < n)]
+        # Samples since the latest switch at or before each candidate (or the carried one).
+        which = np.searchsorted(switches, near, side="right") - 1
+        latest = switches[np.maximum(which, 0)] if len(switches) else np.zeros_like(which)
+        since = near - np.where(which >= 0, latest, carried)
+        keep = since < p.samples
+        filtered, since = near[keep], since[keep]
+        top = k[filtered] == RANGES - 1
+        held_out = filtered[top & (since < 2)]  # in neither average (range 4 only)
+        x_used = np.delete(x, held_out) if len(held_out) else x
+        # Index in x_used of the latest sample in the averages at or before each filtered one.
+        last_used = filtered - np.searchsorted(held_out, filtered, side="right")
         out = x.copy()
-        self._avg = self._replace(out, x[used], last_used, filtered & ~top, p.alpha, self._avg)
-        self._avg4 = self._replace(out, x[used], last_used, filtered & top, p.alpha5,
-                                   self._avg4)
+        for is_top in (False, True):
+            alpha = p.alpha5 if is_top else p.alpha
+            state = self._avg4 if is_top else self._avg
+            if state is None:  # the stream's first sample starts the average
+                state = float(x_used[0]) if len(x_used) else None
+            if state is None:
+                continue
+            pick = top == is_top
+            values, final = running_average_at(x_used, alpha, state, last_used[pick])
+            out[filtered[pick]] = values
+            if is_top:
+                self._avg4 = final
+            else:
+                self._avg = final
         self._range = int(k[-1])
-        self._since = int(min(since[-1], far))
-        self.replaced += int(filtered.sum())
+        far = p.samples + 1  # as far as any sample the filter leaves alone
+        if len(switches):
+            self._since = int(min(n - 1 - switches[-1], far))
+        elif self._since is not None:
+            self._since = int(min(self._since + n, far))
+        self.replaced += len(filtered)
         return out
-
-    @staticmethod
-    def _replace(out: np.ndarray, x_used: np.ndarray, last_used: np.ndarray,
-                 where: np.ndarray, alpha: float, state: float | None) -> float | None:
-        """Put the running average (weight `alpha`, from `state`) into `out` at `where`;
-        returns the average after the last sample."""
-        if state is None:  # the stream's first sample starts the average
-            if not len(x_used):
-                return None
-            state = float(x_used[0])
-        avg = running_average(x_used, alpha, state)
-        at = last_used[where]
-        out[where] = np.where(at >= 0, avg[np.maximum(at, 0)] if len(avg) else state, state)
-        return float(avg[-1]) if len(avg) else state
