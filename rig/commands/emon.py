@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         simulated = bool(args.simulated or getattr(monitor, "simulated", False))
         recorder = EmonRecorder(rate, args.out, simulated=simulated, stop_after=count,
                                 set_voltage=monitor.set_voltage(),
+                                instrument=monitor.settings(),
                                 fault=lambda: getattr(monitor, "fault", None))
         monitor.start(recorder.on_chunk)
         monitor.power_on()

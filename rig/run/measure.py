@@ -662,12 +662,12 @@ def connect_bench(
         parts.refused = True
         raise
     set_voltage = parts.emon.set_voltage()
-    bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(),
-                                                  **parts.emon.settings(),
+    settings = parts.emon.settings()
+    bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(), **settings,
                                                   "trace_voltage": trace_voltage(set_voltage)}))
     emon = parts.emon
     parts.recorder = EmonRecorder(
-        emon.sample_rate, trace_path, set_voltage=set_voltage,
+        emon.sample_rate, trace_path, set_voltage=set_voltage, instrument=settings,
         simulated=bench.simulated or bool(getattr(emon, "simulated", False)),
         fault=lambda: getattr(emon, "fault", None), checkpoint=checkpoint, preview=preview,
     )

@@ -71,6 +71,7 @@ class EmonRecorder:
         checkpoint: Callable[[], None] | None = None,
         preview: Callable[[PowerPreview], None] | None = None,
         set_voltage: tuple[float, str] | None = None,
+        instrument: dict[str, Any] | None = None,
     ) -> None:
         self.sample_rate = float(sample_rate)
         #: (volts, source) of a supply the monitor sets rather than measures: integrated as
@@ -86,7 +87,8 @@ class EmonRecorder:
         self.trace_path = trace_path
         self.stop_after = stop_after
         self._writer = (
-            TraceWriter(trace_path, sample_rate, simulated=simulated, set_voltage=set_voltage)
+            TraceWriter(trace_path, sample_rate, simulated=simulated, set_voltage=set_voltage,
+                        instrument=instrument)
             if trace_path else None
         )
         # `_cond` guards the counters below; `_writer_lock` the JLS writer, so that a slow disk

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import logging
 import math
 import os
@@ -526,6 +527,7 @@ class TraceWriter:
         simulated: bool = False,
         set_voltage: tuple[float, str] | None = None,
         jls_options: dict[str, int] | None = None,
+        instrument: dict[str, Any] | None = None,
     ) -> None:
         import pyjls
 
@@ -544,6 +546,11 @@ class TraceWriter:
         #: (volts, source) when the file stores no voltage signal; None when it does.
         self.set_voltage = set_voltage
         self._jls_options = JLS_SIGNAL_OPTIONS if jls_options is None else jls_options
+        #: The monitor's settings snapshot (its `settings()`), kept with the samples so that a
+        #: trace read without its run folder still says how they were taken (e.g. a PPK2's
+        #: spike filter, a Joulescope's range).
+        self.instrument = None if instrument is None else json.loads(
+            json.dumps(instrument, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
         #: Samples appended (not counting filled gaps) and samples missing in gaps.
         self.samples_written = 0
         self.dropped_samples = 0
@@ -594,6 +601,7 @@ class TraceWriter:
                 "gpio": "gpi0 holds the GPIO bit field; bit 0 is the DUT timestamp line",
                 **({"voltage_set_v": self.set_voltage[0],
                     "voltage_source": self.set_voltage[1]} if self.set_voltage else {}),
+                **({"instrument": self.instrument} if self.instrument is not None else {}),
             },
         )
 

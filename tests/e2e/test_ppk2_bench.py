@@ -84,6 +84,8 @@ def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: 
     assert len(emon["calibration_notes"]) == 2
     trace = read_trace(run / "traces" / "emon.jls")
     assert trace.sample_rate == FS and trace.simulated and len(trace) > 4 * FS
+    # ... and so does the trace itself, read without its run folder.
+    assert trace.meta["user_data"]["instrument"]["spike_filter"] == emon["spike_filter"]
     assert (trace.gpio == 0).sum() >= 4  # both pulses of both energy runs, at least
 
 
@@ -118,6 +120,7 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
     assert report["sample_rate_hz"] == FS and report["dropped"] == 0 and report["edges"] == 2
     trace = read_trace(out)
     assert len(trace) == FS and trace.simulated  # from its "sim: 1" metadata, no flag given
+    assert trace.meta["user_data"]["instrument"]["spike_filter"]["applied"] is True
     assert report["simulated"] is True
     falls = np.flatnonzero((trace.gpio[1:] & 1) < (trace.gpio[:-1] & 1)) + 1
     assert falls.tolist() == [K1, K2]

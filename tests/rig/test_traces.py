@@ -233,6 +233,22 @@ def test_fractional_rates_round_trip_exactly(tmp_path: Path) -> None:
     assert trace.duration_s == pytest.approx(100 / 9765.625, rel=1e-12)
 
 
+def test_the_instrument_settings_travel_with_the_samples(tmp_path: Path) -> None:
+    """The monitor's settings snapshot is in the file's user data (numpy values as numbers,
+    anything else JSON cannot hold as text), so a trace says how it was taken on its own."""
+    settings = {"driver": "ppk2", "spike_filter": {"applied": True, "alpha": np.float64(0.18),
+                                                   "samples": np.int64(3)},
+                "port": Path("/dev/ttyACM0")}
+    with TraceWriter(tmp_path / "a.jls", 1000, instrument=settings) as w:
+        w.append(0, np.full(10, 1e-3), np.full(10, 1.8), np.ones(10, dtype=np.uint8))
+    with TraceWriter(tmp_path / "b.jls", 1000) as w:
+        w.append(0, np.full(10, 1e-3), np.full(10, 1.8), np.ones(10, dtype=np.uint8))
+    assert read_trace(tmp_path / "a.jls").meta["user_data"]["instrument"] == {
+        "driver": "ppk2", "spike_filter": {"applied": True, "alpha": 0.18, "samples": 3},
+        "port": "/dev/ttyACM0"}
+    assert "instrument" not in read_trace(tmp_path / "b.jls").meta["user_data"]
+
+
 def test_writer_refuses_bad_rates_and_use_after_close(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="positive"):
         TraceWriter(tmp_path / "a.jls", 0)
