@@ -658,13 +658,16 @@ class Lpm01a(EnergyMonitor):
         last, self._last_event = self._last_event, number
         if last is None or number == last + 1 or self._stream_fault is not None:
             return
-        lost = f"event {last + 1}" if number == last + 2 else f"events {last + 1}..{number - 1}"
         if number <= last:
-            lost = f"an event (numbering went back to {number})"
-        self.stats.note(f"D7 event {number} followed event {last}: {lost} lost")
+            what = f"the numbering went back from {last} to {number}"
+        else:
+            lost = (f"event {last + 1}" if number == last + 2
+                    else f"events {last + 1}..{number - 1}")
+            what = f"{lost} never arrived"
+        self.stats.note(f"D7 event {number} followed event {last}: {what}")
         self._stream_fault = DeviceError(
-            f"LPM01A: D7 event {number} came after event {last}: {lost} never arrived, so the "
-            "timestamp edges of this acquisition cannot be paired into windows",
+            f"LPM01A: D7 event {number} came after event {last}: {what}, so the timestamp "
+            "edges of this acquisition cannot be paired into windows",
             hint="check the wiring of the DUT's timestamp GPIO to D7 and the USB link, and "
             "run again",
         )
