@@ -18,7 +18,7 @@ from rig.qubo.sweep import CONTENDED_CPU_SHARE
 from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, Table
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
-from rig.run.asc import execution_time_source_text
+from rig.run.asc import HDK_TIMING, execution_time_source_text
 from rig.run.summary import ASC_FIGURES
 from rig.units import pct, si
 
@@ -547,8 +547,13 @@ def _latency(system: System) -> list[Any]:
             how += f" ({s.get('timing', 'simulated: XyloSim timesteps x dt')})"
         else:
             how = "performance timestamp mode: the DUT's microsecond timer (`m-lap-us`)"
-        host = ("Rockpool measures the HDK's inf_duration with the host clock; nothing else "
-                "comes from the host clock" if s.get("timing", "").startswith("measured: samna")
+        host = ("The HDK's times are the host clock's, from the input write to the readout "
+                "of the last time step; nothing else comes from the host clock"
+                if s.get("timing", "").startswith(HDK_TIMING)
+                # Runs recorded when Rockpool's inf_duration timed the HDK.
+                else "Rockpool measures the HDK's inf_duration with the host clock; nothing "
+                "else comes from the host clock"
+                if s.get("timing", "").startswith("measured: samna")
                 else "Times never come from the host clock")
         out.append(Bullets((
             f"Run `{run.name}`: {len(lat)} timed runs (the spec asks for 5), each of "

@@ -96,6 +96,8 @@ class Timed:
     #: The window by each clock [s]: the DUT's lap counter and the monitor's sample count.
     dut_s: float | None = None
     emon_s: float | None = None
+    #: How finely the DUT's clock tells one inference's time [s] (``m-lap-resolution-us``).
+    dut_resolution_s: float | None = None
 
 
 class AscProcedure:
@@ -230,7 +232,8 @@ class AscProcedure:
                 index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
                 time_per_inference_s=t.elapsed_s / t.iterations,
                 inferences_per_s=t.iterations / t.elapsed_s, timer=t.timer,
-                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s, simulated=self.simulated,
+                dut_elapsed_s=t.dut_s, emon_elapsed_s=t.emon_s,
+                dut_resolution_s=t.dut_resolution_s, simulated=self.simulated,
             ))
             if self.scope == "performance":
                 pass  # the same runs, timed only: no energy asked for
@@ -292,7 +295,8 @@ class AscProcedure:
                     "the DUT printed no m-lap-us timestamps in performance mode"
                 )
             return Timed(iterations, dut_s, "dut", result.results,
-                         rail_power_w=rail_power(result.messages), dut_s=dut_s)
+                         rail_power_w=rail_power(result.messages), dut_s=dut_s,
+                         dut_resolution_s=lap_resolution(result.messages))
         start, end = self._next_window()
         elapsed = (end - start) / self.recorder.sample_rate
         # Energy-mode firmware offering `elap` also reports its lap counter: a second clock.
@@ -414,9 +418,12 @@ RESULTS_CRC = "CRC-32 on every result line (rcrc): a corrupted result is asked a
     "then its sample fails"
 RESULTS_UNCHECKED = ("results unchecked: the firmware does not offer rcrc (plain MLPerf Tiny), "
                      "so a result corrupted on the line would be taken as sent")
-#: `timing` of a Xylo HDK: its lap counter adds up samna's `inf_duration` per evolve.
-HDK_TIMING = ("measured: samna's inf_duration per evolve on the Xylo HDK (the host clock "
-              "around the board's accelerated-time run, USB readout included)")
+#: `timing` of a Xylo HDK: its lap counter adds up, per evolve, the host clock from the input
+#: write to the shim's first sight of the last time step's readout (its own 1 ms poll, not
+#: Rockpool's `inf_duration`, which cannot be under 0.1 s: firmware/xylo/shim.py).
+HDK_TIMING = ("measured: the Xylo HDK's accelerated-time run, by the host clock from the input "
+              "write to the last time step's readout (USB and samna included), polled by the "
+              "shim")
 
 
 def summarize(
@@ -595,7 +602,13 @@ def _timing(events: list[Event], bench: dict[str, Any]) -> str | None:
     if CAP_SIMTIME in caps or (xylo and not dut.get("hdk")):
         return SIMULATED_XYLO_TIMING if xylo else SIMULATED_TIMING
     if xylo:
-        return HDK_TIMING
+        resolutions = [e.dut_resolution_s for e in events
+                       if isinstance(e, LatencyRun) and e.dut_resolution_s is not None]
+        if not resolutions:
+            return HDK_TIMING + "; its resolution was not reported"
+        return (HDK_TIMING + f"; each inference's time known to within "
+                f"{max(resolutions) * 1e6:.0f} us (the poll's bracket; the shim refuses an "
+                "inference no longer than that)")
     return None
 
 
@@ -656,6 +669,15 @@ def _timer_check(
 
 
 _RAIL = re.compile(r"^power-([a-z_]+)-uw-(\d+)$")
+
+
+_LAP_RESOLUTION = re.compile(r"^lap-resolution-us-(\d+)$")
+
+
+def lap_resolution(messages: tuple[str, ...]) -> float | None:
+    """How finely the DUT timed each inference [s] (``m-lap-resolution-us-<n>``), or None."""
+    found = [int(m.group(1)) for m in map(_LAP_RESOLUTION.match, messages) if m]
+    return max(found) * 1e-6 if found else None
 
 
 def rail_power(messages: tuple[str, ...]) -> float | None:

@@ -121,6 +121,9 @@ class LatencyRun(Event):
     #: monitor's sample count between the timestamp edges (energy mode).
     dut_elapsed_s: float | None = None
     emon_elapsed_s: float | None = None
+    #: How finely the DUT's clock tells one inference's time [s], where the DUT says so (a Xylo
+    #: HDK: the shim's poll of the board's readout, ``m-lap-resolution-us``); None otherwise.
+    dut_resolution_s: float | None = None
     #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
     simulated: bool = False
 

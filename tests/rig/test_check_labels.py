@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from rig.run.asc import SIMULATED_XYLO_TIMING
+from rig.run.asc import HDK_TIMING, SIMULATED_XYLO_TIMING
 from rig.run.console import ConsoleView, summary_table, timing_label
 from rig.run.events import RunStarted
 from rig.run.summary import asc_figure_rows
@@ -49,7 +49,7 @@ def test_console_rows_name_the_source_and_mark_simulated_time() -> None:
     (timing,) = [x for x in text.splitlines() if "Timing" in x]
     assert SIMULATED_XYLO_TIMING in timing
     assert timing_label(SUMMARY) == " (SIMULATED timing)"
-    assert timing_label({"timing": "measured: samna's inf_duration"}) == ""
+    assert timing_label({"timing": HDK_TIMING}) == ""
 
 
 def test_run_title_labels_xylosim_timing() -> None:

@@ -6,6 +6,8 @@ bench's own clocks (SimDut lap lines against the World's edges and the LPM01A's 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from drivers.dut.client import DutClient
 from drivers.transport import SerialTransport
 from protocols.lpm01a.codec import AcquisitionCompleted, EdgeEvent, encode
 from rig.errors import AnalysisError
-from rig.run.asc import checks_passed, summarize
+from rig.run.asc import HDK_TIMING, checks_passed, lap_resolution, summarize
 from rig.run.events import InstrumentInfo, LatencyRun, SampleClassified, TraceSaved
 from rig.traces.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
 from tests.virtual_bench.test_sim_dut import ByteScoresModel
@@ -149,8 +151,22 @@ def test_simtime_capability_labels_the_timing_simulated() -> None:
     assert summarize([info, run(0, None, 10.0)], bench=xylo)["timing"].startswith(
         "simulated: XyloSim timesteps x dt")
     hdk = InstrumentInfo(role="dut", info={"capabilities": ["bload", "power"]})
-    assert "inf_duration" in summarize([hdk, run(0, None, 10.0)], bench=xylo)["timing"]
+    assert summarize([hdk, run(0, None, 10.0)], bench=xylo)["timing"] == (
+        HDK_TIMING + "; its resolution was not reported")
     assert "timing" not in summarize([run(0, None, 10.0)], bench=BENCH)
+
+
+def test_an_hdk_run_says_how_finely_the_shim_timed_each_inference() -> None:
+    """The Xylo shim's m-lap-resolution-us (its poll of the board's readout; issue 35.15) goes
+    into each run and the summary gives the coarsest, in whole microseconds."""
+    hdk = InstrumentInfo(role="dut", info={"capabilities": ["bload", "power"]})
+    xylo = {**BENCH, "dut": {"kind": "xylo", "hdk": True}}
+    runs = [replace(run(i, None, 10.0), dut_resolution_s=r)
+            for i, r in enumerate((1.4e-3, 1.05e-3))]
+    timing = summarize([hdk, *runs], bench=xylo)["timing"]
+    assert timing.startswith(HDK_TIMING) and "known to within 1400 us" in timing
+    assert lap_resolution(("power-io-uw-12", "lap-resolution-us-1400")) == pytest.approx(1.4e-3)
+    assert lap_resolution(("power-io-uw-12",)) is None
 
 
 # -- the virtual bench's clocks -------------------------------------------------------------------
