@@ -19,6 +19,18 @@ definite-length blocks, big-endian (``FORM:BORD NORM``) or little-endian (``SWAP
   ``FUNC`` and ``CURR:LIM`` are refused (-241, the simulator's choice of code). ``*OPT?`` lists
   the mainframe's options (``"0"`` for none); with option 055 every Elog command is refused
   (-241): the N6705 User's Guide says Elog is not available with it.
+- N6705 over-voltage protection (an N678xA): ``VOLT:PROT:REM <v>,(@ch)`` (and its query) keeps
+  the remote OVP level, 0 to 22 V, *RST MAX (22 V) (N6700 Operating and Service Guide,
+  ``[SOURce:]VOLTage:PROTection:REMote``; the form the EnergyRunner's n6705b.js sends its N6781).
+  When the output would be above it (``VOLT`` while on, ``OUTP ON`` with ``VOLT`` above it, the
+  level lowered under ``VOLT`` while on, or `front_panel_voltage`), the output is disabled
+  before the rail changes, and ``STAT:QUES:COND? (@ch)`` has bit 0 (OV, value 1) set (the guide:
+  "the output is disabled and the Questionable Condition status register OV bit is set"). The
+  trip is latched: ``OUTP ON`` leaves the output off until ``*RST`` (the simulator's choice: the
+  instrument's clear command is not modelled). Other modules: ``VOLT:PROT:REM`` is refused
+  (-241, the simulator's choice of code; public N6700 wrappers send it to N678xA modules only)
+  and no OVP is modelled. A priority switch also puts the level back at its *RST value, taken
+  as one of the "output settings" the N6705C User's Guide says revert (unconfirmed).
 - N6705 measurement: ``SENS:CURR:RANG <a>``
   selects the smallest measurement range of an N6781A-like SMU channel (1 mA, 100 mA, 3.06 A)
   that holds the value; ``SENS:CURR:RANG?`` reports it. Readings above the range are not
@@ -290,6 +302,12 @@ class SimN6705(_ScpiServer):
     SUPPLY_EMULATIONS = ("PS4Q", "PS2Q", "PS1Q")
     #: The mainframe option without the external data logger (N6705 User's Guide).
     NO_ELOG_OPTION = "055"
+    #: Remote over-voltage protection span of an N678xA, and its *RST value (MAX) (N6700
+    #: Operating and Service Guide, VOLT:PROT:REM: "Positive: 0 - 22|MIN|MAX, *RST MAX").
+    OVP_MAX_V = 22.0
+    #: STAT:QUES:COND bit 0, OV: "Output is disabled by the over-voltage protection" (N6705C
+    #: Operating and Service Guide, Questionable Status Group).
+    QUES_OV = 1
 
     def __init__(self, world: World, *, channel: int = 1, module: str = "N6781A",
                  elog_fifo_s: float = 20.0, emulation: str = "PS2Q", priority: str = "VOLT",
@@ -323,6 +341,8 @@ class SimN6705(_ScpiServer):
         self.volt = 0.0
         self.curr_limit = 0.1
         self.curr_level = 0.0  # an SMU's current-priority setting (not a limit)
+        self.ovp_v = self.OVP_MAX_V  # an SMU's remote OVP level (*RST MAX)
+        self.ovp_tripped = False  # the output disabled by the OVP (STAT:QUES:COND bit OV)
         self.output = False
         self.func_curr = True
         self.func_volt = False
@@ -408,14 +428,53 @@ class SimN6705(_ScpiServer):
             ("INITiate[:IMMediate]:ACQuire", False, self._init),
             ("ABORt:ACQuire", False, self._abort),
             ("STATus:OPERation:CONDition", True, self._status),
+            ("STATus:QUEStionable:CONDition", True, self._ques_q),
+            ("[SOURce]:VOLTage:PROTection:REMote[:POSitive][:LEVel]", False, self._ovp),
+            ("[SOURce]:VOLTage:PROTection:REMote[:POSitive][:LEVel]", True, self._ovp_q),
             ("FETCh:ARRay:CURRent[:DC]", True, self._fetch_curr),
             ("FETCh:ARRay:VOLTage[:DC]", True, self._fetch_volt),
         ]
         return self._dispatch(cmd, table)
 
     def _volt(self, cmd: Command) -> None:
-        self.volt = _number(self._value_chan(cmd), 0.0, 20.4)
+        self._set_volt(_number(self._value_chan(cmd), 0.0, 20.4))
+
+    def front_panel_voltage(self, volts: float) -> None:
+        """A user turning the voltage knob: the level changes without a SCPI command (and
+        without the host's limit check); the OVP still guards the output."""
+        with self.lock:
+            self._set_volt(float(volts))
+
+    def _set_volt(self, volts: float) -> None:
+        self.volt = volts
+        if self.output and self._over_ovp():
+            self._trip()  # the output goes off before the rail would rise above the level
         self.world.set_supply(self.volt)
+
+    def _over_ovp(self) -> bool:
+        """The programmed voltage is above an SMU's OVP level (the sim's output is exact)."""
+        return self.smu and self.volt > self.ovp_v
+
+    def _trip(self) -> None:
+        self.ovp_tripped = True
+        self._switch_output(False)
+
+    def _ovp(self, cmd: Command) -> None:
+        self._smu_only()
+        self.ovp_v = _number(self._value_chan(cmd), 0.0, self.OVP_MAX_V)
+        if self.output and self._over_ovp():
+            self._trip()
+
+    def _ovp_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        self._smu_only()
+        return f"{self.ovp_v:+.6E}".encode("ascii")  # the guide: +n.nnnnnnE+nn
+
+    def _ques_q(self, cmd: Command) -> bytes:
+        self._need_args(cmd, 1)
+        self._chan(cmd.args[0])
+        return str(self.QUES_OV if self.ovp_tripped else 0).encode("ascii")
 
     def _curr(self, cmd: Command) -> None:
         value = _number(self._value_chan(cmd), 0.0, 3.06)
@@ -450,6 +509,7 @@ class SimN6705(_ScpiServer):
             # N6705C User's Guide: the output turns off and its settings revert to *RST values.
             self._switch_output(False)
             self.volt, self.curr_limit, self.curr_level = 0.0, 0.1, 0.0
+            self.ovp_v = self.OVP_MAX_V
             self.priority = priority
 
     def _outp(self, cmd: Command) -> None:
@@ -459,6 +519,9 @@ class SimN6705(_ScpiServer):
             # Only a voltage-priority supply sources the simulated DUT rail.
             self._switch_output(False)
             raise ScpiFault(-221, "Settings conflict")
+        if on and (self.ovp_tripped or self._over_ovp()):
+            self._trip()  # latched off; at once off if the level is above the OVP
+            return
         self._switch_output(on)
 
     def _switch_output(self, on: bool) -> None:

@@ -32,6 +32,16 @@ Other modules (no emulation, no priority) get ``VOLT:LEV`` and ``CURR:LEV``, as 
 to its N6731. Unconfirmed without hardware: that the N6782A/N6784A/N6785A/N6786A take ``EMUL
 PS2Q`` as the N6781 does (if one refuses it, the error queue check names the command).
 
+Over-voltage protection. The rig refuses a supply above the bench's ``voltage_limit_v`` before
+sending a byte; the instrument is told the limit too, so a front-panel change or a driver bug
+cannot hold the DUT above it. On an N678xA the limit is sent as its remote OVP, ``VOLT:PROT:REM
+<limit>,(@ch)``, after the levels and before ``OUTP ON``, as n6705b.js sends ``VOLT:PROT:REM
+3.3`` to its N6781 (N6700 Operating and Service Guide: above it "the output is disabled and the
+Questionable Condition status register OV bit is set"). After ``OUTP ON`` the driver reads
+``STAT:QUES:COND? (@ch)`` and an output the protection disabled is `InstrumentError`. Other
+modules get no OVP command (none confirmed by a public source; see `PLAIN_SOURCE_SETTINGS`), and
+`settings()` says so.
+
 N6705 with the timestamp line on an SMU's auxiliary input (``timestamp_input="aux"``, N6781A or
 N6785A channel only; ``SYST:CHAN:MOD? (@ch)`` is checked first). ``SENS:FUNC:VOLT:INP AUX`` is
 meant to make the channel's voltage converter measure the module's auxiliary voltage input
@@ -171,22 +181,49 @@ class Setting:
 
 
 #: The source of an N678xA SMU channel, in the order sent: emulation and priority first (a
-#: priority switch reverts the levels), then the levels. Source: the EEMBC EnergyRunner's
-#: n6705b.js (github.com/petertorelli/ni-visa), setup_p(): EMUL PS2Q, FUNC VOLT, VOLT:LEV,
-#: CURR:LIM on its N6781. Spans: 20.4 V and 3.06 A, as this driver had them for the N6781A
-#: (not re-checked against its data sheet in issue 35).
+#: priority switch reverts the levels), then the levels, then the over-voltage protection.
+#: Source: the EEMBC EnergyRunner's n6705b.js (github.com/petertorelli/ni-visa), setup_p():
+#: EMUL PS2Q, FUNC VOLT, VOLT:LEV, CURR:LIM, VOLT:PROT:REM 3.3 on its N6781, in that order, all
+#: before OUTP ON. Spans: 20.4 V and 3.06 A, as this driver had them for the N6781A (not
+#: re-checked against its data sheet in issue 35).
+#:
+#: Over-voltage protection: the SMU's own remote OVP is set to the bench's ``voltage_limit_v``,
+#: so a front-panel change or a driver bug cannot hold the DUT above it. Keysight N6700
+#: Operating and Service Guide, ``[SOURce:]VOLTage:PROTection:REMote`` (example ``VOLT:PROT:REM
+#: 15, (@1)``): "If the remote voltage exceeds the OVP level, the output is disabled and the
+#: Questionable Condition status register OV bit is set"; positive level 0 to 22 V, *RST MAX;
+#: it also trips when the output terminals are more than 1.5 V above the sense terminals. The
+#: form sent is n6705b.js's (``VOLT:PROT:REM <v>,(@ch)``). It follows ``FUNC VOLT`` because a
+#: priority switch reverts the output settings to their *RST values (N6705C User's Guide), which
+#: would put the OVP back at MAX. Unconfirmed without hardware: that every N678xA (not only the
+#: N6781A n6705b.js drives) takes it; a refusal is named by the error queue check. The level is
+#: the limit itself, with no margin: a supply programmed exactly at the limit leaves the OVP no
+#: headroom, and whether an N678xA trips on noise there is unconfirmed without hardware.
 SMU_SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("EMUL PS2Q,{ch}"),  # two-quadrant power supply, whatever the last user chose
     Setting("FUNC VOLT,{ch}"),  # voltage priority: the output holds VOLT:LEV
     Setting("VOLT:LEV {value},{ch}", "voltage", 0.0, 20.4, "V"),  # and the bench limit, first
     Setting("CURR:LIM {value},{ch}", "current_limit", 0.0, 3.06, "A"),  # the limit in CV
+    # The bench's voltage limit; 0..22 V: the N6700 guide's positive remote OVP span.
+    Setting("VOLT:PROT:REM {value},{ch}", "voltage_limit", 0.0, 22.0, "V"),
 )
+#: The command that sets `SMU_SOURCE_SETTINGS`' over-voltage protection (for `settings()`).
+SMU_OVP_COMMAND = "VOLT:PROT:REM"
 #: The source of a module without emulation or priority modes (n6705b.js: CURR:LEV on its
 #: N6731). Its spans are the module's: the instrument's error queue reports a value outside them.
+#: No over-voltage protection is sent to these modules: n6705b.js sets none on its N6731 ("TODO
+#: why not 6731?"), and no Keysight guide text for their ``VOLT:PROT[:LEV]`` was reachable here
+#: (public third-party N6700 wrappers send ``VOLT:PROT <v>,(@ch)`` to non-N678xA modules; their
+#: span, and whether they trip on the output or the sense terminals, stay unconfirmed). Their
+#: OVP is left as the last user set it, and `settings()` says so.
 PLAIN_SOURCE_SETTINGS: tuple[Setting, ...] = (
     Setting("VOLT:LEV {value},{ch}", "voltage", 0.0),
     Setting("CURR:LEV {value},{ch}", "current_limit", 0.0),
 )
+#: ``STAT:QUES:COND? (@ch)`` bit 0 (value 1), OV: "Output is disabled by the over-voltage
+#: protection" (N6705C Operating and Service Guide, Questionable Status Group; the query form:
+#: N6700C Operating and Service Guide, ``STAT:QUES:COND? (@1)``, the live, unlatched register).
+QUES_OV = 1
 #: Modules with emulation and priority modes (the N678xA SMUs): ``SYST:CHAN:MOD?`` prefix.
 SMU_PREFIX = "N678"
 #: The mainframe option without the external data logger (N6705 User's Guide, "External Data
@@ -672,10 +709,28 @@ class N6705(_ScpiMonitor):
         })
 
     def power_on(self) -> None:
-        """``OUTP ON,(@ch)``."""
-        self._checked(f"OUTP ON,{self.chan}")
+        """``OUTP ON,(@ch)``, then ``STAT:QUES:COND? (@ch)``: an output its over-voltage
+        protection disabled (bit OV) is `InstrumentError`, not a run on an unpowered DUT."""
+        cmd = f"OUTP ON,{self.chan}"
+        self._checked(cmd)
         self._output_on = True
         self._settings["output"] = "on"
+        status = self.questionable()
+        if status & QUES_OV:
+            self._output_on = False
+            self._settings["output"] = "off (disabled by the over-voltage protection)"
+            level = self._settings.get("over_voltage_protection_v")
+            at = f" at {level:g} V" if level is not None else ""
+            raise InstrumentError(
+                f"n6705: the output's over-voltage protection{at} disabled it after {cmd!r} "
+                f"(STAT:QUES:COND? {self.chan} = {status})", command=cmd,
+                hint="the output voltage reached the protection level: check the voltage set on "
+                "the instrument (front panel) against the bench's voltage_limit_v, then clear "
+                "the protection on the instrument")
+
+    def questionable(self) -> int:
+        """The channel's live Questionable Condition register (``STAT:QUES:COND? (@ch)``)."""
+        return int(float(self._query(f"STAT:QUES:COND? {self.chan}")))
 
     def power_off(self) -> None:
         """``OUTP OFF,(@ch)``; only logs if the instrument is gone."""
@@ -709,16 +764,22 @@ class N6705(_ScpiMonitor):
         """The source settings for `module` (`SMU_SOURCE_SETTINGS` or `PLAIN_SOURCE_SETTINGS`);
         `DeviceError` if a value is outside their spans."""
         settings = SMU_SOURCE_SETTINGS if self._is_smu(module) else PLAIN_SOURCE_SETTINGS
-        values = {"voltage": voltage, "current_limit": self.current_limit_a}
+        values = {"voltage": voltage, "current_limit": self.current_limit_a,
+                  "voltage_limit": self.voltage_limit_v}
         return [s.render(values, self.chan, self.driver) for s in settings]
 
     def _source_settings(self, module: str) -> dict[str, Any]:
         """The source entries of `settings()`."""
         out: dict[str, Any] = {"module": module, "current_limit_a": self.current_limit_a}
         if self._is_smu(module):
-            out.update(emulation="PS2Q", priority="voltage", current_limit_command="CURR:LIM")
+            out.update(emulation="PS2Q", priority="voltage", current_limit_command="CURR:LIM",
+                       over_voltage_protection_v=self.voltage_limit_v,
+                       over_voltage_protection_command=SMU_OVP_COMMAND)
         else:
             out["current_limit_command"] = "CURR:LEV"
+            out["over_voltage_protection"] = (
+                f"not set: no public source confirms the OVP command of an {module or 'unknown'}"
+                " module; its OVP is as the instrument's last user left it")
         return out
 
     def _options(self) -> list[str]:

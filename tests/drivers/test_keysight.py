@@ -82,7 +82,8 @@ def checked(*commands: str) -> list[tuple[str, bytes | None]]:
 
 #: The channel's module first (it decides the source commands), then an N6781A set up the way
 #: the EEMBC EnergyRunner's n6705b.js sets its N6781: two-quadrant supply emulation, voltage
-#: priority (both before the levels: a priority switch reverts them), VOLT:LEV, CURR:LIM.
+#: priority (both before the levels: a priority switch reverts them), VOLT:LEV, CURR:LIM, and
+#: the SMU's remote over-voltage protection at the bench's voltage limit (n6705b.js: VOLT:PROT:REM).
 N6705_CONFIG = [
     ("SYST:CHAN:MOD? (@1)", b"N6781A"),
     *checked(
@@ -90,6 +91,7 @@ N6705_CONFIG = [
         "FUNC VOLT,(@1)",
         "VOLT:LEV 3.3,(@1)",
         "CURR:LIM 0.1,(@1)",
+        "VOLT:PROT:REM 3.6,(@1)",
         "SENS:FUNC:CURR ON,(@1)",
         "SENS:FUNC:VOLT ON,(@1)",
         "SENS:CURR:RANG 0.1,(@1)",
@@ -145,6 +147,7 @@ def test_n6705_configure_start_fetch_close_conversation() -> None:
         *N6705_CONFIG,
         ("OUTP ON,(@1)", None),
         ("SYST:ERR?", OK),
+        ("STAT:QUES:COND? (@1)", b"0"),  # not disabled by a protection
         ("INIT:ACQ (@1)", None),
         ("SYST:ERR?", OK),
         ("STAT:OPER:COND? (@1)", b"25"),  # output on + waiting for trigger + measuring
@@ -189,7 +192,7 @@ def test_n6705_a_module_without_priority_modes_gets_its_current_level() -> None:
     script = [
         ("SYST:CHAN:MOD? (@1)", b"N6731B"),
         *checked("VOLT:LEV 3.3,(@1)", "CURR:LEV 0.25,(@1)"),
-        *N6705_CONFIG[9:],  # the measurement settings as for the N6781A
+        *N6705_CONFIG[11:],  # the measurement settings as for the N6781A
     ]
     res = ScriptedResource(script)
     monitor = n6705(res, current_limit_a=0.25)
@@ -199,6 +202,73 @@ def test_n6705_a_module_without_priority_modes_gets_its_current_level() -> None:
     settings = monitor.settings()
     assert settings["module"] == "N6731B" and settings["current_limit_command"] == "CURR:LEV"
     assert "emulation" not in settings and "priority" not in settings
+
+
+def test_n6705_smu_protects_the_bench_voltage_limit_before_the_output_goes_on() -> None:
+    """The N678xA's remote OVP is set to the bench's voltage_limit_v (3.6 V here), after CURR:LIM
+    and before OUTP ON as n6705b.js does, checked against the error queue, and recorded."""
+    res = ScriptedResource([*N6705_CONFIG, *checked("OUTP ON,(@1)"),
+                            ("STAT:QUES:COND? (@1)", b"0")])
+    monitor = n6705(res)
+    monitor.configure(3.3, 10_000)
+    monitor.power_on()
+    assert res.script == []
+    sent = [w for w in res.writes if w != "SYST:ERR?"]
+    at = sent.index("VOLT:PROT:REM 3.6,(@1)")
+    assert sent[at - 1] == "CURR:LIM 0.1,(@1)" and at < sent.index("OUTP ON,(@1)")
+    s = monitor.settings()
+    assert s["over_voltage_protection_v"] == 3.6
+    assert s["over_voltage_protection_command"] == "VOLT:PROT:REM"
+    assert s["output"] == "on"
+
+
+def test_n6705_a_refused_over_voltage_protection_stops_before_the_output() -> None:
+    script = [
+        *N6705_CONFIG[:9],
+        ("VOLT:PROT:REM 3.6,(@1)", None),
+        ("SYST:ERR?", b'-241,"Hardware missing"'),
+        ("SYST:ERR?", OK),
+    ]
+    res = ScriptedResource(script)
+    with pytest.raises(InstrumentError) as info:
+        n6705(res).configure(3.3, 10_000)
+    assert info.value.command == "VOLT:PROT:REM 3.6,(@1)"
+    assert res.script == []  # nothing sent after the refused command
+
+
+def test_n6705_power_on_reports_an_output_its_over_voltage_protection_disabled() -> None:
+    """STAT:QUES:COND? bit 0 (OV) after OUTP ON: the instrument's own guard tripped."""
+    res = ScriptedResource([*N6705_CONFIG, *checked("OUTP ON,(@1)"),
+                            ("STAT:QUES:COND? (@1)", b"1")])
+    monitor = n6705(res)
+    monitor.configure(3.3, 10_000)
+    with pytest.raises(InstrumentError, match=r"over-voltage protection at 3\.6 V") as info:
+        monitor.power_on()
+    assert info.value.command == "OUTP ON,(@1)"
+    assert res.script == []
+    assert monitor.settings()["output"].startswith("off")
+
+
+def test_n6705_no_guessed_protection_command_for_other_modules() -> None:
+    """No public source confirms an N6731B's OVP command: none is sent, settings() says so."""
+    res = ScriptedResource([("SYST:CHAN:MOD? (@1)", b"N6731B"),
+                            *checked("VOLT:LEV 3.3,(@1)", "CURR:LEV 0.1,(@1)"),
+                            *N6705_CONFIG[11:]])
+    monitor = n6705(res)
+    monitor.configure(3.3, 10_000)
+    assert res.script == []
+    assert not any(":PROT" in w for w in res.writes)
+    s = monitor.settings()
+    assert s["over_voltage_protection"].startswith("not set")
+    assert "over_voltage_protection_v" not in s
+
+
+def test_n6705_a_limit_beyond_the_smu_s_protection_span_sends_no_setting() -> None:
+    res = ScriptedResource([("SYST:CHAN:MOD? (@1)", b"N6781A")])
+    monitor = N6705(res, voltage_limit_v=24.0, points=4, pretrigger=1)
+    with pytest.raises(DeviceError, match=r"0\.\.22 V"):
+        monitor.configure(3.3, 10_000)
+    assert res.writes == ["SYST:CHAN:MOD? (@1)"]
 
 
 def test_n6705_bus_trigger_arms_and_triggers_at_once() -> None:

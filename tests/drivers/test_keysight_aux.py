@@ -25,6 +25,7 @@ AUX_CONFIG = [
         "FUNC VOLT,(@1)",
         "VOLT:LEV 1.8,(@1)",
         "CURR:LIM 0.1,(@1)",
+        "VOLT:PROT:REM 3.3,(@1)",  # the bench's voltage limit (aux() below)
         "SENS:FUNC:VOLT:INP AUX,(@1)",
         "SENS:ELOG:FUNC:CURR ON,(@1)",
         "SENS:ELOG:FUNC:CURR:MINM OFF,(@1)",
@@ -58,7 +59,9 @@ def test_aux_elog_conversation_and_samples() -> None:
     # (keeps low), high again. Bits: unarmed 1, 1, 0 | 0, 1 -> one falling edge, at sample 2.
     script = [
         *AUX_CONFIG,
-        *checked("OUTP ON,(@1)", "INIT:ELOG (@1)"),
+        *checked("OUTP ON,(@1)"),
+        ("STAT:QUES:COND? (@1)", b"0"),
+        *checked("INIT:ELOG (@1)"),
         (FETCH, records((1e-3, 0.2, 0.0, 1.8), (1e-3, 1.8, 1.8, 1.8), (2e-3, 1.78, 0.0, 1.8))),
         ("SYST:ERR?", OK),
         (FETCH, records((2e-3, 1.2, 1.0, 1.8), (1e-3, 1.8, 1.8, 1.8))),
@@ -93,6 +96,7 @@ def test_aux_elog_conversation_and_samples() -> None:
     assert (s["emulation"], s["priority"], s["current_limit_command"]) == (
         "PS2Q", "voltage", "CURR:LIM")
     assert s["options"] == []
+    assert s["over_voltage_protection_v"] == 3.3
     assert monitor.stats.notes == []
 
 
