@@ -26,8 +26,9 @@ reports freq, so every duration counted from its samples comes out that much lon
 stretched trace) while the DUT's own timer stays right.
 
 Faults to inject as well: `inject_overrun` (samples lost in the board), `lose_event` (a D7 event
-line lost on the link: the next numbers show the gap), `inject_frame` (any bin_hexa frame, e.g.
-an 0xF1 error message, in the next burst).
+line lost on the link: the next numbers show the gap), `lose_next_event` (the same for whichever
+event comes next, for a test that cannot know the numbers; `lost_events` then names it),
+`inject_frame` (any bin_hexa frame, e.g. an 0xF1 error message, in the next burst).
 
 Not simulated: ``trigsrc d7``, ``pwr auto``, ``eventsrc`` other than ``d7 fal`` (each is
 refused with an error reply saying so), D7 events in bin_hexa (not public).
@@ -148,6 +149,9 @@ class SimLpm01a(SerialInstrument):
         self._init_threads()
         self._overrun: _Overrun | None = None
         self._lost_events: set[int] = set()  # numbers of D7 event lines to lose
+        self._lose_next = False  # lose the next D7 event line, whatever its number
+        #: The numbers of the D7 event lines lost so far (`lose_event`, `lose_next_event`).
+        self.lost_events: list[int] = []
         self._frames: list[bytes] = []  # bin_hexa frames to put in the next burst
 
     # -- faults (test hooks: what a real board does when things go wrong) --------------------
@@ -175,6 +179,12 @@ class SimLpm01a(SerialInstrument):
             raise ValueError("event numbers start at 1")
         with self._acq_lock:
             self._lost_events.add(number)
+
+    def lose_next_event(self) -> None:
+        """Lose the next D7 event line the board sends, as `lose_event` does; its number is
+        appended to `lost_events` once it is lost."""
+        with self._acq_lock:
+            self._lose_next = True
 
     def inject_frame(self, frame: bytes) -> None:
         """Put a bin_hexa metadata frame (e.g. `encode_text_frame(FRAME_ERROR, ...)`) before the
@@ -517,7 +527,11 @@ class SimLpm01a(SerialInstrument):
             positions = np.searchsorted(starts, np.asarray(edges, dtype=np.int64), side="left")
             for pos in positions.tolist():
                 self._event_number += 1
+                if self._lose_next:
+                    self._lose_next = False
+                    self._lost_events.add(self._event_number)
                 if self._event_number in self._lost_events:
+                    self.lost_events.append(self._event_number)
                     continue
                 inserts.append((pos, f"event {self._event_number} ris\r\n".encode()))
         # Edges up to here are done with, reported or not: `forget_before` may drop them.

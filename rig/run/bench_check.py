@@ -19,7 +19,7 @@ from rig.bench.config import VIRTUAL_PORT, Bench
 from rig.bench.ports import port_fault
 from rig.errors import BENCH_ERRORS, ConfigError
 from rig.run.events import Event, EventBus, InstrumentInfo, Note
-from rig.run.measure import BenchParts, connect_bench
+from rig.run.measure import BenchParts, check_timestamp_edges, connect_bench
 
 #: What a device can be found to be. "answering": it spoke and passed every check; "found":
 #: its port opened but nothing answered; "wrong mode": a DUT built for the other timestamp
@@ -75,9 +75,13 @@ def check_bench(bench: Bench, *, checkpoint: Callable[[], None] | None = None) -
 
     `checkpoint` is called while waiting on a device and may raise to stop (that exception
     propagates, after the shutdown). A device fault never raises; a `ConfigError` about the
-    bench itself (e.g. a monitor that cannot time energy windows) does.
+    bench itself (e.g. a monitor that cannot time energy windows: a monitor without every
+    timestamp edge, an LPM01A above its ascii_dec rate) does, before any port is opened.
     """
     bench.require_dut()
+    # What the bench alone refuses, raised here as about the bench (connect_bench refuses it
+    # too, but before the virtual bench starts, where it would read as that bench failing).
+    check_timestamp_edges(bench)
     seen: list[Event] = []
     bus = EventBus()
     bus.subscribe(seen.append)

@@ -189,7 +189,7 @@ def measure_asc(
     except BENCH_ERRORS as exc:
         status, error = REFUSED if parts.refused else "failed", _emulator_cause(parts, exc)
     finally:
-        cleanup_notes = parts.shutdown()
+        cleanup_notes = parts.shutdown(error)
         for note in cleanup_notes:
             bus.publish(Note(level="warning", text=note))
         if parts.recorder is not None:
@@ -555,8 +555,11 @@ class BenchParts:
         #: The monitor refused the bench's settings (`connect_bench`): nothing was powered.
         self.refused = False
 
-    def shutdown(self) -> list[str]:
-        """Power the DUT off first, then stop and close everything; never raises."""
+    def shutdown(self, error: BaseException | None = None) -> list[str]:
+        """Power the DUT off first, then stop and close everything; never raises.
+
+        A step that fails with `error`, the one the run already ended with, is not noted again
+        (an LPM01A's `stop` raises the stream fault, e.g. a lost D7 event, its `fault` gave)."""
         notes: list[str] = []
         steps = []
         if self.emon is not None:
@@ -576,7 +579,8 @@ class BenchParts:
             try:
                 step()
             except (Exception, KeyboardInterrupt) as exc:  # keep going: power-off matters most
-                notes.append(f"could not {what}: {exc}")
+                if exc is not error:
+                    notes.append(f"could not {what}: {exc}")
         return notes
 
 
@@ -595,6 +599,9 @@ def connect_bench(
     monitor's stream goes to `trace_path` (JLS) when given; `checkpoint` is called while
     waiting on the DUT or the monitor and may raise to stop.
     """
+    # Before any port or the virtual bench: what the bench alone says the monitor cannot do
+    # (an LPM01A's rate is known only after `configure`, too late for the instance's word).
+    check_timestamp_edges(bench)
     dut_port, emon_port = bench.dut.port, bench.emon.address
     io_port = bench.io_manager.port if bench.io_manager else None
     uses_emon = bench.emon.driver != "none"
@@ -716,18 +723,38 @@ def check_bench_setup(bench: Bench) -> None:
         QemuBoard.check_setup(bench.qemu.firmware, machine=bench.qemu.machine)
     if not records_trace(bench):
         return
+    check_timestamp_edges(bench)
     options = _monitor_options(bench)
     try:
-        cls = monitor_class(bench.emon.driver)
-        if bench.dut.timestamp_mode == "energy" and not cls.sees_every_edge_with(
-                sample_rate_hz=bench.emon.sample_rate_hz, **options):
-            raise _every_edge_refusal(bench, cls)
-        cls.check_setup(bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
-                        voltage_limit_v=bench.voltage_limit_v, **options)
+        monitor_class(bench.emon.driver).check_setup(
+            bench.emon.supply_voltage_v, bench.emon.sample_rate_hz,
+            voltage_limit_v=bench.voltage_limit_v, **options)
     except BENCH_ERRORS as exc:
-        where = f"{bench.path}: [emon] "
-        message = exc.message if exc.message.startswith(where) else where + exc.message
-        raise ConfigError(message, hint=exc.hint) from None
+        raise _in_emon_table(bench, exc) from None
+
+
+def check_timestamp_edges(bench: Bench) -> None:
+    """Refuse, from the bench alone, ASC energy windows on a monitor that would not see every
+    edge of the DUT's timestamp line with the bench's options and sample rate (an LPM01A above
+    its ascii_dec limit). `check_bench_setup` and `connect_bench` both call it, so a
+    measurement, `rig devices --check`, the GUI's bench check and `rig dut --bench` refuse such
+    a bench alike, before any port is opened."""
+    if not records_trace(bench) or bench.dut.timestamp_mode != "energy":
+        return
+    try:
+        cls = monitor_class(bench.emon.driver)
+        if not cls.sees_every_edge_with(sample_rate_hz=bench.emon.sample_rate_hz,
+                                        **_monitor_options(bench)):
+            raise _every_edge_refusal(bench, cls)
+    except BENCH_ERRORS as exc:
+        raise _in_emon_table(bench, exc) from None
+
+
+def _in_emon_table(bench: Bench, exc: ActionableError) -> ConfigError:
+    """`exc` as a ConfigError naming the bench file's [emon] table."""
+    where = f"{bench.path}: [emon] "
+    message = exc.message if exc.message.startswith(where) else where + exc.message
+    return ConfigError(message, hint=exc.hint)
 
 
 def _every_edge_refusal(bench: Bench, monitor: Any) -> ConfigError:

@@ -23,7 +23,7 @@ from virtual_bench.bench import VirtualBench
 from virtual_bench.description import load_description
 from virtual_bench.pty import Pty
 
-from .runs import REPO, bench_variant
+from .runs import REPO, bench_variant, run_rig
 
 pytestmark = pytest.mark.slow
 
@@ -222,3 +222,19 @@ def test_the_virtual_joulescope_is_a_js110_above_one_megasample() -> None:
                            ).device("emon")
         assert emon.state == "answering", emon
         assert (emon.info["model"], emon.info["sample_rate_hz"]) == (model, rate)
+
+
+def test_cli_check_refuses_an_lpm01a_bench_too_fast_for_energy_windows(tmp_path: Path) -> None:
+    """`rig devices --check` on an LPM01A at 10 kHz (bin_hexa) with an energy-mode DUT: the
+    same refusal as `rig measure asc` (exit 2, the reason and the fix), not "answering"."""
+    bench = bench_variant(tmp_path, "fast-lpm",
+                          rate=("sample_rate_hz = 1000\n", "sample_rate_hz = 10000\n"))
+    done = run_rig("devices", "--check", "--bench", str(bench))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert "bin_hexa" in done.stderr and "not public" in done.stderr
+    assert "set [emon] sample_rate_hz to 5000 or less" in done.stderr
+    measured = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir",
+                       str(tmp_path / "runs"))
+    assert measured.returncode == 2 and not (tmp_path / "runs").exists()
+    assert measured.stderr.strip() == done.stderr.strip()

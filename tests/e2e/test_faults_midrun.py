@@ -188,6 +188,43 @@ def test_monitor_drops_samples_silently(tmp_path: Path, monkeypatch, capsys) -> 
     assert [r["kind"] for r in record.rows].count("window") == 5
 
 
+# -- (c') the monitor loses a timestamp event ------------------------------------------------
+def test_monitor_loses_a_d7_event_mid_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    """One ``event N ris`` line of the LPM01A goes missing during the third timed run (lost on
+    the link: the next event's number shows the gap). Its windows could no longer be paired, so
+    the run fails at once with the lost event's number; the runs before it, the trace so far and
+    the run folder are kept, and the DUT is off."""
+    with virtual_bench() as vb:
+        bench = hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"])
+        code, err = measure(monkeypatch, capsys, bench, tmp_path / "runs",
+                            on_latency_run(AFTER_RUNS, vb.emon.lose_next_event))
+        line = error_line(code, err)
+        assert vb.world.powered is False
+        assert len(vb.emon.lost_events) == 1
+        (lost,) = vb.emon.lost_events
+    assert line.startswith("rig: error: LPM01A: D7 event ")
+    assert f"event {lost} never arrived" in line and f"after event {lost - 1}" in line
+    assert "cannot be paired into windows" in line
+    # ended by the driver's fault, not by the recorder's 30 s edge wait ("waited 30 s for")
+    assert "waited" not in err
+    # said once: the monitor's `stop` raises it again, which is no failure to stop
+    assert err.count(f"event {lost} never arrived") == 1, err
+    assert "could not stop the energy monitor" not in err
+    run = only_run(tmp_path / "runs")
+    record = load_run(run)
+    assert record.status == "failed"
+    assert f"event {lost} never arrived" in record.manifest["error"]
+    assert kinds(run).count("latency_run") == AFTER_RUNS
+    assert kinds(run).count("window") == AFTER_RUNS
+    assert events(run)[-1]["event"] == "run_finished"
+    trace = read_trace(run / "traces" / "emon.jls")
+    saved = next(e for e in events(run) if e["event"] == "trace_saved")
+    assert saved["samples"] == len(trace.current) > 0
+    # The trace reaches past the kept runs' windows: what was measured up to the loss.
+    last_window = [r for r in record.rows if r["kind"] == "window"][-1]
+    assert len(trace.current) > last_window["end_sample"]
+
+
 # -- (d) the disk fills up while the trace is written ----------------------------------------
 def test_disk_fills_up_while_the_trace_is_written(tmp_path: Path, monkeypatch, capsys) -> None:
     """The runs disk is all but full during a timed run. pyjls would not say (it drops what it

@@ -429,6 +429,27 @@ def test_check_bench_names_a_dut_in_the_wrong_mode(window, qtbot, tmp_path: Path
         assert vb.world.powered is False
 
 
+def test_check_bench_refuses_an_lpm01a_too_fast_for_energy_windows(window, qtbot,
+                                                                    tmp_path: Path) -> None:
+    """The same refusal as a run's (bin_hexa D7 events are not public): an error with its fix,
+    no device state, and the DUT never powered."""
+    with VirtualBench(load_description(REPO / "benches" / "sim.toml")) as vb:
+        path = attached_bench(tmp_path, vb)
+        path.write_text(path.read_text().replace("sample_rate_hz = 1000\n",
+                                                 "sample_rate_hz = 10000\n"))
+        w = window()
+        assert w.bench_panel.load(path)
+        w._check_bench()
+        qtbot.waitUntil(lambda: w.devices.check_button.isEnabled() and w.banner_level != "",
+                        timeout=RUN_MS)
+        assert w.banner_level == "error", w.banner_text()
+        text = w.banner_text()
+        assert "bin_hexa" in text and "not public" in text
+        assert "sample_rate_hz to 5000 or less" in text
+        assert w.devices.states == [] and w.devices.device_table.rowCount() == 0
+        assert vb.world.powered is False and vb.world.generation == 0  # never switched on
+
+
 # -- the bench form ---------------------------------------------------------------------------
 def test_a_bench_built_in_the_form_is_saved_as_toml(window, tmp_path: Path) -> None:
     w = window()

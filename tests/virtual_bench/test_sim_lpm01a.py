@@ -269,6 +269,31 @@ def test_a_lost_event_line_leaves_a_gap_in_the_numbers(bench):
     world.sleep_until(now + 300_000_000)
     events = client.stop()
     assert [e.number for e in events if isinstance(e, EdgeEvent)] == [1, 3, 4]
+    assert sim.lost_events == [2]
+
+
+def test_lose_next_event_loses_the_next_line_and_names_it(bench):
+    """For a test that cannot know the numbers (a whole run): the next event line to be sent
+    is lost, whatever its number, and `lost_events` says which it was."""
+    world, sim, client = bench
+    for cmd in ("htc", "freq 1k", "acqtime 0", "eventsrc d7 fal", "pwr on"):
+        client.ok(cmd)
+    client.ok("start")
+    with world.lock:
+        now = world.clock.now_ns()
+        for k in range(2):
+            world.add_pulse(now + (k + 1) * 50_000_000)
+    before = client.collect(lambda e: isinstance(e, EdgeEvent) and e.number == 2)
+    sim.lose_next_event()  # events 1 and 2 were sent: the next is the third
+    assert sim.lost_events == []
+    with world.lock:
+        now = world.clock.now_ns()
+        for k in range(2):
+            world.add_pulse(now + (k + 1) * 50_000_000)
+    world.sleep_until(now + 200_000_000)
+    events = before + client.stop()
+    assert [e.number for e in events if isinstance(e, EdgeEvent)] == [1, 2, 4]
+    assert sim.lost_events == [3]
 
 
 @pytest.mark.parametrize("events", [True, False])
