@@ -119,7 +119,7 @@ class Lpm01a(EnergyMonitor):
     every_edge_reason = (
         f"above {ASCII_DEC_MAX_HZ_UNLIMITED} Hz the LPM01A streams bin_hexa, and how it sends "
         "D7 events (the DUT's timestamp edges) in bin_hexa is not public (unconfirmed without "
-        "hardware), so ASC energy windows cannot be placed from them"
+        "hardware), so the rig cannot take the DUT's timestamp edges from it"
     )
     every_edge_hint = (
         f"set [emon] sample_rate_hz to {ASCII_DEC_MAX_HZ_UNLIMITED} or less (the ascii_dec "
