@@ -25,7 +25,7 @@ import sys
 import time
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -607,6 +607,23 @@ def _atoi(text: str) -> int:
     return int(m.group(0)) if m else 0
 
 
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """fd 1 and ``sys.stdout`` on stderr for the body, both put back afterwards: the backend
+    opens before `Port` takes fd 1 over, and Rockpool's ``find_xylo_hdks`` prints which board it
+    found (samna may write to fd 1 itself), which would reach the host ahead of the banner."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The shim's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -628,13 +645,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.power_frequency > 0:
         parser.error("--power-frequency must be positive")
     try:
-        spec = load_network(args.spec)
-        stand_in = os.environ.get("RIG_XYLO_STAND_IN_RAILS")
-        if args.hdk and stand_in:
-            backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
-        else:
-            backend = (HdkBackend.open(spec, args.power_frequency) if args.hdk
-                       else SimBackend(spec))
+        with stdout_to_stderr():  # until Port has fd 1: what the imports and the board print
+            spec = load_network(args.spec)
+            stand_in = os.environ.get("RIG_XYLO_STAND_IN_RAILS")
+            if args.hdk and stand_in:
+                backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
+            else:
+                backend = (HdkBackend.open(spec, args.power_frequency) if args.hdk
+                           else SimBackend(spec))
     except (SpecError, XyloUnavailable) as exc:
         hint = f"\nhint: {exc.hint}" if exc.hint else ""
         print(f"xylo shim: {exc.message}{hint}", file=sys.stderr)

@@ -28,11 +28,15 @@ import enum
 import importlib
 import importlib.abc
 import importlib.machinery
+import json
+import os
 import sys
+import time
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,16 +45,44 @@ import numpy as np
 
 
 class FakeClock:
-    """Simulated host time in integer ns: `time()` reads it, `sleep()` is the only way on."""
+    """Simulated host time in integer ns: `time()` reads it, `sleep()` is the only way on
+    (and `spend()`, the fake's own cost of a read)."""
 
     def __init__(self) -> None:
         self.ns = 0
+
+    def now_ns(self) -> int:
+        return self.ns
 
     def time(self) -> float:
         return self.ns / 1e9
 
     def sleep(self, seconds: float) -> None:
         self.ns += round(seconds * 1e9)
+
+    def spend(self, ns: int) -> None:
+        self.ns += ns
+
+
+class HostClock:
+    """The host's own time (``time.perf_counter_ns``, the clock the Xylo shim times the board
+    with), in integer ns from this clock's creation: for the fake board run in another process
+    (`serve_as_package`), where nobody can move time for it."""
+
+    def __init__(self) -> None:
+        self._origin = time.perf_counter_ns()
+
+    def now_ns(self) -> int:
+        return time.perf_counter_ns() - self._origin
+
+    def time(self) -> float:
+        return self.now_ns() / 1e9
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def spend(self, ns: int) -> None:
+        """A read costs what it costs on the host: nothing is added."""
 
 
 # -- events and configuration (the names Rockpool uses) ------------------------------------------
@@ -154,10 +186,12 @@ class _Sink:
         self._queue.append((at_ns, event))
 
     def get_events(self) -> list[Any]:
+        now = 0
         if self.board is not None:
             self.board.polls += 1
-            self.board.clock.ns += self.board.poll_cost_ns
-        now = self.board.clock.ns if self.board is not None else 0
+            self.board.clock.spend(self.board.poll_cost_ns)
+            now = self.board.clock.now_ns()
+            self.board.on_read(self, now)
         ready = [e for at, e in self._queue if at <= now]
         self._queue = [(at, e) for at, e in self._queue if at > now]
         return ready
@@ -229,16 +263,17 @@ class PowerMonitor:
     def start_auto_power_measurement(self, frequency: float) -> None:
         self.frequencies.append(frequency)
         self.period_ns = round(1e9 / frequency)
-        self.started_ns, self._next = self.board.clock.ns, 1
+        self.started_ns, self._next = self.board.clock.now_ns(), 1
+        self.board.log(event="power_monitor_started", hz=frequency)
 
     def stop_auto_power_measurement(self) -> None:
         self.period_ns = None
 
-    def produce(self) -> None:
-        """Queue every sample due by now into the connected buffers."""
+    def produce(self, now_ns: int) -> None:
+        """Queue every sample due by `now_ns` into the connected buffers."""
         if self.period_ns is None:
             return
-        while (at := self.started_ns + self._next * self.period_ns) <= self.board.clock.ns:
+        while (at := self.started_ns + self._next * self.period_ns) <= now_ns:
             level = self.board.level_at(at)
             for channel in MeasurementChannels:
                 for buf in self.buffers:
@@ -315,7 +350,7 @@ class XyloA2Board:
 
     def _reply(self, event: Any, at_ns: int | None = None) -> None:
         for reader in self.readers:
-            reader.push(self.clock.ns if at_ns is None else at_ns, event)
+            reader.push(self.clock.now_ns() if at_ns is None else at_ns, event)
 
     def receive(self, events: list[Any]) -> None:
         stamped = [e for e in events if isinstance(e, Spike) and e.timestamp is not None]
@@ -346,7 +381,8 @@ class XyloA2Board:
                 raster[e.timestamp - first, e.neuron_id] += 1
         n_out = int(np.shape(self.config.readout.weights)[1])
         out = (raster[:, np.arange(n_out) % n_in] > 0).astype(int)
-        start, done = self.clock.ns, self.clock.ns + self.latency_ns
+        start = self.clock.now_ns()
+        done = start + self.latency_ns
         self.runs.append((start, done))
         self.inputs.append(raster)
         for state in self.states:
@@ -354,6 +390,83 @@ class XyloA2Board:
         for t in range(first, last + 1):
             self._reply(Readout(timestamp=t), at_ns=done)
         self.timestep = last + 2
+        self._started(start)
+
+    def _started(self, now_ns: int) -> None:
+        """A run was written at `now_ns` (its readouts are queued for `latency_s` later)."""
+
+    # hooks of the buffers, and the board's log
+    def on_read(self, sink: _Sink, now_ns: int) -> None:
+        """A buffer is read at `now_ns`, before it hands out what is due: a power buffer gets
+        every sample due by then."""
+        if isinstance(sink, PowerBuffer):
+            self.power.produce(now_ns)
+
+    def log(self, **record: Any) -> None:
+        """Facts a test in another process reads back (`HostBoard`); none here."""
+
+
+class HostBoard(XyloA2Board):
+    """The board on the host's clock (`HostClock`), for the shim run as a subprocess, where the
+    time between any two of the host's steps is whatever the host took. A run's readouts appear
+    `latency_s` after the input write, as on `XyloA2Board`; and so that a test's closed-form
+    power holds however slow the host is, a rail sample counts as active from the power
+    buffer's last read before the input write to its first read after the readouts are out.
+    XyloSamna.evolve empties that buffer just before the write and reads it just after the
+    readout, so every sample of an evolve's window is at the active level (on a real board the
+    few µs of host steps at either end would be idle; a sample lands there only by the host's
+    timing).
+
+    `log`: a file to which one JSON line per fact is appended: ``power_monitor_started`` with its
+    ``hz``; per run, once its readouts have been read, ``run`` with (board clock, ns) its
+    ``write_ns``, ``visible_ns`` (when the readouts appeared), ``first_read_ns`` (the first read
+    of the read buffer after the write) and the two reads around the readouts: ``read_seen_ns``
+    (the first to hand them out) and ``read_before_ns`` (the read before it).
+    """
+
+    def __init__(self, *args: Any, log: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log_path = log
+        self._last_power_read_ns = 0
+        self._last_read_ns: int | None = None
+        #: [window start, window end or None while open] of every run's power window.
+        self.windows: list[list[int | None]] = []
+        #: The run written whose readouts nobody has read yet: its facts so far.
+        self._pending: dict[str, Any] | None = None
+
+    def log(self, **record: Any) -> None:
+        if self.log_path:
+            with open(self.log_path, "a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+
+    def _started(self, now_ns: int) -> None:
+        self.windows.append([self._last_power_read_ns, None])
+        self._pending = {"write_ns": now_ns, "visible_ns": self.runs[-1][1],
+                         "first_read_ns": None}
+
+    def on_read(self, sink: _Sink, now_ns: int) -> None:
+        if isinstance(sink, ReadBuffer):
+            run = self._pending
+            if run is not None:
+                if run["first_read_ns"] is None:
+                    run["first_read_ns"] = now_ns
+                if now_ns >= run["visible_ns"]:
+                    self.log(event="run", **run, read_before_ns=self._last_read_ns,
+                             read_seen_ns=now_ns)
+                    self._pending = None
+            self._last_read_ns = now_ns
+        if isinstance(sink, PowerBuffer):
+            # Runs follow one another: only the last window can be open, and it closes at the
+            # first power read once its run's readouts are out.
+            if self.windows and self.windows[-1][1] is None and self.runs[-1][1] <= now_ns:
+                self.windows[-1][1] = now_ns
+            self._last_power_read_ns = now_ns
+        super().on_read(sink, now_ns)
+
+    def level_at(self, at_ns: int) -> dict[MeasurementChannels, float]:
+        busy = any(start < at_ns and (end is None or at_ns <= end)
+                   for start, end in self.windows)
+        return self.active_w if busy else self.idle_w
 
 
 # -- the samna module tree -----------------------------------------------------------------------
@@ -375,13 +488,6 @@ class EventFilterGraph:
             source.buffers.append(sink)
         else:
             raise AssertionError(f"fake samna cannot connect {source!r} -> {sink!r}")
-
-
-class _PowerBufferAtNow(PowerBuffer):
-    def get_events(self) -> list[Any]:
-        if self.board is not None:
-            self.board.power.produce()
-        return super().get_events()
 
 
 class _AutoModule(types.ModuleType):
@@ -428,9 +534,10 @@ class Samna:
         self.clock = clock
         self.devices: list[tuple[DeviceInfo, XyloA2Board]] = []
 
-    def attach(self, info: DeviceInfo | None = None, **board: Any) -> XyloA2Board:
+    def attach(self, info: DeviceInfo | None = None, *, kind: type[XyloA2Board] | None = None,
+               **board: Any) -> XyloA2Board:
         info = info or DeviceInfo()
-        hdk = XyloA2Board(self.clock, info, **board)
+        hdk = (kind or XyloA2Board)(self.clock, info, **board)
         self.devices.append((info, hdk))
         return hdk
 
@@ -438,7 +545,7 @@ class Samna:
         """Register the samna module tree in sys.modules."""
         _module("samna", BasicSinkNode_xylo_core2_event_output_event=ReadBuffer,
                 BasicSourceNode_xylo_core2_event_input_event=WriteBuffer,
-                BasicSinkNode_unifirm_modules_events_measurement=_PowerBufferAtNow)
+                BasicSinkNode_unifirm_modules_events_measurement=PowerBuffer)
         _module("samna.device", get_all_devices=lambda: [i for i, _ in self.devices],
                 open_device=self._open)
         _module("samna.graph", EventFilterGraph=EventFilterGraph)
@@ -525,3 +632,33 @@ def rockpool_hdk() -> Iterator[Harness]:
         host_time = types.SimpleNamespace(time=clock.time, sleep=clock.sleep)
         devkit.time = samna_module.time = host_time
         yield Harness(fake, clock, devkit)
+
+
+# -- the fake as an importable ``samna`` package, for the shim run as a subprocess ---------------
+
+#: JSON describing the board `serve_as_package` attaches: ``latency_s``, ``idle_w`` and
+#: ``active_w`` ({MeasurementChannels name: W}), ``firmware`` ({"fxtree", "unifirm"}) and
+#: ``log`` (a file path, see `HostBoard`). Unset: samna lists no device.
+BOARD_ENV = "FAKE_SAMNA_BOARD"
+#: The folder to put first on a process's PYTHONPATH so that its ``import samna`` is this fake.
+PACKAGE_ROOT = Path(__file__).resolve().parent / "fake_samna_pkg"
+
+
+def serve_as_package(package: types.ModuleType) -> Samna:
+    """Make `package` (``samna``, being imported from `PACKAGE_ROOT`) this fake on the host's
+    clock, with the board `BOARD_ENV` describes attached as a `HostBoard`."""
+    sys.meta_path.insert(0, _Finder())  # `import samna.<anything>`: a stand-in module
+    package.__getattr__ = lambda name: _AutoModule.__getattr__(package, name)  # samna.<any>
+    fake = Samna(HostClock())
+    fake.build()
+    text = os.environ.get(BOARD_ENV)
+    if text:
+        board = json.loads(text)
+        levels = {key: {MeasurementChannels[name]: float(watts)
+                        for name, watts in board.get(key, {}).items()} or None
+                  for key in ("idle_w", "active_w")}
+        fake.attach(DeviceInfo(firmware=Firmware(**board.get("firmware", {}))), kind=HostBoard,
+                    latency_s=float(board.get("latency_s", 0.0125)), log=board.get("log"),
+                    **levels)
+    package.fake = fake
+    return fake
