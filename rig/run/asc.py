@@ -276,6 +276,7 @@ class AscProcedure:
                 index=index, label=int(label), predicted=predicted,
                 correct=predicted == int(label), scores=scores, execution_time_s=seconds,
                 timer=timer, dut_time_s=t.dut_s, emon_time_s=t.emon_s,
+                dut_resolution_s=t.dut_resolution_s,
                 preprocess_s=_item(test.preprocess_s, index),
                 preprocess_host_s=_item(test.preprocess_host_s, index),
                 simulated=self.simulated,
@@ -602,8 +603,10 @@ def _timing(events: list[Event], bench: dict[str, Any]) -> str | None:
     if CAP_SIMTIME in caps or (xylo and not dut.get("hdk")):
         return SIMULATED_XYLO_TIMING if xylo else SIMULATED_TIMING
     if xylo:
+        # The test samples' own inferences too: the execution time is their mean.
         resolutions = [e.dut_resolution_s for e in events
-                       if isinstance(e, LatencyRun) and e.dut_resolution_s is not None]
+                       if isinstance(e, LatencyRun | SampleClassified)
+                       and e.dut_resolution_s is not None]
         if not resolutions:
             return HDK_TIMING + "; its resolution was not reported"
         return (HDK_TIMING + f"; each inference's time known to within "

@@ -179,6 +179,9 @@ class SampleClassified(Event):
     #: The same inference by each clock [s], None where that clock did not see it.
     dut_time_s: float | None = None
     emon_time_s: float | None = None
+    #: How finely the DUT's clock told this inference's time [s], where the DUT says so (a Xylo
+    #: HDK's ``m-lap-resolution-us``, as `LatencyRun.dut_resolution_s`); None otherwise.
+    dut_resolution_s: float | None = None
     #: Pre-processing time on the hardware [s] when done outside the DUT's inference (Xylo's
     #: analog front end), reported apart from inference as the spec asks; else None.
     preprocess_s: float | None = None
