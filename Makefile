@@ -49,8 +49,10 @@ test:  ## Install test deps, build the shims, run the suite.
 
 test-setup: $(STAMP) firmware-host lava-env system-deps firmware-avr
 
+# mypy: strict for protocols/ and drivers/, default elsewhere ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)  ## Speed and memory figures (printed, never asserted).
 	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
