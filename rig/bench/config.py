@@ -47,6 +47,8 @@ SIM_IO_MANAGERS = ("python", "simavr")
 #: checked by `db crc`, `db` hex read back by `db print` (all that plain MLPerf Tiny firmware
 #: offers). The rig uses the fastest the DUT offers (`DutClient.load`).
 DOWNLOADS = ("binary", "hex-crc", "hex-read-back")
+#: Emulated boards with a DUT shim port (firmware/dut/<machine>).
+QEMU_MACHINES = ("mps2-an386",)
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,23 @@ NUMBER_SPANS: dict[str, Span] = {
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
 }
+#: The words a text key of a bench file takes, by "table.key" (`_choice` checks each; `[emon]
+#: driver` also takes "<driver>-sim", the virtual bench's).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "dut.kind": DUT_KINDS,
+    "dut.timestamp_mode": TIMESTAMP_MODES,
+    "dut.download": DOWNLOADS,
+    "emon.driver": EMON_DRIVERS,
+    "emon.timestamp_input": TIMESTAMP_INPUTS,
+    "emon.ppk2_mode": PPK2_MODES,
+    "dataset.name": DATASETS,
+    "sim.dut": SIM_DUTS,
+    "sim.io_manager": SIM_IO_MANAGERS,
+    "qemu.machine": QEMU_MACHINES,
+}
+#: Keys of the `[bench]` and `[worker]` tables (the other tables' keys are their dataclasses').
+BENCH_KEYS = ("name", "voltage_limit_v", "simulated")
+WORKER_KEYS = ("name", "resources")
 #: `[worker] resources` counts: one unit each (one instrument measures one point at a time).
 WORKER_RESOURCE_SPAN = Span(1, 1)
 #: Tables of a bench that drives a DUT; a file with `[worker]` and none of them is a worker file.
@@ -344,7 +363,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _no_unknown(raw, known_top, path, "")
     top = raw.get("bench", {})
     _is_table(top, path, "bench")
-    _no_unknown(top, {"name", "voltage_limit_v", "simulated"}, path, "bench")
+    _no_unknown(top, set(BENCH_KEYS), path, "bench")
     name = _typed(top, "name", str, path, "bench", default=path.stem)
     worker = _worker(raw["worker"], path) if "worker" in raw else None
     if worker is not None and not any(t in raw for t in DUT_TABLES):
@@ -383,8 +402,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     dataset: DatasetConfig = sections["dataset"]
     sim: SimConfig | None = sections["sim"]
     io_manager: IoManagerConfig | None = sections["io_manager"]
-    _choice(dut.kind, DUT_KINDS, path, "dut.kind")
-    _choice(dut.timestamp_mode, TIMESTAMP_MODES, path, "dut.timestamp_mode")
+    _choice(dut.kind, path, "dut.kind")
+    _choice(dut.timestamp_mode, path, "dut.timestamp_mode")
     _check_download(dut, io_manager, path)
     if io_manager is not None and sim is None and "port" not in raw.get("dut", {}):
         dut = replace(dut, port=IO_MANAGER_PORT)
@@ -395,11 +414,11 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
                 hint=f'drop the port, or use driver = "{emon.driver[: -len(SIM_SUFFIX)]}"',
             )
         emon = replace(emon, driver=emon.driver[: -len(SIM_SUFFIX)], port=VIRTUAL_PORT)
-    _choice(emon.driver, EMON_DRIVERS, path, "emon.driver")
+    _choice(emon.driver, path, "emon.driver")
     emon = replace(emon, current_range=_current_range(emon, path))
     _check_timestamp_input(emon, path)
     _check_ppk2_mode(emon, path)
-    _choice(dataset.name, DATASETS, path, "dataset.name")
+    _choice(dataset.name, path, "dataset.name")
     if dataset.name == "synthetic-asc":
         _positive(dataset.samples_per_class, path, "dataset.samples_per_class")
     if dataset.name == "dcase2020" and not dataset.path:
@@ -427,8 +446,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         except VoltageLimitError as exc:
             raise VoltageLimitError(exc.message, hint=exc.hint) from None
     if sim is not None:
-        _choice(sim.dut, SIM_DUTS, path, "sim.dut")
-        _choice(sim.io_manager, SIM_IO_MANAGERS, path, "sim.io_manager")
+        _choice(sim.dut, path, "sim.dut")
+        _choice(sim.io_manager, path, "sim.io_manager")
         if sim.uart_baud and (sim.dut != "python" or io_manager is not None):
             raise ConfigError(
                 f"{path}: [sim] uart_baud paces the Python DUT's own line; this bench has "
@@ -475,7 +494,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
 def _worker(table: Any, path: Path) -> WorkerConfig:
     """`[worker]`: known keys, a resources table of known names, one unit each."""
     _is_table(table, path, "worker")
-    _no_unknown(table, {"name", "resources"}, path, "worker")
+    _no_unknown(table, set(WORKER_KEYS), path, "worker")
     name = _typed(table, "name", str, path, "worker", default="")
     if "name" in table and not name.strip():
         raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}",
@@ -517,15 +536,11 @@ def _worker_bench(raw: dict[str, Any], top: dict[str, Any], name: str, worker: W
                  worker=worker, worker_only=True)
 
 
-#: Emulated boards with a DUT shim port (firmware/dut/<machine>).
-QEMU_MACHINES = ("mps2-an386",)
-
-
 def _check_download(dut: DutConfig, io_manager: IoManagerConfig | None, path: Path) -> None:
     """`[dut] download`: one of `DOWNLOADS`, for firmware that takes inputs over its UART."""
     if not dut.download:
         return
-    _choice(dut.download, DOWNLOADS, path, "dut.download")
+    _choice(dut.download, path, "dut.download")
     if dut.kind == "xylo":
         raise ConfigError(f"{path}: [dut] download: a Xylo's inputs go through Rockpool/samna, "
                           "not a UART download", hint="drop the line")
@@ -547,7 +562,7 @@ def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,
     if dut.port != QEMU_PORT:
         raise ConfigError(f"{path}: [qemu] is set but [dut] port is {dut.port!r}",
                           hint=f'use port = "{QEMU_PORT}" to reach the emulated board')
-    _choice(qemu.machine, QEMU_MACHINES, path, "qemu.machine")
+    _choice(qemu.machine, path, "qemu.machine")
     if not qemu.firmware:
         raise ConfigError(f"{path}: [qemu] firmware is missing",
                           hint="the ELF image `make firmware-arm` builds, e.g. "
@@ -609,7 +624,7 @@ _NO_AUX = {
 def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
     """``[emon] timestamp_input``: one of `TIMESTAMP_INPUTS`; "aux" only on an N6705 (an
     N6781A/N6785A's auxiliary input) or an Otii (its Sense+ input)."""
-    _choice(emon.timestamp_input, TIMESTAMP_INPUTS, path, "emon.timestamp_input")
+    _choice(emon.timestamp_input, path, "emon.timestamp_input")
     if emon.timestamp_input != "aux" or emon.driver in ("n6705", "otii"):
         return
     why, hint = _NO_AUX.get(emon.driver, (f"the {emon.driver} monitor has no auxiliary voltage "
@@ -621,7 +636,7 @@ def _check_timestamp_input(emon: EmonConfig, path: Path) -> None:
 
 def _check_ppk2_mode(emon: EmonConfig, path: Path) -> None:
     """``[emon] ppk2_mode``: one of `PPK2_MODES`; "ampere" only on a PPK2."""
-    _choice(emon.ppk2_mode, PPK2_MODES, path, "emon.ppk2_mode")
+    _choice(emon.ppk2_mode, path, "emon.ppk2_mode")
     if emon.ppk2_mode != "source" and emon.driver != "ppk2":
         raise ConfigError(
             f'{path}: [emon] ppk2_mode = "{emon.ppk2_mode}" is a PPK2 setting, but the monitor '
@@ -689,14 +704,20 @@ def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) 
     _no_unknown(table, set(fields), path, section)
     values = {}
     for key, value in table.items():
-        default = fields[key].default
-        expected = type(default) if default is not None else str
+        expected = key_type(cls, key)
         if expected in (int, float):  # every number: its type, finite, in its span
             values[key] = number(value, path=path, table=section, key=key, kind=expected,
                                  span=NUMBER_SPANS.get(f"{section}.{key}"))
         else:
             values[key] = _coerce(value, expected, path, section, key)
     return cls(**values)
+
+
+def key_type(cls: type, key: str) -> type:
+    """The type a bench file's value for `key` of the table read into `cls` must have: its
+    default's (a key whose default is None takes text)."""
+    default = cls.__dataclass_fields__[key].default
+    return type(default) if default is not None else str
 
 
 def _coerce(value: Any, expected: type, path: Path, section: str, key: str) -> Any:
@@ -733,7 +754,8 @@ def _positive(value: float, path: Path, dotted: str) -> None:
         raise ConfigError(f"{_where(path, section)} {key}: expected > 0, found {value}")
 
 
-def _choice(value: str, allowed: tuple[str, ...], path: Path, dotted: str) -> None:
+def _choice(value: str, path: Path, dotted: str) -> None:
+    allowed = CHOICES[dotted]
     if value not in allowed:
         section, _, key = dotted.rpartition(".")
         raise ConfigError(

@@ -64,6 +64,11 @@ NUMBER_SPANS: dict[str, Span] = {
     "seeds": SEED_SPAN,
     "solver_seed": SEED_SPAN,
 }
+#: Keys of the [sweep] table (`tuning_file` and `tuning_sha256` are written by the rig into a
+#: run folder's snapshot), and the words its text keys take.
+SWEEP_KEYS = ("suts", "nodes", "densities", "seeds", "timeouts", "solver_seed", "targets",
+              "sut_options", "name", "tuning", "tuning_file", "tuning_sha256")
+CHOICES: dict[str, tuple[str, ...]] = {"suts": KNOWN_SUTS, "targets": TARGET_MODES}
 
 
 # -- the sweep file ----------------------------------------------------------------------------
@@ -152,11 +157,9 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: sweep: expected a table, found {type(table).__name__}",
                           hint="write it as a [sweep] section")
-    known = {"suts", "nodes", "densities", "seeds", "timeouts", "solver_seed", "targets",
-             "sut_options", "name", "tuning", "tuning_file", "tuning_sha256"}
-    _no_unknown(table, known, path, "sweep")
-    suts = _list(table, "suts", path, str, "SUT names", lambda v: v in KNOWN_SUTS,
-                 f"one of {', '.join(KNOWN_SUTS)}")
+    _no_unknown(table, set(SWEEP_KEYS), path, "sweep")
+    suts = _list(table, "suts", path, str, "SUT names", lambda v: v in CHOICES["suts"],
+                 f"one of {', '.join(CHOICES['suts'])}")
     nodes = _list(table, "nodes", path, int, "integers >= 1")
     densities = _list(table, "densities", path, float, "numbers in (0, 1]")
     timeouts = _list(table, "timeouts", path, float, "numbers of seconds > 0")
@@ -165,9 +168,9 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
     solver_seed = number(table.get("solver_seed", 0), path=path, table="sweep",
                          key="solver_seed", kind=int, span=NUMBER_SPANS["solver_seed"])
     targets = table.get("targets", "table")
-    if targets not in TARGET_MODES:
+    if targets not in CHOICES["targets"]:
         raise ConfigError(f"{path}: [sweep] targets: expected one of "
-                          f"{', '.join(TARGET_MODES)}; found {targets!r}",
+                          f"{', '.join(CHOICES['targets'])}; found {targets!r}",
                           hint='"table": the NeuroBench table, computed where it has none; '
                                '"compute": always computed')
     options = table.get("sut_options", {})
