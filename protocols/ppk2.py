@@ -178,7 +178,9 @@ class Calibration:
         c = self.arrays()
         k = np.minimum(rng, RANGES - 1)
         r = (adc.astype(np.float64) * 4.0 - c["o"][k]) * (ADC_MULT / c["r"][k])
-        return c["ug"][k] * (r * (c["gs"][k] * r + c["gi"][k]) + (c["s"][k] * vdd_v + c["i"][k]))
+        amps: np.ndarray = c["ug"][k] * (r * (c["gs"][k] * r + c["gi"][k])
+                                         + (c["s"][k] * vdd_v + c["i"][k]))
+        return amps
 
     def adc_for(self, amps: np.ndarray, vdd_v: float) -> tuple[np.ndarray, np.ndarray]:
         """(adc, range) that a PPK2 reports for `amps`: the most sensitive range whose ADC

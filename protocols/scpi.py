@@ -258,9 +258,9 @@ def header_matches(header: str, pattern: str) -> bool:
     sent = [n.upper() for n in header.strip().lstrip(":").split(":")]
     nodes: list[tuple[str, str, bool]] = []
     # A node is ``NAME`` or ``[:NAME]`` / ``[NAME]`` (optional), separated by ``:``.
-    for match in _NODE_RE.finditer(pattern):
-        optional = match.group(1) is not None
-        nodes.append((*_node_forms(match.group(1) or match.group(2)), optional))
+    for node in _NODE_RE.finditer(pattern):
+        optional = node.group(1) is not None
+        nodes.append((*_node_forms(node.group(1) or node.group(2)), optional))
 
     def match(i: int, j: int) -> bool:
         if j == len(nodes):

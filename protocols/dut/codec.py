@@ -17,7 +17,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 
@@ -638,7 +638,8 @@ _S = r"(-?\d{1,20})"
 #: overlap (``m-[Expecting ...]`` before the generic ``m-`` fallback).
 _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
     (re.compile(r"m-ready"), lambda m: Ready()),
-    (re.compile(r"m-timestamp-mode-(energy|performance)"), lambda m: TimestampMode(m.group(1))),
+    (re.compile(r"m-timestamp-mode-(energy|performance)"),
+     lambda m: TimestampMode(cast(TimestampModeName, m.group(1)))),
     (re.compile(r"m-init-done"), lambda m: InitDone()),
     (re.compile(r"m-name-(.*?)-\[(.*)\]"), lambda m: Name(m.group(1), m.group(2))),
     (re.compile(r"m-profile-\[(.*)\]"), lambda m: Profile(m.group(1))),
