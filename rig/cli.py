@@ -14,7 +14,6 @@ import os
 import sys
 
 from protocols.errors import ActionableError
-from rig import __version__
 
 #: Entry-point group of subcommands that other layers add (each names an `add_parser(sub)`).
 PLUGIN_GROUP = "neurobench_rig.commands"
@@ -27,6 +26,16 @@ COMMANDS += ["worker", "cluster"]
 COMMANDS += ["dashboard"]
 
 
+class _VersionAction(argparse.Action):
+    """`rig --version`: the version is asked of git only here, not by every `rig` start."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from rig import rig_version
+
+        print(f"neurobench-rig {rig_version()}")  # on stdout, as argparse's own action
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered, or only `command` where it names
     one of ours: each subcommand's module imports what its work needs, and the test suite starts
@@ -35,7 +44,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="rig", description="NeuroBench system-track bench: measure, analyse, report."
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.add_argument("--version", action="version", version=f"neurobench-rig {__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help="show the rig's version (its git commit) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     if command in COMMANDS:
         importlib.import_module(f"rig.commands.{command}").add_parser(sub)

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     _say_damaged(out, data, bool(record.events))
     out.print(f"{data['procedure'] or '?'} on {data['device'] or '?'}{sim}, "
               f"started {data['started_at'] or 'unknown'}")
+    out.print(f"measured by: neurobench-rig {data['rig_version'] or '(not recorded)'}")
     style = "green" if record.status == "complete" else "yellow"
     out.print(f"status: [{style}]{record.status}[/]")
     if record.status == INCOMPLETE:
@@ -91,6 +92,7 @@ def show_sweep(args: argparse.Namespace) -> int:
     _say_damaged(out, data, True)
     resumed = f", resumed {data['resumes']} time(s)" if data["resumes"] else ""
     out.print(f"QUBO sweep {data['sweep']['name']}{sim}, started {data['started_at']}{resumed}")
+    out.print(f"measured by: neurobench-rig {data['rig_version'] or '(not recorded)'}")
     style = "green" if data["status"] == "complete" else "yellow"
     out.print(f"status: [{style}]{data['status']}[/]")
     out.print(f"points: {data['points_done']}/{data['points_total']} done "

@@ -523,6 +523,7 @@ def sweep_summary(path: str | Path) -> dict[str, Any]:
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
         "resumes": len(manifest.get("resumes", [])),
+        "rig_version": (manifest.get("software") or {}).get("neurobench-rig"),
         "points_done": summary["points_done"],
         "points_total": summary["points_total"],
         "points_failed": summary["points_failed"],

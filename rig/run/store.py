@@ -75,8 +75,10 @@ def software_versions() -> dict[str, str]:
     """Versions of Python and of every package a measurement depends on."""
     from importlib import metadata  # ~50 ms to import: only a new run needs it
 
-    versions = {"python": sys.version.split()[0]}
-    for dist in ("neurobench-rig", "numpy", "pyserial", "pyjls", "pyarrow", "rich"):
+    from rig import rig_version  # the exact build: a checkout's current commit, not its install's
+
+    versions = {"python": sys.version.split()[0], "neurobench-rig": rig_version()}
+    for dist in ("numpy", "pyserial", "pyjls", "pyarrow", "rich"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -84,6 +84,8 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
         **({"emulated": manifest["emulated"]} if manifest.get("emulated") else {}),
         "started_at": manifest.get("started_at"),
         "finished_at": manifest.get("finished_at"),
+        #: the build that measured it (its git commit): runs of different code told apart
+        "rig_version": (manifest.get("software") or {}).get("neurobench-rig"),
         "measured": counts,
         "summary": summary,
         "measurements": measurements(record),
