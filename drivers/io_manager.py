@@ -315,7 +315,7 @@ class IoManagerTransport:
         """The DUT's lines relayed since the last read (waits at most one port poll)."""
         return "".join(line + "\r\n" for line in self.io_manager.read_dut()).encode()
 
-    def read_until(self, deadline: float, done: Callable[[bytes], bool]) -> bytes:
+    def read_until(self, deadline: float, done: Callable[[bytearray], bool]) -> bytes:
         """Read until `done(buffer)` is true or the monotonic `deadline` passes (then raise)."""
         buf = bytearray()
         while not done(buf):

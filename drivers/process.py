@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import IO
 
 from drivers.errors import DeviceError, DeviceTimeout, PortError
 
@@ -84,7 +85,7 @@ class ProcessTransport:
             missing = cwd is not None and not Path(cwd).is_dir()
             raise PortError(
                 f"{name}: cannot start {self.argv[0]!r}: "
-                + (f"no directory {os.fspath(cwd)!r}" if missing else "no such program"),
+                + (f"no directory {os.fspath(cwd or '')!r}" if missing else "no such program"),
                 hint="check the path (for the Loihi 2 shim run `make lava-env` first)",
             ) from exc
         except PermissionError as exc:
@@ -94,8 +95,14 @@ class ProcessTransport:
             ) from exc
         #: The child's process group id (its pid: it leads the new session).
         self.pgid = self._proc.pid
-        self._stdout = self._proc.stdout.fileno()
-        self._stdin = self._proc.stdin.fileno()
+        # all three are PIPEs, so Popen made them (its types allow None for the other cases)
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        assert self._proc.stderr is not None
+        self._stdin_pipe: IO[bytes] = self._proc.stdin
+        self._stdout_pipe: IO[bytes] = self._proc.stdout
+        self._stderr_pipe: IO[bytes] = self._proc.stderr
+        self._stdout = self._stdout_pipe.fileno()
+        self._stdin = self._stdin_pipe.fileno()
         os.set_blocking(self._stdout, False)
         os.set_blocking(self._stdin, False)
         self._stderr_reader = threading.Thread(
@@ -196,14 +203,14 @@ class ProcessTransport:
         self._closed = True
         self.disarm_watchdog()
         with suppress(OSError):  # a broken pipe: the child is gone already
-            self._proc.stdin.close()
+            self._stdin_pipe.close()
         if grace_s > 0:
             with suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=grace_s)
         _signal_group(self.pgid, signal.SIGTERM)
         if not self._wait_group(TERMINATE_GRACE_S):
             self._kill_group()
-        self._proc.stdout.close()
+        self._stdout_pipe.close()
         self._stderr_reader.join(timeout=1.0)
 
     def __enter__(self) -> ProcessTransport:
@@ -270,7 +277,7 @@ class ProcessTransport:
 
     def _collect_stderr(self) -> None:
         """Keep the last stderr lines; runs until the child (and its group) closes stderr."""
-        stream = self._proc.stderr
+        stream = self._stderr_pipe
         try:
             for raw in iter(stream.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip()

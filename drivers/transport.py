@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import time
+from collections.abc import Callable
 
 import serial
 
@@ -81,7 +82,7 @@ class SerialTransport:
                 f"{self.name}: read from {self.url} failed: {exc}", hint=_GONE_HINT
             ) from exc
 
-    def read_until(self, deadline: float, done) -> bytes:
+    def read_until(self, deadline: float, done: Callable[[bytearray], bool]) -> bytes:
         """Read until `done(buffer)` is true or the monotonic `deadline` passes (then raise)."""
         buf = bytearray()
         while not done(buf):

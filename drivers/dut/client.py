@@ -383,6 +383,7 @@ class DutClient:
         if not data:
             raise ProtocolError("nothing to download: the input is empty",
                                 hint="load at least one byte")
+        attempt: Callable[[bytes], None]
         if self._binary_offered(CAP_BLOAD):
             method, check, attempt = "binary", "crc", self._load_binary
         else:
@@ -395,8 +396,10 @@ class DutClient:
             by_crc = CAP_DB_CRC in (self.capabilities or ())
             check = "crc" if by_crc else "read-back"
 
-            def attempt(payload: bytes) -> None:
+            def load_hex(payload: bytes) -> None:
                 self._load_hex(payload, per_command, by_crc=by_crc)
+
+            attempt = load_hex
 
         attempts = self._with_one_retry(attempt, data, method, diagnose=check == "crc")
         self.stats.downloads += 1
@@ -720,6 +723,7 @@ class DutClient:
         ready = events[-1]
         if isinstance(ready, Ready):
             return events  # refused before the transfer
+        assert isinstance(ready, (BloadReady, QloadReady))  # _collect stops at one of `stop`
         if ready.n == len(payload):
             view = memoryview(payload)
             for i in range(0, len(view), BINARY_WRITE_CHUNK):
@@ -903,7 +907,12 @@ class DutClient:
         )
 
 
-def _crc_problem(events: list[DutEvent], kinds: tuple[type, ...]) -> str | None:
+#: The result lines that carry a CRC (their `checked` says whether it matched).
+_CrcLine = Results | QbestCost | QbestTime | QstateChunk | Qimprove | QloadUs | Qsteps | Qenergy \
+    | Qpower
+
+
+def _crc_problem(events: list[DutEvent], kinds: tuple[type[_CrcLine], ...]) -> str | None:
     """What is wrong with the result lines of `kinds` in a reply that must be CRC-checked."""
     bad = [e for e in events if isinstance(e, ResultCrcMismatch)]
     if bad:

@@ -37,11 +37,12 @@ def monitor_class(name: str) -> type[EnergyMonitor]:
                           hint=f"known drivers: {', '.join(sorted(DRIVERS))}")
     module, _, cls = DRIVERS[name].partition(":")
     try:
-        return getattr(importlib.import_module(module), cls)
+        driver_class: type[EnergyMonitor] = getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError) as exc:
         raise DeviceError(f"the {name} driver is not available: {exc}",
                           hint="install the matching extra, e.g. pip install "
                           "'neurobench-rig[joulescope]' or '[visa]'") from exc
+    return driver_class
 
 
 def check_current_range(name: str, current_range: str | float) -> str:

@@ -14,7 +14,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -179,7 +179,15 @@ class AcquisitionThread:
         return self.error
 
 
-M = TypeVar("M", bound="EnergyMonitor")
+class _Connectable(Protocol):
+    """A driver that takes control of its instrument in `connect()` (after `open`)."""
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+M = TypeVar("M", bound=_Connectable)
 
 
 class EnergyMonitor(ABC):
@@ -193,6 +201,10 @@ class EnergyMonitor(ABC):
     sees_every_edge: bool = True
     #: False for monitors that set (or are given) the supply voltage instead of measuring it.
     measures_voltage: bool = True
+
+    #: Every driver's constructor, a classmethod: ``open(address, *, voltage_limit_v,
+    #: simulated=False, ...)`` with options of its own (`drivers.emon.open_monitor` calls it).
+    open: ClassVar[Callable[..., EnergyMonitor]]
 
     def __init__(self, *, voltage_limit_v: float) -> None:
         self.voltage_limit_v = voltage_limit_v

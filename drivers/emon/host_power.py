@@ -274,7 +274,8 @@ class RaplMonitor(_CounterMonitor):
     def _power(self, raw: np.ndarray, dt_ns: np.ndarray) -> np.ndarray:
         delta = np.diff(raw, axis=0)
         delta += np.where(delta < 0, self._wrap_uj, 0.0)  # a counter wrapped in the interval
-        return delta.sum(axis=1) * 1e-6 / (dt_ns / NS)
+        watts: np.ndarray = delta.sum(axis=1) * 1e-6 / (dt_ns / NS)
+        return watts
 
     def settings(self) -> dict[str, Any]:
         """Where the counters are and which ones are summed."""

@@ -40,6 +40,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -492,8 +493,8 @@ class Joulescope(EnergyMonitor):
         try:
             for _, data, _, _ in _STREAMS:
                 topic = f"{self.device_path}/{data}"
-                self._call(f"subscribe {topic}", lambda t=topic: self.jsdrv.subscribe(
-                    t, ["pub"], self._on_data_cbk, COMMAND_TIMEOUT_S))
+                self._call(f"subscribe {topic}", partial(
+                    self.jsdrv.subscribe, topic, ["pub"], self._on_data_cbk, COMMAND_TIMEOUT_S))
             for _, _, ctrl, _ in _STREAMS:
                 self._publish(f"{self.device_path}/{ctrl}", 1)
         except BaseException:
@@ -539,8 +540,8 @@ class Joulescope(EnergyMonitor):
         for _, data, _, _ in _STREAMS:
             topic = f"{self.device_path}/{data}"
             try:
-                self._call(f"unsubscribe {topic}", lambda t=topic: self.jsdrv.unsubscribe(
-                    t, self._on_data_cbk, COMMAND_TIMEOUT_S))
+                self._call(f"unsubscribe {topic}", partial(
+                    self.jsdrv.unsubscribe, topic, self._on_data_cbk, COMMAND_TIMEOUT_S))
             except Exception as exc:
                 first = first or exc
         if first is not None:
@@ -644,7 +645,7 @@ class Joulescope(EnergyMonitor):
             return
         rate = (base_rate, decimate)
         first_analog = self._rate_seen is None
-        if first_analog:
+        if self._rate_seen is None:
             self._rate_seen = rate
             fs = base_rate / decimate
             if self._sample_rate_hz and abs(fs - self._sample_rate_hz) > 1e-6:
@@ -691,20 +692,21 @@ class Joulescope(EnergyMonitor):
         """Cut chunks for the id range every stream covers (called under the lock)."""
         streams = self._streams
         if self._base is None:
-            if any(s.first_out is None for s in streams):
+            firsts = [s.first_out for s in streams if s.first_out is not None]
+            if len(firsts) < len(streams):
                 return
             # Streams are enabled one after the other: start where all of them have data.
-            self._base = max(s.first_out for s in streams)  # type: ignore[type-var]
+            self._base = max(firsts)
             self._cursor = self._base
         pieces: list[list[np.ndarray]] = [[] for _ in streams]
         first_out = None
         while True:
             for s in streams:
                 s.discard_before(self._cursor)
-            starts = [s.available_from() for s in streams]
-            if any(st is None for st in starts):
+            starts = [st for s in streams if (st := s.available_from()) is not None]
+            if len(starts) < len(streams):
                 break
-            ahead = max(starts)  # type: ignore[type-var]
+            ahead = max(starts)
             if ahead > self._cursor:  # some stream lost these ids: skip them in every stream
                 if first_out is not None:
                     self._deliver(first_out, pieces)
@@ -802,7 +804,8 @@ def _real_driver() -> JoulescopeDriverLike:
     except ImportError as exc:
         raise DeviceError(f"Joulescope: pyjoulescope_driver is not installed ({exc})",
                           hint=_INSTALL_HINT) from exc
-    return Driver()
+    driver: JoulescopeDriverLike = Driver()
+    return driver
 
 
 def _finalize(jsdrv: JoulescopeDriverLike) -> None:

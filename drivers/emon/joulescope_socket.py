@@ -188,7 +188,7 @@ class FakeJoulescopeDriver:
     def __exit__(self, *exc: object) -> None:
         self.finalize()
 
-    def finalize(self, timeout=None) -> None:
+    def finalize(self, timeout: float | None = None) -> None:
         """Stop the thread and the source."""
         self._finalized.set()
         if self._thread is not threading.current_thread():
@@ -198,11 +198,12 @@ class FakeJoulescopeDriver:
         except Exception as exc:
             log.warning("fake Joulescope: closing the source failed: %s", exc)
 
-    def device_paths(self, timeout=None) -> list[str]:
+    def device_paths(self, timeout: float | None = None) -> list[str]:
         """The one simulated device (none once the source is gone)."""
         return [] if self._lost is not None else [self.device_path]
 
-    def open(self, device_prefix, mode=None, timeout=None) -> None:
+    def open(self, device_prefix: str, mode: str | None = None,
+             timeout: float | None = None) -> None:
         """Open the device: ``defaults`` (or None) resets every setting, which connects the
         DUT (range auto); ``restore`` keeps the instrument's state."""
         self._check_device(device_prefix)
@@ -221,7 +222,7 @@ class FakeJoulescopeDriver:
             with self._source_lock:
                 self.source.set_power(connected)
 
-    def close(self, device_prefix, timeout=None) -> None:
+    def close(self, device_prefix: str, timeout: float | None = None) -> None:
         """Close the device: streams stop."""
         self._check_device(device_prefix)
         with self._state:
@@ -230,7 +231,7 @@ class FakeJoulescopeDriver:
                 self._retained[ctrl] = 0
         self._update_stream()
 
-    def publish(self, topic: str, value, timeout=None) -> None:
+    def publish(self, topic: str, value: Any, timeout: float | None = None) -> None:
         """Set a device topic (validated like the instrument validates it)."""
         self.published.append((topic, value))
         sub = self._device_topic(topic)
@@ -259,12 +260,13 @@ class FakeJoulescopeDriver:
                 self.source.set_power(value != "off")
         self._update_stream()
 
-    def publish_and_wait(self, publish_topic, publish_value, response_topic, timeout=None):
+    def publish_and_wait(self, publish_topic: str, publish_value: Any, response_topic: str,
+                         timeout: float | None = None) -> Any:
         """Publish, then return the value of `response_topic`."""
         self.publish(publish_topic, publish_value, timeout)
         return self.query(response_topic, timeout)
 
-    def query(self, topic: str, timeout=None) -> Any:
+    def query(self, topic: str, timeout: float | None = None) -> Any:
         """A retained value, or the metadata of a topic asked with the suffix ``%`` (only
         ``h/fs`` has any here; others answer None, as topics without metadata do)."""
         sub = self._device_topic(topic)
@@ -279,7 +281,8 @@ class FakeJoulescopeDriver:
                 raise RuntimeError(f"jsdrv_query failed 16 NOT_FOUND | {topic}")
             return self._retained[sub]
 
-    def subscribe(self, topic: str, flags, fn, timeout=None) -> None:
+    def subscribe(self, topic: str, flags: Any, fn: Callable[[str, Any], None],
+                  timeout: float | None = None) -> None:
         """Call `fn(topic, value)` for every publication under `topic`."""
         with self._dispatch:
             self._subscribers.append((topic, fn))
@@ -290,7 +293,8 @@ class FakeJoulescopeDriver:
                     if full.startswith(topic):
                         fn(full, value)
 
-    def unsubscribe(self, topic, fn, timeout=None) -> None:
+    def unsubscribe(self, topic: str, fn: Callable[[str, Any], None],
+                    timeout: float | None = None) -> None:
         """Stop calling the very object `fn` for `topic` (an equal but other bound method is
         NOT_FOUND, as in the binding); returns after any call in progress ended."""
         with self._dispatch:
@@ -300,7 +304,8 @@ class FakeJoulescopeDriver:
         if not found:
             raise RuntimeError(f"jsdrv_unsubscribe failed 16 NOT_FOUND | {topic}")
 
-    def unsubscribe_all(self, fn, timeout=None) -> None:
+    def unsubscribe_all(self, fn: Callable[[str, Any], None],
+                        timeout: float | None = None) -> None:
         """Stop calling the very object `fn` for any topic."""
         with self._dispatch:
             self._subscribers = [(t, f) for t, f in self._subscribers if f is not fn]

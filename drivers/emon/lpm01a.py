@@ -578,8 +578,9 @@ class Lpm01a(EnergyMonitor):
                 on_chunk = self._on_chunk
             # Deliver data before replies: when `stop` sees `Acquisition completed`, every
             # sample decoded before it has reached the callback.
-            for chunk in chunks if on_chunk is not None else ():
-                self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
+            if on_chunk is not None:
+                for chunk in chunks:
+                    self._callback_errors.call(on_chunk, chunk)  # surfaced by stop()
             for reply in replies:
                 self._replies.put(reply)
 

@@ -550,7 +550,7 @@ class Otii(EnergyMonitor):
         try:
             conn = self.conn
             if conn.closed and self._connect is not None:
-                conn = self._reconnect()
+                conn = self._reconnect(self._connect)
             self._arc("arc_set_main", conn, enable=False)
             self._output_on = False
             self._settings["main"] = "off"
@@ -561,8 +561,8 @@ class Otii(EnergyMonitor):
             log.warning("otii: could not switch the main output off: %s", exc)
             self._settings["main"] = f"unknown: switching it off failed ({exc})"
 
-    def _reconnect(self) -> OtiiConnection:
-        conn = self._connect()
+    def _reconnect(self, connect: Callable[[], OtiiConnection]) -> OtiiConnection:
+        conn = connect()
         self._log_in(conn)
         self._license(conn)
         self.conn = conn
