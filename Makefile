@@ -18,7 +18,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: run test lint bench sim clean firmware-host firmware-arm lava-env system-deps
-.PHONY: firmware-avr test-setup
+.PHONY: firmware-avr test-setup docs
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
@@ -39,6 +39,7 @@ TEST_WORKERS ?= 3
 test:  ## Install test deps, build the shims, run the suite.
 	@$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/ruff check .
+	@$(MAKE) --no-print-directory docs
 	@mkdir -p build && rm -f $(TEST_REPORT) $(SERIAL_FILES); status=0; \
 	RIG_TEST_REPORT=$(TEST_REPORT) RIG_SERIAL_FILES=$(SERIAL_FILES) $(BIN)/python -m pytest -q \
 		-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" || status=$$?; \
@@ -48,6 +49,12 @@ test:  ## Install test deps, build the shims, run the suite.
 	$(BIN)/python tests/suite_report.py $(TEST_REPORT); exit $$status
 
 test-setup: $(STAMP) firmware-host lava-env system-deps firmware-avr
+
+# The documentation site (mkdocs.yml, docs/) into build/site, offline, in a few seconds; --strict
+# fails on any warning, a dead internal link or anchor among them. `$(BIN)/mkdocs serve` serves
+# it while you edit; docs/generate.py writes its reference pages from the code.
+docs: $(STAMP)  ## Build the documentation site into build/site (mkdocs --strict).
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 # mypy: strict for protocols/ and drivers/, default elsewhere ([tool.mypy] in pyproject.toml).
 lint: $(STAMP)
