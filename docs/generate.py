@@ -22,6 +22,7 @@ import dataclasses
 import inspect
 import re
 import sys
+import textwrap
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,8 +149,10 @@ def command_section(path: list[str], parser: argparse.ArgumentParser, helptext: 
     description = parser.description or helptext
     if description:
         out.append(f"{escape_prose(description)}\n\n")
-    usage = parser.format_usage().removeprefix("usage: ").strip()
-    out.append(f"```\n{' '.join(usage.split())}\n```\n\n")
+    usage = " ".join(parser.format_usage().removeprefix("usage: ").split())
+    usage = textwrap.fill(usage, 96, subsequent_indent="    ", break_long_words=False,
+                          break_on_hyphens=False)
+    out.append(f"```\n{usage}\n```\n\n")
     subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if subcommands:
         names = ", ".join(f"[{code(' '.join([*path, n]))}](#{anchor([*path, n])})"
