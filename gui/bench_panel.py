@@ -22,6 +22,7 @@ from rig.bench.config import (
     TIMESTAMP_MODES,
     VIRTUAL_PORT,
     Bench,
+    bench_entries,
     benches_dir,
     current_range_choices,
     current_range_help,
@@ -144,8 +145,11 @@ class BenchPanel(QtWidgets.QGroupBox):
     def fill_choices(self) -> None:
         """The named benches (benches/), then open-a-file and new-bench entries."""
         self.choice.clear()
-        for name in known_devices():
-            self.choice.addItem(name, benches_dir() / f"{name}.toml")
+        taken: dict[str, Path] = {}
+        for entry in bench_entries():  # ./benches, the lab's, the package's: the first of a name
+            taken.setdefault(entry.name, entry.path)
+        for name, path in taken.items():
+            self.choice.addItem(name, path)
         self.choice.insertSeparator(self.choice.count())
         self.choice.addItem(OPEN_FILE)
         self.choice.addItem(NEW_BENCH)

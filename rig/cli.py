@@ -24,6 +24,8 @@ COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "swee
 COMMANDS += ["worker", "cluster"]
 #: The lab's rigs on a web page, from the broker (rig/dashboard).
 COMMANDS += ["dashboard"]
+#: A lab's own folder of benches, and where each bench `--device NAME` finds comes from.
+COMMANDS += ["init", "benches"]
 
 
 class _VersionAction(argparse.Action):

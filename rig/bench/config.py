@@ -7,6 +7,8 @@ is touched.
 
 from __future__ import annotations
 
+import os
+import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -307,29 +309,109 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+#: The folder the rig's own benches/, sweeps/ and firmware/ sit in: the repository in a checkout,
+#: site-packages in an installed copy (the wheel keeps the checkout's layout).
+SHIPPED_ROOT = Path(__file__).resolve().parents[2]
+#: The file `rig init` writes at the top of a lab folder; the rig finds it from the working
+#: folder upwards.
+LAB_MARKER = "rig-lab.toml"
+#: An environment variable naming the lab folder; it wins over the marker search.
+LAB_ENV = "RIG_LAB"
+#: Where a bench named by `--device NAME` is looked for, in this order.
+ORIGINS = ("./benches", "lab", "package")
+
+
+@dataclass(frozen=True)
+class BenchEntry:
+    """One bench file the rig can see: its name, its file and where that came from."""
+
+    name: str
+    path: Path
+    #: "./benches" (the working folder's), "lab" (the lab folder's) or "package" (shipped).
+    origin: str
+
+
+def lab_folder() -> Path | None:
+    """The lab folder: $RIG_LAB, else the nearest folder from the working folder upwards that
+    holds `rig-lab.toml` (what `rig init` writes), else None."""
+    named = os.environ.get(LAB_ENV)
+    if named:
+        path = Path(named).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"{LAB_ENV}={named}: not a folder",
+                              hint="make one with `rig init DIR`, or unset RIG_LAB")
+        return path.resolve()
+    cwd = Path.cwd()
+    return next((d for d in (cwd, *cwd.parents) if (d / LAB_MARKER).is_file()), None)
+
+
+def bench_folders() -> list[tuple[str, Path]]:
+    """(origin, folder) of every benches folder there is, in lookup order; a folder reached two
+    ways (the checkout's own, or a lab entered with cd) counts once, under its first origin."""
+    lab = lab_folder()
+    here: Path | None = Path.cwd() / "benches"
+    if lab is not None and here is not None and here.resolve() == (lab / "benches").resolve():
+        here = None  # working in the lab: its benches are the lab's
+    candidates = [("./benches", here), ("lab", lab / "benches" if lab else None),
+                  ("package", SHIPPED_ROOT / "benches")]
+    out: list[tuple[str, Path]] = []
+    seen: set[Path] = set()
+    for origin, folder in candidates:
+        if folder is None or not folder.is_dir() or folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        out.append((origin, folder))
+    return out
+
+
+def bench_entries() -> list[BenchEntry]:
+    """Every named bench the rig can see, by name, then in lookup order (the first one of a name
+    is the one `--device NAME` takes)."""
+    found = [BenchEntry(p.stem, p, origin) for origin, folder in bench_folders()
+             for p in sorted(folder.glob("*.toml"))]
+    order = {origin: i for i, origin in enumerate(ORIGINS)}
+    return sorted(found, key=lambda e: (e.name, order[e.origin]))
+
+
 def benches_dir() -> Path:
-    """Where the named benches live: ./benches if present, else the one beside the package."""
-    local = Path.cwd() / "benches"
-    if local.is_dir():
-        return local
-    return Path(__file__).resolve().parents[2] / "benches"
+    """The first benches folder in lookup order (./benches, the lab's, the package's): where the
+    GUI opens and saves bench files."""
+    folders = bench_folders()
+    return folders[0][1] if folders else SHIPPED_ROOT / "benches"
 
 
 def known_devices() -> list[str]:
-    """Names accepted by `--device` (bench files in `benches_dir()`)."""
-    return sorted(p.stem for p in benches_dir().glob("*.toml"))
+    """Names accepted by `--device` (bench files in any of `bench_folders()`)."""
+    return sorted({e.name for e in bench_entries()})
 
 
 def resolve_device(name: str) -> Path:
-    """Map `--device NAME` to its bench file, or explain which names exist."""
-    path = benches_dir() / f"{name}.toml"
-    if not path.is_file():
+    """Map `--device NAME` to its bench file: ./benches, then the lab folder, then the package.
+    A name found in more than one place takes the first and says so on stderr (a note, not an
+    error); an unknown name is a ConfigError listing the names there are."""
+    found = [e for e in bench_entries() if e.name == name]
+    if not found:
         known = ", ".join(known_devices()) or "(none)"
         raise ConfigError(
             f"unknown device {name!r}",
-            hint=f"known devices: {known}; or pass --bench FILE",
+            hint=f"known devices: {known}; or pass --bench FILE (`rig benches` lists them)",
         )
-    return path
+    if len(found) > 1:
+        others = "; ".join(f"{e.origin}: {e.path}" for e in found[1:])
+        print(f"note: bench {name!r} found in {len(found)} places; using {found[0].path} "
+              f"({found[0].origin}), not {others}", file=sys.stderr)
+    return found[0].path
+
+
+def bench_relative(bench_file: Path, value: str) -> Path:
+    """A path a bench file gives (`[dut] spec`, `[qemu] firmware`): from the file's folder; where
+    nothing is there, from the shipped benches folder, so that a lab's copy (`rig init`) of a
+    shipped bench still finds `../firmware/...` in the installed package. Absolute as given."""
+    own = (bench_file.parent / value).resolve()
+    if own.exists() or Path(value).is_absolute():
+        return own
+    shipped = (SHIPPED_ROOT / "benches" / value).resolve()
+    return shipped if shipped.exists() else own
 
 
 def read_toml(path: Path, missing: str, hint: str) -> dict[str, Any]:
@@ -429,7 +511,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise ConfigError(f"{path}: [dut] spec is missing",
                               hint="the Xylo network spec file, e.g. "
                               "firmware/xylo/models/asc_synthetic.npz")
-        spec_path = (path.parent / dut.spec).resolve()
+        spec_path = bench_relative(path, dut.spec)
         if not spec_path.is_file():
             raise ConfigError(f"{path}: [dut] spec {dut.spec!r} does not exist ({spec_path})",
                               hint="train one with `rig model train xylo --out FILE`")
@@ -576,7 +658,7 @@ def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,
                           "to measure)",
                           hint='set [dut] timestamp_mode = "performance" and [emon] driver = '
                                '"none"')
-    return replace(qemu, firmware=str((path.parent / qemu.firmware).resolve()))
+    return replace(qemu, firmware=str(bench_relative(path, qemu.firmware)))
 
 
 def current_range_choices(driver: str) -> tuple[str, ...] | None:

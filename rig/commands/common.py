@@ -15,7 +15,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """`--device NAME` or `--bench FILE`."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--device", metavar="NAME",
-                       help="a bench from benches/ by name (e.g. sim)")
+                       help="a bench by name (e.g. sim): ./benches, then the lab folder, "
+                       "then the rig's own (`rig benches` lists them)")
     group.add_argument("--bench", metavar="FILE", type=Path, help="a bench TOML file")
 
 
