@@ -20,7 +20,7 @@ from firmware.dut.asc_model import LinearAscModel
 from virtual_bench.description import BenchDescription, load_description
 from virtual_bench.dut import SimDut
 from virtual_bench.errors import EXIT_CODE, BenchFileError, SetupError, VirtualBenchError
-from virtual_bench.host_dut import HostShimDut, host_shim_binary
+from virtual_bench.host_dut import HostShimDut, find_host_shim
 from virtual_bench.io_manager import SimIoManager
 from virtual_bench.joulescope import WorldSource, serve_source
 from virtual_bench.keysight import Sim34465A, SimN6705
@@ -44,19 +44,21 @@ class VirtualBench:
         self.bench = bench
         self.world = World(params, speed=speed or bench.speed)
         mode = bench.timestamp_mode
-        binary = host_shim_binary(build=True) if bench.dut in ("auto", "c-shim") else None
+        binary, why_not = (find_host_shim(build=True) if bench.dut in ("auto", "c-shim")
+                           else (None, ""))
         if binary is not None:
             self.dut: SimDut | HostShimDut = HostShimDut(self.world, binary, timestamp_mode=mode)
             self.dut_impl = f"c-shim ({binary})"
         elif bench.dut == "c-shim":
             raise SetupError(
-                f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built",
+                f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built "
+                f"({why_not})",
                 hint="run `make firmware-host` (needs gcc), or set dut = \"auto\"",
             )
         else:
             self.dut = SimDut(self.world, LinearAscModel.load(), timestamp_mode=mode,
                               uart_baud=bench.uart_baud)
-            self.dut_impl = "python" if bench.dut == "python" else "python (no C compiler)"
+            self.dut_impl = "python" if bench.dut == "python" else f"python ({why_not})"
             if bench.uart_baud is not None:
                 self.dut_impl += f", downloads at {bench.uart_baud:g} baud"
         self.emon_driver = bench.emon_driver

@@ -15,6 +15,7 @@ import select
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -24,23 +25,75 @@ from virtual_bench.pty import Pty
 from virtual_bench.world import NS, World
 
 REPO = Path(__file__).resolve().parents[1]
-#: Where `make firmware-host` puts the shim.
+#: Where `make firmware-host` puts the shim (a checkout).
 DEFAULT_BINARY = REPO / "build" / "firmware" / "dut-host"
+#: The shim's sources: the checkout's firmware/, or the copy installed with the rig.
 SOURCES = REPO / "firmware" / "dut" / "host"
 
 
-def host_shim_binary(*, build: bool) -> Path | None:
-    """The built shim (env RIG_DUT_HOST overrides); built first if asked and gcc is here."""
+def shim_cache() -> Path:
+    """Where an installed rig builds the shim, one folder per rig version: $RIG_CACHE (as the
+    datasets), else $XDG_CACHE_HOME/neurobench-rig, else ~/.cache/neurobench-rig; then
+    dut-host/<version>/dut-host."""
+    base = os.environ.get("RIG_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "neurobench-rig"
+    try:  # what the build wrote (rig/_version.txt): read, not imported (we sit below rig/)
+        version = (REPO / "rig" / "_version.txt").read_text(encoding="utf-8").strip()
+    except OSError:
+        version = "unknown"
+    return Path(base) / "dut-host" / (version or "unknown")
+
+
+def _target() -> Path:
+    """A checkout's build/firmware (`make firmware-host`), else the user's cache."""
+    return DEFAULT_BINARY if (REPO / ".git").exists() else shim_cache() / "dut-host"
+
+
+def find_host_shim(*, build: bool) -> tuple[Path | None, str]:
+    """The C shim to run and, where there is none, why (for the console, `rig sim` and the
+    manifest: "no C compiler", ...). $RIG_DUT_HOST names one; else a checkout's
+    build/firmware/dut-host, an installed rig's in the cache; with `build`, built there first
+    from the sources (make + the C compiler, $CC or gcc) when it is not."""
     override = os.environ.get("RIG_DUT_HOST")
     if override:
-        return Path(override) if Path(override).is_file() else None
+        found = Path(override).is_file()
+        return (Path(override), "") if found else (None, f"RIG_DUT_HOST={override} is no file")
+    target = _target()
+    if target.is_file():
+        return target, ""
+    if not build:
+        return None, "the C shim is not built"
     compiler = shutil.which(os.environ.get("CC", "gcc"))
-    if not DEFAULT_BINARY.is_file() and build and compiler and SOURCES.is_dir():
-        subprocess.run(
-            ["make", "-s", "-C", str(SOURCES), f"OUT={DEFAULT_BINARY.parent}"],
-            check=False, capture_output=True, timeout=300,
-        )
-    return DEFAULT_BINARY if DEFAULT_BINARY.is_file() else None
+    if not compiler:
+        return None, f"no C compiler: {os.environ.get('CC', 'gcc')} not found"
+    if not shutil.which("make"):
+        return None, "no make to build the C shim"
+    if not SOURCES.is_dir():
+        return None, f"no C shim sources ({SOURCES})"
+    return _build(target)
+
+
+def _build(target: Path) -> tuple[Path | None, str]:
+    """Build into a fresh folder beside `target`, then rename the binary into place: benches
+    starting at once each build their own and one rename wins, never half a file."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=target.parent) as work:
+            done = subprocess.run(["make", "-s", "-C", str(SOURCES), f"OUT={work}"],
+                                  check=False, capture_output=True, text=True, timeout=300)
+            built = Path(work) / "dut-host"
+            if done.returncode != 0 or not built.is_file():
+                said = (done.stderr or done.stdout).strip().splitlines()
+                return None, f"the C shim did not build: {said[-1] if said else done.returncode}"
+            os.replace(built, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"the C shim did not build: {exc}"
+    return target, ""
+
+
+def host_shim_binary(*, build: bool) -> Path | None:
+    """The built shim, or None (`find_host_shim` says why)."""
+    return find_host_shim(build=build)[0]
 
 
 class HostShimDut:
