@@ -12,7 +12,8 @@ class RigError(ActionableError):
 
 #: Every error the bench (rig, drivers, protocols) raises on purpose: catch this where a site means
 #: "anything the bench can raise"; each layer keeps its own base, so none subclasses a rig class.
-BENCH_ERRORS: tuple[type[ActionableError], ...] = (RigError, DriverError, ProtocolError)
+BENCH_ERRORS: tuple[type[RigError], type[DriverError], type[ProtocolError]] = (
+    RigError, DriverError, ProtocolError)
 
 
 class ConfigError(RigError):

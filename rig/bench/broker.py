@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def check_power_rate(rate: float, *, where: str) -> float:
     return rate
 
 
-def read_password(password_file: Path | None, env: dict[str, str] | None = None
+def read_password(password_file: Path | None, env: Mapping[str, str] | None = None
                   ) -> tuple[str | None, str | None]:
     """(password, source): the file's first line if a file is given, else RIG_MQTT_PASSWORD."""
     env = os.environ if env is None else env

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -75,7 +75,8 @@ class ClusterDispatch:
                                    "`rig worker` per rig host) or fix --cluster") from None
 
     def run(self, spec: SweepSpec, todo: list[SweepPoint], *, stand_in: bool,
-            known: dict[tuple, tuple[int, str]], stop: StopRequest | None) -> Iterator[Event]:
+            known: dict[tuple, tuple[int, str]], stop: StopRequest | None
+            ) -> Generator[Event, None, None]:
         """Submit `todo`, yield each point's event as it finishes; cancel the rest on exit."""
         if not todo:
             return
@@ -148,11 +149,11 @@ class ClusterDispatch:
             if not any(set(needs) <= have for have in owned):
                 key = tuple(sorted(needs))
                 waiting[key] = waiting.get(key, 0) + 1
-        for needs, count in waiting.items():
+        for kinds, count in waiting.items():
             yield Note(level="warning",
-                       text=f"no worker of {self.address} owns {' + '.join(needs)} now: "
+                       text=f"no worker of {self.address} owns {' + '.join(kinds)} now: "
                             f"{count} points wait until one joins (rig worker --resources "
-                            f"{','.join(f'{n}=1' for n in needs)})")
+                            f"{','.join(f'{n}=1' for n in kinds)})")
 
     def _outcome(self, future: Any, point: SweepPoint, killed: type) -> dict[str, Any]:
         """The task's outcome; a task that never returned becomes a failed point or an error."""

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -108,7 +108,7 @@ def start_worker(address: str, resources: Mapping[str, int], log_dir: Path, *, n
     return Proc(popen, log, name)
 
 
-def wait_for_workers(address: str, names: list[str], procs: list[Proc] = (),
+def wait_for_workers(address: str, names: list[str], procs: Sequence[Proc] = (),
                      timeout_s: float = START_TIMEOUT_S) -> None:
     """Block until the workers `names` are registered with the scheduler (a deadline)."""
     from distributed import Client

@@ -220,14 +220,15 @@ def _print_table(path: str, trace: Trace, result: EnergyAnalysis) -> None:
         f"execution time          {result.exec_time_mean_s * 1e3:.4f} ms "
         f"± {result.exec_time_stderr_s * 1e3:.4f} ms (mean ± stderr per inference)"
     )
-    if result.idle_power_w is not None:
+    dynamic_w, dynamic_j = result.dynamic_power_w, result.dynamic_energy_per_inference_j
+    if result.idle_power_w is not None and dynamic_w is not None and dynamic_j is not None:
         lo, hi = result.idle_span_s or (0.0, 0.0)
         console.print(
             f"idle power              {result.idle_power_w * 1e3:.4f} mW ({lo:g}-{hi:g} s)"
         )
-        console.print(f"dynamic power           {result.dynamic_power_w * 1e3:.4f} mW")
+        console.print(f"dynamic power           {dynamic_w * 1e3:.4f} mW")
         console.print(
-            f"dynamic energy          {result.dynamic_energy_per_inference_j * 1e6:.4f} µJ "
+            f"dynamic energy          {dynamic_j * 1e6:.4f} µJ "
             "per inference"
         )
     dev = result.replicability_max_rel_dev * 100

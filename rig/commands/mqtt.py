@@ -89,6 +89,7 @@ def run_watch(args: argparse.Namespace) -> int:
         raise ConfigError(f"--for {args.duration:g}: expected seconds > 0")
     settings = resolve(None, url=url, rig="watch", password_file=args.mqtt_password_file,
                        ca_file=args.mqtt_ca)
+    assert settings is not None  # a url is given, so resolve() gives settings
     board = Board(args.rig)
     # Imported here, as `rig measure` and `rig sweep` import this module for their --mqtt
     # options: asyncio alone costs them ~30 ms at every start.

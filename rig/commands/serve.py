@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"rig serve needs the mqtt extra ({exc})",
                           hint="pip install 'neurobench-rig[mqtt]'") from None
     settings = mqtt_settings(args)
+    assert settings is not None  # --mqtt is required (argparse), so there are settings
     out = Console(stderr=True)
     telemetry: Any = None
 
@@ -100,9 +101,8 @@ def _measure(command: Command, path: Path, stop: StopRequest, telemetry: Any,
         outcome = measure_asc(bench, device=path.stem, runs_root=runs_root,
                               subscribers=[telemetry], scope=command.scope, stop=stop,
                               live=[telemetry.power])
-    else:
-        from rig.qubo.sweep import load_sweep, start_sweep
+        return f"{outcome.status} ({outcome.run_path})"
+    from rig.qubo.sweep import load_sweep, start_sweep
 
-        outcome = start_sweep(load_sweep(path), runs_root=runs_root,
-                              subscribers=[telemetry], stop=stop)
-    return f"{outcome.status} ({outcome.run_path})"
+    swept = start_sweep(load_sweep(path), runs_root=runs_root, subscribers=[telemetry], stop=stop)
+    return f"{swept.status} ({swept.run_path})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def _warn(text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     view = None if args.json else SweepProgressView()
-    subscribers = [view] if view else []
+    subscribers: list[Callable[[Event], None]] = [view] if view else []
     try:
         with telemetry_for(args) as telemetry:
             if telemetry:

@@ -44,6 +44,11 @@ def text(value: Any, limit: int = MAX_TEXT) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+def table(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
 def number(value: Any) -> float | None:
     """A finite number, or None (JSON from the broker may hold anything)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -226,7 +231,7 @@ class Fleet:
         """The remaining-time estimate: the phase's steps per second since its first status,
         over the steps left (an estimate by the rig's clock, shown as one)."""
         s = row.status
-        prog = s.get("progress") if isinstance(s.get("progress"), dict) else {}
+        prog = table(s.get("progress"))
         done, total = number(prog.get("done")), number(prog.get("total"))
         at = number(s.get("at")) or now
         phase = text(s.get("phase"), 80)
@@ -269,7 +274,7 @@ class Fleet:
             run.procedure = text(data.get("procedure"), 80)
             run.device = text(data.get("device"), 80)
             run.started_at = at
-            manifest = data.get("manifest") if isinstance(data.get("manifest"), dict) else {}
+            manifest = table(data.get("manifest"))
             run.grid = self._grid(manifest.get("sweep"))
         event_row = {"n": run.events_seen, "at": at, "kind": text(kind, 64), "text": line}
         run.events.append(event_row)
@@ -282,7 +287,7 @@ class Fleet:
             if cell is not None:
                 out.append({"type": "cell", "rig": row.rig, "run_id": run_id, "cell": cell})
         if kind == "run_finished":
-            summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+            summary = table(data.get("summary"))
             run.result = {"status": text(data.get("status"), 40),
                           "error": text(data.get("error")) or None,
                           "figures": figures(summary), "checks": checks(summary)}
@@ -321,7 +326,7 @@ class Fleet:
                                      "density": density, "timeout_s": timeout, "points": 0,
                                      "failed": 0, "gaps": [], "gap_mean": None}
         cell["points"] += 1
-        result = data.get("result") if isinstance(data.get("result"), dict) else {}
+        result = table(data.get("result"))
         gap = number(result.get("gap"))
         if data.get("status") != "ok" or gap is None:
             cell["failed"] += 1
@@ -336,8 +341,8 @@ class Fleet:
         row = self.board.rows[rig]
         extra = self.extra.setdefault(rig, RigExtra())
         s = row.status
-        prog = s.get("progress") if isinstance(s.get("progress"), dict) else {}
-        last = s.get("last_run") if isinstance(s.get("last_run"), dict) else {}
+        prog = table(s.get("progress"))
+        last = table(s.get("last_run"))
         if not last and extra.runs and not s.get("run_id"):
             # a status without it (the will, a clean close): the last run seen on the broker
             seen = self.runs.get((rig, extra.runs[-1]))

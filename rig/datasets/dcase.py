@@ -314,7 +314,8 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            # numpy's stub: a key of **arrays could be allow_pickle (a bool); ours name arrays
+            np.savez(f, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

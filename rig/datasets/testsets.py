@@ -53,9 +53,9 @@ def load_test_set(bench: Bench) -> TestSet:
     """The bench's test set, converted and pre-processed (cached after the first time)."""
     cfg = bench.dataset
     if cfg.name == "synthetic-asc":
-        split = make_split(cfg.samples_per_class, cfg.seed, "test")
-        return TestSet([x.tobytes() for x in split.inputs], split.labels,
-                       f"synthetic ASC audio, {len(split)} one-second samples")
+        synthetic = make_split(cfg.samples_per_class, cfg.seed, "test")
+        return TestSet([x.tobytes() for x in synthetic.inputs], synthetic.labels,
+                       f"synthetic ASC audio, {len(synthetic)} one-second samples")
     from rig.datasets import afe, dcase  # Rockpool and scipy only for these datasets
 
     if cfg.name == "synthetic-dcase":

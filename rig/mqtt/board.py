@@ -78,8 +78,10 @@ class Board:
             now = time.time() if now is None else now
             if data.get("state") != row.status.get("state") or row.state_since is None:
                 at = data.get("at")
-                known = retained and isinstance(at, int | float) and not isinstance(at, bool)
-                row.state_since = min(float(at), now) if known else now
+                if retained and isinstance(at, int | float) and not isinstance(at, bool):
+                    row.state_since = min(float(at), now)
+                else:
+                    row.state_since = now
             row.status = data
         elif len(rest) == 3 and rest[0] == "run":
             kind = rest[2]

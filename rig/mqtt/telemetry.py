@@ -286,8 +286,8 @@ class MqttTelemetry:
         elif isinstance(event, InstrumentInfo) and event.info.get("simulated"):
             self._simulated = True  # e.g. a XyloSim DUT, known once it answered `caps`
             self.set_status(simulated=True)
-        elif getattr(event, "run_id", "") and self._run_id is None:
-            self._run_id = event.run_id  # a resumed sweep: its first event names the run
+        elif (named := getattr(event, "run_id", "")) and self._run_id is None:
+            self._run_id = named  # a resumed sweep: its first event names the run
         run_id = self._run_id or "unknown"
         if isinstance(event, RunFinished):
             self._flush_power()

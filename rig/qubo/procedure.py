@@ -48,10 +48,13 @@ _POWER_SAMPLES = 20.0
 
 
 class TargetLike(Protocol):
-    """What a procedure needs of a target (rig.qubo.targets.Target fits)."""
+    """What a procedure needs of a target (rig.qubo.targets.Target fits): read-only."""
 
-    cost: int
-    method: str
+    @property
+    def cost(self) -> int: ...
+
+    @property
+    def method(self) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -604,12 +604,14 @@ class Loihi2Sut:
                 hint="Lava's scif model can hang in a child process: start the SUT again",
             ) from exc
         improvements = [(t / 1e6, int(c)) for t, c in result.improvements]
-        measured = self.power_source != "unavailable" and result.power_uw is not None
+        # the client has both lines or neither (it refuses one without the other)
+        measured = self.power_source != "unavailable"
+        power_uw, energy_uj = (result.power_uw, result.energy_uj) if measured else (None, None)
         return SolveResult(
             int(result.best_cost), result.state, improvements, elapsed_us / 1e6, "sut",
             result.steps, None if result.load_us is None else result.load_us / 1e6,
-            power_w=result.power_uw / 1e6 if measured else None,
-            energy_j=result.energy_uj / 1e6 if measured else None,
+            power_w=None if power_uw is None else power_uw / 1e6,
+            energy_j=None if energy_uj is None else energy_uj / 1e6,
         )
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -205,6 +205,7 @@ def _tuning(table: dict[str, Any], suts: list[str], path: Path
     value = table.get("tuning")
     if value is None:
         return None, None
+    where: str | None
     if isinstance(value, str):
         file = Path(value)
         if not file.exists() and not file.is_absolute():
@@ -223,6 +224,7 @@ def with_tuning(spec: SweepSpec, path: Path) -> SweepSpec:
     from dataclasses import replace
 
     content, where = _tuning({"tuning": str(path)}, list(spec.suts), Path(spec.name))
+    assert content is not None  # a tuning was given
     return replace(spec, tuning=content, tuning_file=where, tuning_sha256=_tuning_digest(content))
 
 
@@ -620,9 +622,9 @@ def _largest_solved(spec: SweepSpec, done: dict[str, SweepPointDone]) -> list[di
     for sut, density in itertools.product(spec.suts, spec.densities):
         largest = None
         for nodes in sorted(spec.nodes):
-            points = [done.get(SweepPoint(0, sut, nodes, density, timeout, s).key)
-                      for s in spec.seeds]
-            points = [p for p in points if p is not None]
+            points = [p for s in spec.seeds
+                      if (p := done.get(SweepPoint(0, sut, nodes, density, timeout, s).key))
+                      is not None]
             if not points:
                 continue
             solved = all(p.status == "ok" and isinstance(p.result.get("cost"), int | float)
@@ -806,7 +808,8 @@ class PointDispatch(Protocol):
     """
 
     def run(self, spec: SweepSpec, todo: list[SweepPoint], *, stand_in: bool,
-            known: dict[tuple, tuple[int, str]], stop: StopRequest | None) -> Iterator[Event]:
+            known: dict[tuple, tuple[int, str]], stop: StopRequest | None
+            ) -> Generator[Event, None, None]:
         """Measure `todo`; stand-in points when `stand_in`; `known` targets by workload."""
 
     def manifest(self) -> dict[str, Any]:
@@ -832,7 +835,7 @@ def start_sweep(
     runs_root: Path,
     point_function: PointFunction | None = None,
     stand_in: bool = False,
-    subscribers: list[Callable[[Event], None]] = (),
+    subscribers: Sequence[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
     dispatch: PointDispatch | None = None,
 ) -> SweepOutcome:
@@ -869,7 +872,7 @@ def resume_sweep(
     *,
     point_function: PointFunction | None = None,
     retry_failed: bool = False,
-    subscribers: list[Callable[[Event], None]] = (),
+    subscribers: Sequence[Callable[[Event], None]] = (),
     stop: StopRequest | None = None,
     dispatch: PointDispatch | None = None,
     warn: Callable[[str], None] | None = None,
@@ -949,7 +952,7 @@ def _repair_manifest(run_path: Path, warn: Callable[[str], None] | None) -> None
     os.replace(tmp, run_path / MANIFEST)
 
 
-def _bus(store: SweepStore, subscribers: list[Callable[[Event], None]]) -> EventBus:
+def _bus(store: SweepStore, subscribers: Sequence[Callable[[Event], None]]) -> EventBus:
     bus = EventBus()
     bus.subscribe(store)  # first: the checkpoint is on disk before anyone else hears of it
     for sub in subscribers:
@@ -1020,7 +1023,7 @@ def _run(
 
 
 def _measure_here(todo: list[SweepPoint], point_function: PointFunction,
-                  stop: StopRequest | None) -> Iterator[SweepPointDone]:
+                  stop: StopRequest | None) -> Generator[SweepPointDone, None, None]:
     """Measure `todo` in this process, in order: one event per point."""
     for point in todo:
         if stop is not None:

@@ -135,13 +135,14 @@ def tabu(
         np.full(n, -1.0), (i, j, np.full(workload.n_edges, 8.0)), 0.0, dimod.BINARY,
         variable_order=range(n),
     )
+    # dwave-samplers 1.x annotates timeout as int, yet its sample() takes None: no time limit
     sampleset = TabuSampler().sample(bqm, num_reads=reads, num_restarts=restarts, seed=seed,
-                                     timeout=None)
+                                     timeout=None)  # type: ignore[arg-type]
     samples = np.asarray(sampleset.record.sample)
     order = np.asarray(list(sampleset.variables), dtype=np.int64)
     states = np.zeros((len(samples), n), dtype=bool)
     states[:, order] = samples.astype(bool)
-    costs = cost(workload, states)  # exact integers, not the sampler's float energies
+    costs = np.asarray(cost(workload, states))  # exact integers, not the sampler's floats
     best = int(np.argmin(costs))
     return Target(cost=int(costs[best]), method="tabu", state=states[best])
 

@@ -15,12 +15,13 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import (
@@ -54,7 +55,7 @@ GAP_THRESHOLDS = (0.1, 0.05, 0.01)
 #: Unit of throughput on axes and in captions.
 RATE_UNIT = "inf/s"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
-LINESTYLES = ("-", "--", ":", "-.")
+LINESTYLES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ class SweepInput:
 def _figure(height: float = HEIGHT_IN) -> Figure:
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, facecolor="white", layout="constrained")
     FigureCanvasAgg(fig)
-    fig.get_layout_engine().set(w_pad=0.04, h_pad=0.04, wspace=0.03, hspace=0.06)
+    engine = fig.get_layout_engine()
+    assert isinstance(engine, ConstrainedLayoutEngine)  # layout="constrained"
+    engine.set(w_pad=0.04, h_pad=0.04, wspace=0.03, hspace=0.06)
     return fig
 
 
@@ -104,8 +107,8 @@ def _style(ax: Axes) -> None:
         ax.spines[side].set_linewidth(0.7)
         ax.spines[side].set_color("#555555")
     ax.tick_params(labelsize=8, width=0.7, length=3, color="#555555")
-    ax.xaxis.label.set_size(8.5)
-    ax.yaxis.label.set_size(8.5)
+    ax.xaxis.label.set_fontsize(8.5)
+    ax.yaxis.label.set_fontsize(8.5)
 
 
 def _legend(ax: Axes, **kwargs: Any) -> None:
@@ -278,13 +281,15 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
 
         set_v = set_voltage_of(_rig_user_data(reader))
         vol = set_v[0] if set_v else None
-    if power is None and (cur is None or vol is None):
+    if power is not None:
+        n, timed = int(power.length), power
+    elif cur is not None and vol is not None:
+        n, timed = int(min(cur.length, cur.length if isinstance(vol, float) else vol.length)), cur
+    else:
         return None
-    n = int(power.length) if power is not None else int(
-        min(cur.length, cur.length if isinstance(vol, float) else vol.length))
     if n < 2:
         return None
-    rate = _trace_rate(reader, float((power or cur).sample_rate), meas["energy_windows"])
+    rate = _trace_rate(reader, float(timed.sample_rate), meas["energy_windows"])
     if not rate > 0:
         return None
 
@@ -293,7 +298,7 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
         stats = _stats(reader, power.signal_id, 0, n, inc)
         p_mean, p_min, p_max = stats[:, 0], stats[:, 2], stats[:, 3]
     else:  # a picture, not a measurement: current envelope scaled by the bin's mean voltage
-        i_st = _stats(reader, cur.signal_id, 0, n, inc)
+        i_st = _stats(reader, timed.signal_id, 0, n, inc)  # the current
         v_mean = _voltage_means(reader, vol, 0, n, inc)
         p_mean, p_min, p_max = i_st[:, 0] * v_mean, i_st[:, 2] * v_mean, i_st[:, 3] * v_mean
     starts = np.arange(len(p_mean)) * inc
@@ -307,7 +312,8 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
             continue  # no trace behind it (rails read by the DUT's own board)
         t0 = _num(w.get("start_s"))
         t1 = _num(w.get("end_s"))
-        index = int(_num(w.get("index")) if _num(w.get("index")) is not None else i)
+        said = _num(w.get("index"))
+        index = int(said) if said is not None else i
         ex.windows.append((index, s0 / rate if t0 is None else t0, s1 / rate if t1 is None else t1))
     for span in meas["idle_spans"]:
         s0, s1 = _num(span.get("start_sample")), _num(span.get("end_sample"))
@@ -320,7 +326,7 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
     elif ex.idles:
         ex.zoom_anchor_s, ex.zoom_what = ex.idles[0][1], "the end of the idle span"
     if ex.zoom_anchor_s is not None:
-        _read_zoom(ex, reader, pyjls, sigs, power, cur, vol)
+        _read_zoom(ex, ex.zoom_anchor_s, reader, pyjls, sigs, power, cur, vol)
     return ex
 
 
@@ -369,9 +375,9 @@ def _stats(reader: Any, signal_id: int, start: int, n: int, inc: int) -> np.ndar
     return np.concatenate(parts, axis=0)
 
 
-def _read_zoom(ex: _Excerpt, reader: Any, pyjls: Any, sigs: dict, power: Any, cur: Any,
-               vol: Any) -> None:
-    anchor = round(ex.zoom_anchor_s * ex.rate)
+def _read_zoom(ex: _Excerpt, anchor_s: float, reader: Any, pyjls: Any, sigs: dict,
+               power: Any, cur: Any, vol: Any) -> None:
+    anchor = round(anchor_s * ex.rate)  # ex.zoom_anchor_s
     half = max(10, round(ZOOM_S / 2 * ex.rate))
     lo, hi = max(0, anchor - half), min(ex.samples, anchor + half)
     count = hi - lo
@@ -410,7 +416,8 @@ def _read_zoom(ex: _Excerpt, reader: Any, pyjls: Any, sigs: dict, power: Any, cu
 
 def _trace_figure(run: AscRunInput, ex: _Excerpt, path: Path, label: str | None) -> FigureFile:
     fig = _figure(TRACE_HEIGHT_IN)
-    zoomed = ex.zoom_t is not None and ex.zoom_p is not None
+    zoom_t, zoom_p = ex.zoom_t, ex.zoom_p
+    zoomed = zoom_t is not None and zoom_p is not None
     axes = fig.subplots(2, 1, height_ratios=(1.35, 1)) if zoomed else [fig.subplots()]
     top = axes[0]
     _style(top)
@@ -442,22 +449,22 @@ def _trace_figure(run: AscRunInput, ex: _Excerpt, path: Path, label: str | None)
         handles.remove(handles[2])
     if not ex.windows:
         handles.remove(handles[-1])
-    _legend_above(top, handles, [h.get_label() for h in handles])
+    _legend_above(top, handles, [str(h.get_label()) for h in handles])
 
-    if zoomed:
+    if zoom_t is not None and zoom_p is not None:  # zoomed
         ax = axes[1]
         _style(ax)
         if ex.zoom_lo is not None and ex.zoom_hi is not None:
-            ax.fill_between(ex.zoom_t, ex.zoom_lo, ex.zoom_hi, color=blue, alpha=0.3,
+            ax.fill_between(zoom_t, ex.zoom_lo, ex.zoom_hi, color=blue, alpha=0.3,
                             linewidth=0)
-            ax.plot(ex.zoom_t, ex.zoom_p, color=blue, linewidth=0.8, label="power (binned)")
+            ax.plot(zoom_t, zoom_p, color=blue, linewidth=0.8, label="power (binned)")
         else:
-            ax.step(ex.zoom_t, ex.zoom_p, where="post", color=blue, linewidth=0.9,
+            ax.step(zoom_t, zoom_p, where="post", color=blue, linewidth=0.9,
                     label="power samples")
         ax.axvline(0.0, color="#333333", linestyle="--", linewidth=0.9, label=ex.zoom_what)
-        ax.set_xlim(ex.zoom_t[0], ex.zoom_t[-1])
-        _power_ylim(ax, ex.zoom_p if ex.zoom_lo is None else ex.zoom_lo,
-                    ex.zoom_p if ex.zoom_hi is None else ex.zoom_hi, headroom=1.15)
+        ax.set_xlim(zoom_t[0], zoom_t[-1])
+        _power_ylim(ax, zoom_p if ex.zoom_lo is None else ex.zoom_lo,
+                    zoom_p if ex.zoom_hi is None else ex.zoom_hi, headroom=1.15)
         ax.xaxis.set_major_formatter(EngFormatter(unit="s"))
         ax.yaxis.set_major_formatter(EngFormatter(unit="W"))
         ax.set_ylabel("power")
@@ -468,7 +475,7 @@ def _trace_figure(run: AscRunInput, ex: _Excerpt, path: Path, label: str | None)
         if ex.zoom_gpio is not None:
             # The DUT's timestamp line, on its own scale: it explains where the window starts.
             g = ax.twinx()
-            g.step(ex.zoom_t, ex.zoom_gpio, where="post", color="#777777", linewidth=0.8)
+            g.step(zoom_t, ex.zoom_gpio, where="post", color="#777777", linewidth=0.8)
             g.set_ylim(-0.15, 4.5)  # keeps the line in the lower part, clear of the power
             g.set_yticks([0, 1])
             g.tick_params(labelsize=7, colors="#777777", length=2)
@@ -544,8 +551,10 @@ def _dot_plot(ax: Axes, series: list[tuple[str, np.ndarray, float]], unit: str,
         ax.plot(x, vals, linestyle="none", marker=MARKERS[i % len(MARKERS)], markersize=5,
                 color=color, markeredgecolor="white", markeredgewidth=0.5,
                 label=name if k > 1 else point)
+        # no label (not even None, which matplotlib's types refuse) when the legend is per series
+        median_label: dict[str, Any] = {"label": f"median {_eng(med, unit)}"} if k == 1 else {}
         ax.hlines(med, 0.6, width + 0.4, colors=color, linestyles="--", linewidth=1.0,
-                  label=f"median {_eng(med, unit)}" if k == 1 else None)
+                  **median_label)
     if k == 1:
         _legend(ax, loc="best")
     else:
@@ -686,7 +695,7 @@ def _replicability_figure(runs: list[AscRunInput], out_dir: Path, prefix: str,
         ax.legend(handles=handles, fontsize=7.5, loc="best", frameon=True, framealpha=0.9,
                   edgecolor="#cccccc", ncols=min(len(handles), 3))
     path = out_dir / f"{prefix}-asc-replicability.png"
-    worst_by = {}
+    worst_by: dict[str, float] = {}
     for _, _, what, devs in groups:
         worst_by[what] = max(worst_by.get(what, 0.0), float(np.max(np.abs(devs))))
     worst_txt = "; ".join(f"{what} {_pct(dev)}" for what, dev in worst_by.items())
@@ -910,12 +919,12 @@ def _tts_figure(sut: str, data: list[_SweepRows], out_dir: Path, prefix: str,
     for (s, thr, d), pts in sorted(series.items(), key=lambda kv: (kv[0][0], -kv[0][1],
                                                                    kv[0][2])):
         pts.sort()
-        n, lat = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+        nodes, lats = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
         ti, di = thresholds.index(thr), densities.index(d)
         color = PALETTE[ti % len(PALETTE)]
         # Colour: threshold; marker: density; line style: density, or the sweep if several.
         style = LINESTYLES[(s if several else di) % len(LINESTYLES)]
-        ax.plot(n, lat, color=color, marker=MARKERS[di % len(MARKERS)], linestyle=style,
+        ax.plot(nodes, lats, color=color, marker=MARKERS[di % len(MARKERS)], linestyle=style,
                 linewidth=widths[ti], markersize=sizes[ti], markerfacecolor="none",
                 markeredgewidth=1.3)
         for x, y, reached, seeds in pts:

@@ -89,8 +89,7 @@ def draw_workflow(stages: list[Stage], path: Path, *, title: str, label: str | N
     """Draw the stages as a swim-lane diagram and save it as a PNG at `path`; returns `path`."""
     path = Path(path)
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, facecolor="white")
-    FigureCanvasAgg(fig)
-    renderer = fig.canvas.get_renderer()
+    renderer = FigureCanvasAgg(fig).get_renderer()
     # One axes over the whole figure, in inches: the layout below is plain arithmetic.
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, WIDTH_IN)

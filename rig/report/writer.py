@@ -158,8 +158,8 @@ def _figures(system: System, figures_dir: Path) -> list[Any]:
         inputs = [figures.AscRunInput(r.name, r.show, r.trace) for r in system.runs]
         return figures.asc_figures(inputs, figures_dir, prefix, label=system.label,
                                    tolerance=tolerance)
-    inputs = [figures.SweepInput(r.show["sweep"]["name"], r.show) for r in system.runs]
-    return figures.qubo_figures(system.sut or "", inputs, figures_dir, prefix,
+    sweeps = [figures.SweepInput(r.show["sweep"]["name"], r.show) for r in system.runs]
+    return figures.qubo_figures(system.sut or "", sweeps, figures_dir, prefix,
                                 label=system.label)
 
 

@@ -238,9 +238,9 @@ class AscProcedure:
             if self.scope == "performance":
                 pass  # the same runs, timed only: no energy asked for
             elif t.window is not None:
-                self._publish_window(index, t)
+                self._publish_window(index, t, t.window)
             elif t.rail_power_w is not None:
-                self._publish_rail_window(index, t)
+                self._publish_rail_window(index, t, t.rail_power_w)
             self.publish(PhaseProgress(phase="runs", done=index + 1, total=self.opts.runs))
 
     def _accuracy(self, test: TestSet) -> None:
@@ -299,10 +299,18 @@ class AscProcedure:
                          rail_power_w=rail_power(result.messages), dut_s=dut_s,
                          dut_resolution_s=lap_resolution(result.messages))
         start, end = self._next_window()
-        elapsed = (end - start) / self.recorder.sample_rate
+        elapsed = (end - start) / self._emon.sample_rate
         # Energy-mode firmware offering `elap` also reports its lap counter: a second clock.
         return Timed(iterations, elapsed, "emon", result.results, (start, end),
                      dut_s=dut_s, emon_s=elapsed)
+
+    @property
+    def _emon(self) -> EmonRecorder:
+        """The energy monitor's recorder, which energy mode has (the constructor checks)."""
+        if self.recorder is None:
+            raise MeasurementFailed("no energy monitor to measure with",
+                                    hint="add an [emon] to the bench")
+        return self.recorder
 
     def _deadline_s(self, inferences: int) -> float:
         """How long to wait for `inferences` inferences: max(30 s, 3x the expected time)."""
@@ -324,13 +332,13 @@ class AscProcedure:
     def _next_window(self) -> tuple[int, int]:
         """The next two falling edges: the start and end pulses of the run just done."""
         want = self._edges_used + 2
-        edges = self.recorder.wait_for_edges(want, timeout_s=30.0)
+        edges = self._emon.wait_for_edges(want, timeout_s=30.0)
         start, end = edges[self._edges_used : want]
         self._edges_used = want
         return start, end
 
     def _check_no_stray_edges(self) -> None:
-        extra = self.recorder.edge_count - self._edges_used
+        extra = self._emon.edge_count - self._edges_used
         if extra:
             raise MeasurementFailed(
                 f"{extra} unexpected falling edge(s) on the timestamp line",
@@ -340,20 +348,20 @@ class AscProcedure:
     def _measure_idle(self) -> None:
         """Idle power between two timestamp pulses, the DUT configured, ready and untouched."""
         self._check_no_stray_edges()
-        fs = self.recorder.sample_rate
+        fs = self._emon.sample_rate
         self.publish(PhaseStarted(phase="idle", description=f"idle power over "
                                   f"{self.opts.idle_s:g} s", total=1))
         self.dut.timestamp()
-        start = self.recorder.wait_for_edges(self._edges_used + 1, timeout_s=30.0)[-1]
-        self.recorder.wait_for_samples(start + round(self.opts.idle_s * fs),
+        start = self._emon.wait_for_edges(self._edges_used + 1, timeout_s=30.0)[-1]
+        self._emon.wait_for_samples(start + round(self.opts.idle_s * fs),
                                        timeout_s=30.0 + 10.0 * self.opts.idle_s)
         self.dut.timestamp()
-        end = self.recorder.wait_for_edges(self._edges_used + 2, timeout_s=30.0)[-1]
+        end = self._emon.wait_for_edges(self._edges_used + 2, timeout_s=30.0)[-1]
         self._edges_used += 2
-        power = self.recorder.mean_power(start, end)
+        power = self._emon.mean_power(start, end)
         self._require_finite(power, start, end, "idle span")
-        self.recorder.annotate(start, "idle span start")
-        self.recorder.annotate(end, "idle span end")
+        self._emon.annotate(start, "idle span start")
+        self._emon.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
                                   duration_s=(end - start) / fs, power_w=power,
                                   simulated=self.simulated))
@@ -373,23 +381,24 @@ class AscProcedure:
                                   simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
-    def _publish_rail_window(self, index: int, t: Timed) -> None:
-        """A timed run whose power came from the DUT's rails (a stream of >= min_run_s)."""
-        energy = t.rail_power_w * t.elapsed_s
+    def _publish_rail_window(self, index: int, t: Timed, rail_power_w: float) -> None:
+        """A timed run whose power came from the DUT's rails (`t.rail_power_w`, a stream of
+        >= min_run_s)."""
+        energy = rail_power_w * t.elapsed_s
         self.publish(WindowMeasured(
             index=index, iterations=t.iterations, duration_s=t.elapsed_s, energy_j=energy,
-            mean_power_w=t.rail_power_w, energy_per_inference_j=energy / t.iterations,
+            mean_power_w=rail_power_w, energy_per_inference_j=energy / t.iterations,
             simulated=self.simulated,
         ))
 
-    def _publish_window(self, index: int, t: Timed) -> None:
-        start, end = t.window
-        fs = self.recorder.sample_rate
-        power = self.recorder.mean_power(start, end)
+    def _publish_window(self, index: int, t: Timed, window: tuple[int, int]) -> None:
+        start, end = window  # t.window
+        fs = self._emon.sample_rate
+        power = self._emon.mean_power(start, end)
         self._require_finite(power, start, end, f"window {index}")
         energy = power * (end - start) / fs
-        self.recorder.annotate(start, f"run {index} start ({t.iterations} inferences)")
-        self.recorder.annotate(end, f"run {index} end: {energy / t.iterations * 1e6:.4g} uJ/inf")
+        self._emon.annotate(start, f"run {index} start ({t.iterations} inferences)")
+        self._emon.annotate(end, f"run {index} end: {energy / t.iterations * 1e6:.4g} uJ/inf")
         self.publish(WindowMeasured(
             index=index, iterations=t.iterations, start_sample=start, end_sample=end,
             start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,
@@ -399,7 +408,7 @@ class AscProcedure:
 
     def _require_finite(self, power: float, start: int, end: int, what: str) -> None:
         if not math.isfinite(power):
-            gaps = self.recorder.gaps_in(start, end)
+            gaps = self._emon.gaps_in(start, end)
             raise MeasurementFailed(
                 f"{what} (samples {start}..{end}) has lost samples {gaps}",
                 hint="the energy monitor dropped data; lower the sample rate or fix the USB link",

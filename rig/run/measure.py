@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from protocols.io_manager import DUT_PREFIX as IO_DUT_PREFIX
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from protocols.io_manager import HOST_BAUD as IO_HOST_BAUD
 from protocols.io_manager import PASSTHROUGH_PREFIX as IO_PASSTHROUGH_PREFIX
-from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench
+from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench, SimConfig
 from rig.datasets.synthetic import CLASSES
 from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
 from rig.run import asc
@@ -125,10 +125,10 @@ def measure_asc(
     *,
     device: str,
     runs_root: Path,
-    subscribers: list[Callable[[Event], None]] = (),
+    subscribers: Sequence[Callable[[Event], None]] = (),
     scope: str = "all",
     stop: StopRequest | None = None,
-    live: list[Callable[[PowerPreview], None]] = (),
+    live: Sequence[Callable[[PowerPreview], None]] = (),
 ) -> Outcome:
     """Run the ASC procedure on `bench`; the run folder is complete whatever happens.
 
@@ -177,6 +177,7 @@ def measure_asc(
                           checkpoint=checkpoint, preview=preview if live else None)
             if checkpoint is not None:
                 checkpoint()
+            assert parts.dut is not None  # connect_bench connected it, or raised
             asc.AscProcedure(
                 bench, parts.dut, parts.recorder, publish, scope=scope,
                 simulated=bench.simulated or instruments_simulated(events),
@@ -245,22 +246,22 @@ def asc_trace_basis(bench: Bench) -> str:
     """What `asc_trace_seconds` rests on, for the preflight's message: the virtual bench's
     figures, or a DUT's that are known only after connecting (boot, inference time)."""
     method = DOWNLOAD_WORDS[asc_download_method(bench)]
-    if _virtual_dut(bench) and bench.io_manager is not None and bench.sim.io_manager == "simavr":
+    if _virtual_dut(bench) and bench.io_manager is not None and _sim(bench).io_manager == "simavr":
         return (f"estimated from the [sim] timing and {method} through the emulated UNO "
                 f"at {IO_DUT_BAUD} baud (the bench's time follows the UNO's while it works) "
                 f"and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x speed "
-                f"{bench.sim.speed:g}; a loaded host records longer")
+                f"{_sim(bench).speed:g}; a loaded host records longer")
     if _virtual_dut(bench) and bench.io_manager is not None:
         return (f"estimated from the [sim] timing, {method} through the IO manager "
                 f"at {IO_DUT_BAUD} baud (the virtual one charges its line's time, not the "
                 f"host's) and {VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per other command x "
-                f"speed {bench.sim.speed:g}; a loaded host records longer")
+                f"speed {_sim(bench).speed:g}; a loaded host records longer")
     if _virtual_dut(bench):
-        line = (f"at its [sim] uart_baud {bench.sim.uart_baud:g}" if bench.sim.uart_baud
+        line = (f"at its [sim] uart_baud {_sim(bench).uart_baud:g}" if _sim(bench).uart_baud
                 else "over ptys")
         return (f"estimated from the [sim] timing, {method} {line} and "
                 f"{VIRTUAL_EXCHANGE_S * 1e3:g} ms of host time per command x speed "
-                f"{bench.sim.speed:g}; a loaded host records longer")
+                f"{_sim(bench).speed:g}; a loaded host records longer")
     inference = (f"[dut] inference_time_s {bench.dut.inference_time_s:g} s"
                  if bench.dut.inference_time_s > 0 else
                  f"an assumed {DEFAULT_INFERENCE_S:g} s per inference ([dut] inference_time_s "
@@ -377,7 +378,7 @@ def _line_baud(bench: Bench) -> float:
     if bench.io_manager is not None:
         return IO_DUT_BAUD
     if _virtual_dut(bench):
-        return bench.sim.uart_baud
+        return _sim(bench).uart_baud
     return bench.dut.baud
 
 
@@ -388,7 +389,7 @@ def _download_s(bench: Bench, download: str | None = None,
     115200-baud line to it), or on the virtual bench's unpaced ptys its command exchanges."""
     download = download or asc_download_method(bench)
     per_command = IO_HEX_PER_COMMAND if bench.io_manager else DEFAULT_HEX_PER_COMMAND
-    if _virtual_dut(bench) and bench.io_manager is None and not bench.sim.uart_baud:
+    if _virtual_dut(bench) and bench.io_manager is None and not _sim(bench).uart_baud:
         # bload and its data; or db load, one db per per_command bytes, and the check.
         exchanges = 2 if download == "binary" else 2 + math.ceil(n_bytes / per_command)
         return exchanges * _exchange_s(bench)
@@ -441,17 +442,23 @@ def _virtual_dut(bench: Bench) -> bool:
     return bench.sim is not None and bench.dut.port == VIRTUAL_PORT
 
 
+def _sim(bench: Bench) -> SimConfig:
+    """`bench.sim`, where `_virtual_dut(bench)` said the bench has one."""
+    assert bench.sim is not None
+    return bench.sim
+
+
 def _delivery_s(bench: Bench) -> float:
     """Trace seconds the rig waits for the monitor's next delivery of samples (x speed on the
     virtual bench, whose host waits run that much faster in simulated time)."""
     period = DELIVERY_PERIOD_S.get(bench.emon.driver.removesuffix("-sim"), 0.005)
-    return period * (bench.sim.speed if _virtual_dut(bench) else 1.0)
+    return period * (_sim(bench).speed if _virtual_dut(bench) else 1.0)
 
 
 def _exchange_s(bench: Bench) -> float:
     """Trace seconds one command exchange adds: host time x speed on the virtual bench; on a
     real UART a few dozen characters, within the other figures' margins."""
-    return VIRTUAL_EXCHANGE_S * bench.sim.speed if _virtual_dut(bench) else 0.0
+    return VIRTUAL_EXCHANGE_S * _sim(bench).speed if _virtual_dut(bench) else 0.0
 
 
 def _inference_s(bench: Bench) -> float:
@@ -635,6 +642,7 @@ def connect_bench(
             "icount_shift": q.icount_shift, "port": dut_port, "emulated": bench.emulated}))
     if bench.io_manager is not None:
         # The DUT's UART is the UNO's; the rig talks through its pass-through, same client API.
+        assert io_port is not None  # bench.io_manager's port, or the virtual bench's
         io = IoManager(SerialTransport(io_port, bench.io_manager.baud, name="IO manager"))
         parts.dut = DutClient(IoManagerTransport(io))
         bus.publish(InstrumentInfo(role="io_manager", info={

@@ -172,32 +172,34 @@ class EmonRecorder:
         if self._writer is not None:
             with self._writer_lock:
                 if self._writer is not None:
-                    self._write(first, current, voltage, gpio)
+                    self._write(self._writer, first, current, voltage, gpio)
 
     def _write(
-        self, first: int, current: np.ndarray, voltage: np.ndarray, gpio: np.ndarray
+        self, writer: TraceWriter, first: int, current: np.ndarray, voltage: np.ndarray,
+        gpio: np.ndarray,
     ) -> None:
         """Append to the trace (writer lock held), or stop it before the disk is full."""
         now = time.monotonic()
         if now >= self._space_due:
             self._space_due = now + SPACE_CHECK_S
             try:
-                free, reserve = space_left(self._writer.path.parent)
+                free, reserve = space_left(writer.path.parent)
             except OSError as exc:
-                self._stop_trace(write_failure(exc))
+                self._stop_trace(writer, write_failure(exc))
             if free < reserve:
-                self._stop_trace(f"the disk is full ({binary_size(free)} left, "
+                self._stop_trace(writer, f"the disk is full ({binary_size(free)} left, "
                                  f"{binary_size(reserve)} kept for finishing the run folder)")
         try:
-            self._writer.append(first, current, voltage, gpio)
+            writer.append(first, current, voltage, gpio)
         except OSError as exc:
-            self._stop_trace(write_failure(exc))
+            self._stop_trace(writer, write_failure(exc))
         except RuntimeError as exc:  # pyjls's own error (it rarely says anything)
-            self._stop_trace(f"the trace cannot be written ({exc})")
+            self._stop_trace(writer, f"the trace cannot be written ({exc})")
 
-    def _stop_trace(self, why: str) -> NoReturn:
-        """Finish the trace with what it holds (a readable JLS file) and raise `StorageError`."""
-        writer, self._writer = self._writer, None
+    def _stop_trace(self, writer: TraceWriter, why: str) -> NoReturn:
+        """Finish `writer`, the trace, with what it holds (a readable JLS file) and raise
+        `StorageError`."""
+        self._writer = None
         self._trace_end = writer.samples_written + writer.dropped_samples
         with contextlib.suppress(Exception):  # the file's end may not fit: it holds what it can
             writer.close()

@@ -27,7 +27,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from rig.errors import ConfigError, StorageError
 from rig.run.events import (
@@ -115,7 +115,7 @@ class RunStore:
         self._writing = EVENTS  # the file being written, for that error
 
     @classmethod
-    def create(cls, root: Path, procedure: str, device: str) -> RunStore:
+    def create(cls, root: Path, procedure: str, device: str) -> Self:
         """Make a fresh run folder under `root` (never reuses an existing one)."""
         started = dt.datetime.now()
         base = run_folder_name(procedure, device, started)
@@ -345,7 +345,7 @@ def list_runs(root: str | Path) -> list[dict[str, Any]]:
     manifest cannot be read is listed as "damaged" (`damaged` says why), with what the first
     line of its events.jsonl says."""
     root = Path(root)
-    out = []
+    out: list[dict[str, Any]] = []
     for manifest_path in root.glob(f"*/{MANIFEST}"):
         m, why = read_manifest(manifest_path)
         if why is not None:

@@ -441,7 +441,7 @@ def check_jls_length(path: Path) -> bool:
 
 def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
     # Raw samples, never the summaries: their means are exact only at whole summary steps.
-    out = np.empty(n, dtype=dtype)
+    out: np.ndarray = np.empty(n, dtype=dtype)
     for lo in range(0, n, _BLOCK):
         length = min(_BLOCK, n - lo)
         out[lo : lo + length] = reader.fsr(signal_id, lo, length)
