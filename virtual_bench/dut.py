@@ -216,6 +216,7 @@ class SimDut:
     def _receive_binary(self, data: bytes, gen: int) -> bytes:
         """Store the next bytes of a ``bload`` in the input buffer; the rest is returned."""
         rx = self._rx
+        assert rx is not None  # called only while a bload is being received
         take = data[: rx.n - rx.got]
         self._buffer[rx.got : rx.got + len(take)] = take
         rx.got += len(take)

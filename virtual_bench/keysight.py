@@ -388,7 +388,8 @@ class SimN6705(_ScpiServer):
         if "ELOG" in h.split(":") and self.NO_ELOG_OPTION in self.options:
             raise ScpiFault(-241, "Hardware missing")  # option 055: no external data logger
         if h.startswith(("DIG:PIN", "DIGITAL:PIN", "SOUR:DIG:PIN")):
-            return self._pin(cmd)
+            self._pin(cmd)
+            return None
         table: list[tuple[str, bool, Callable[[Command], bytes | None]]] = [
             ("[SOURce]:VOLTage[:LEVel][:IMMediate][:AMPLitude]", False, self._volt),
             ("[SOURce]:VOLTage[:LEVel][:IMMediate][:AMPLitude]", True, self._volt_q),

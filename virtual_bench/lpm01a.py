@@ -205,6 +205,7 @@ class SimLpm01a(SerialInstrument):
             if not edges:
                 return k
             # The first sample starting at or after the edge, then `after_edge` more.
+            assert ov.after_edge is not None  # `at` and `after_edge` are not both None
             ov.at = max(k, -(-(edges[0] - t0) * fs // NS) + ov.after_edge)
         if ov.at >= end:
             return k

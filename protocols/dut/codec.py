@@ -464,7 +464,7 @@ def _check_uint(value: object, what: str, *, low: int = 0, high: int = 0xFFFFFFF
     return value
 
 
-def payload_crc(data: bytes) -> int:
+def payload_crc(data: bytes | bytearray) -> int:
     """CRC-32/IEEE of `data` (zlib's), the checksum ``bload`` and ``qload`` carry."""
     return zlib.crc32(bytes(data)) & 0xFFFFFFFF
 
