@@ -12,7 +12,7 @@ import sys
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drivers.emon import ranges
 from drivers.emon.base import check_voltage
@@ -51,6 +51,9 @@ SIM_IO_MANAGERS = ("python", "simavr")
 DOWNLOADS = ("binary", "hex-crc", "hex-read-back")
 #: Emulated boards with a DUT shim port (firmware/dut/<machine>).
 QEMU_MACHINES = ("mps2-an386",)
+
+if TYPE_CHECKING:  # typeshed's name for "a dataclass", for mypy only
+    from _typeshed import DataclassInstance
 
 
 @dataclass(frozen=True)
@@ -781,7 +784,8 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, section: str
         )
 
 
-def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) -> Any:
+def _dataclass_from(cls: type[DataclassInstance], table: dict[str, Any], path: Path,
+                    section: str) -> Any:
     fields = cls.__dataclass_fields__
     _no_unknown(table, set(fields), path, section)
     values = {}
@@ -795,7 +799,7 @@ def _dataclass_from(cls: type, table: dict[str, Any], path: Path, section: str) 
     return cls(**values)
 
 
-def key_type(cls: type, key: str) -> type:
+def key_type(cls: type[DataclassInstance], key: str) -> type:
     """The type a bench file's value for `key` of the table read into `cls` must have: its
     default's (a key whose default is None takes text)."""
     default = cls.__dataclass_fields__[key].default
