@@ -253,7 +253,7 @@ class Lpm01a(EnergyMonitor):
         return sample_rate_hz is None or sample_rate_hz <= ASCII_DEC_MAX_HZ_UNLIMITED
 
     @property
-    def sees_every_edge(self) -> bool:  # type: ignore[override]
+    def sees_every_edge(self) -> bool:  # type: ignore[override]  # a class attribute on the base
         """False once configured above the ascii_dec limit (bin_hexa: D7 framing not public)."""
         return self.sees_every_edge_with(sample_rate_hz=self._sample_rate_hz)
 

@@ -386,7 +386,7 @@ class Samples:
     values: np.ndarray
     first_index: int
 
-    __hash__: ClassVar[None] = None  # type: ignore[assignment]
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # unhashable, as eq dataclasses are
 
     def __len__(self) -> int:
         return len(self.values)

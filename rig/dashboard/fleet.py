@@ -205,7 +205,7 @@ class Fleet:
         row = self.board.take(topic, payload, retained=retained, now=now)
         if row is None:
             return []
-        rest = topics.split(topic)[1]  # type: ignore[index]
+        rest = topics.split(topic)[1]  # type: ignore[index]  # board.take gave a row: the topic is ours
         extra = self.extra.setdefault(row.rig, RigExtra())
         if rest == ["status"]:
             self._progress(row, extra, now)
