@@ -383,6 +383,14 @@ def benches_dir() -> Path:
     return folders[0][1] if folders else SHIPPED_ROOT / "benches"
 
 
+def sweeps_dir() -> Path:
+    """The first sweeps folder there is: ./sweeps, the lab's, else the package's."""
+    lab = lab_folder()
+    candidates = [Path.cwd() / "sweeps", *([lab / "sweeps"] if lab else []),
+                  SHIPPED_ROOT / "sweeps"]
+    return next((d for d in candidates if d.is_dir()), candidates[-1])
+
+
 def known_devices() -> list[str]:
     """Names accepted by `--device` (bench files in any of `bench_folders()`)."""
     return sorted({e.name for e in bench_entries()})

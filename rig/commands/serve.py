@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from rig.bench.config import load_bench
+from rig.bench.config import benches_dir, load_bench, sweeps_dir
 from rig.commands.mqtt import add_mqtt_arguments, mqtt_settings
 from rig.errors import ConfigError, RunInterrupted
 from rig.mqtt.session import new_telemetry
@@ -28,16 +28,21 @@ STOP_WAIT_S = 120.0
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="report to an MQTT broker and take start/stop commands")
     add_mqtt_arguments(p, required=True)
-    p.add_argument("--benches-dir", type=Path, default=Path("benches"),
-                   help="the only folder `start` may take bench files from (default: benches)")
-    p.add_argument("--sweeps-dir", type=Path, default=Path("sweeps"),
-                   help="the only folder `start` may take sweep files from (default: sweeps)")
+    p.add_argument("--benches-dir", type=Path, default=None,
+                   help="the only folder `start` may take bench files from (default: the first "
+                   "of ./benches, the lab folder's, the installed package's)")
+    p.add_argument("--sweeps-dir", type=Path, default=None,
+                   help="the only folder `start` may take sweep files from (default: the first "
+                   "of ./sweeps, the lab folder's, the installed package's)")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"),
                    help="where run folders go (default: ./runs)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    # As `--device NAME` finds benches: a lab folder or an installed rig serves its own.
+    args.benches_dir = args.benches_dir or benches_dir()
+    args.sweeps_dir = args.sweeps_dir or sweeps_dir()
     for flag, folder in (("--benches-dir", args.benches_dir), ("--sweeps-dir", args.sweeps_dir)):
         if not folder.is_dir():
             raise ConfigError(f"{flag} {folder}: not a folder",

@@ -15,9 +15,11 @@ from rig.bench.config import (
     LAB_MARKER,
     SHIPPED_ROOT,
     bench_entries,
+    benches_dir,
     known_devices,
     load_bench,
     resolve_device,
+    sweeps_dir,
 )
 from rig.commands.init import planned
 
@@ -212,3 +214,21 @@ def test_a_failed_write_leaves_nothing_behind(
     code, _, err = rig(capsys, "init", "lab")
     assert code == 2 and "No space left on device" in err and "nothing was left behind" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rig_serve_takes_files_from_the_lab_or_the_package_by_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`rig serve` starts only files from its benches and sweeps folders; by default those are
+    found as `--device` finds benches (./, the lab, the package), not a bare ./benches that a
+    lab's subfolder or an installed rig does not have."""
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "--mqtt", "mqtt://127.0.0.1:1"])
+    assert (args.benches_dir, args.sweeps_dir) == (None, None)  # resolved when it runs
+    monkeypatch.chdir(tmp_path)
+    assert (benches_dir(), sweeps_dir()) == (SHIPPED_ROOT / "benches", SHIPPED_ROOT / "sweeps")
+    assert rig(capsys, "init", "lab")[0] == 0
+    (tmp_path / "lab" / "runs" / "today").mkdir()
+    monkeypatch.chdir(tmp_path / "lab" / "runs" / "today")  # the marker is found upwards
+    assert (benches_dir(), sweeps_dir()) == (tmp_path / "lab" / "benches",
+                                            tmp_path / "lab" / "sweeps")
