@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from protocols.dut.asc import CLASSES, RATE_HZ, SAMPLES
 
@@ -70,7 +71,7 @@ def make_tables() -> dict[str, np.ndarray]:
 
 def _mel_filterbank() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Triangles equally spaced in mel: per band its first bin, bin count, and Q8 weights."""
-    def mel(f: np.ndarray) -> np.ndarray:
+    def mel(f: float) -> float:
         return 2595.0 * np.log10(1.0 + f / 700.0)
 
     edges_mel = np.linspace(mel(np.float64(MEL_LOW_HZ)), mel(np.float64(MEL_HIGH_HZ)), NBANDS + 2)
@@ -120,7 +121,8 @@ def _ranges(count: np.ndarray) -> np.ndarray:
     return np.arange(ends[-1]) - np.repeat(ends - count, count)
 
 
-def _fft(re: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fft(re: npt.NDArray[np.int64], cos: np.ndarray,
+         sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """In-order output of a DIT radix-2 FFT of bit-reversed rows, / NFFT (one halving per stage)."""
     m = re.shape[0]
     im = np.zeros_like(re)
