@@ -196,9 +196,10 @@ class ReadoutPoll:
             self._sleep(self._interval)
 
     @contextmanager
-    def installed(self, devkit: types.ModuleType) -> Iterator[ReadoutPoll]:
+    def installed(self, devkit: Any) -> Iterator[ReadoutPoll]:
         """This poll as `devkit.blocking_read` (XyloSamna.evolve looks it up there on each
         call) for the body; Rockpool's own is put back afterwards."""
+        # `devkit: Any`, not ModuleType: mypy lets a module's attributes be read, not assigned.
         original = devkit.blocking_read
         self.last = None
         devkit.blocking_read = self
@@ -648,6 +649,7 @@ def main(argv: list[str] | None = None) -> int:
         with stdout_to_stderr():  # until Port has fd 1: what the imports and the board print
             spec = load_network(args.spec)
             stand_in = os.environ.get("RIG_XYLO_STAND_IN_RAILS")
+            backend: SimBackend | HdkBackend  # StandInRails is a SimBackend
             if args.hdk and stand_in:
                 backend = StandInRails(spec, args.power_frequency, json.loads(stand_in))
             else:

@@ -216,7 +216,8 @@ def save_spec(spec: XyloSpec, path: str | Path) -> Path:
         buffer,
         header=np.frombuffer(json.dumps(header).encode(), np.uint8),
         aliases=np.frombuffer(aliases_json, np.uint8),
-        **spec.arrays,
+        # numpy's stub: a key of **arrays could be allow_pickle (a bool); ours name arrays
+        **spec.arrays,  # type: ignore[arg-type]
     )
     path.write_bytes(buffer.getvalue())
     return path
