@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -241,11 +242,11 @@ class StandInProfiler:
         self._runs = 0
         self._stopped = False
 
-    def attach(self, process: object) -> None:
+    def attach(self, process: Any) -> None:
         """Profile `process`'s runs: its ``run`` and ``stop`` go through the stand-in."""
         run, stop = process.run, process.stop
 
-        def profiled_run(*args: object, condition: object, **kwargs: object) -> None:
+        def profiled_run(*args: object, condition: Any, **kwargs: object) -> None:
             if self._runs:
                 raise RuntimeError("stand-in Loihi 2 profiler: one profiled run() per network "
                                    "(a second raises on the chip too)")
@@ -322,7 +323,7 @@ class Profile:
         self.note = note
 
 
-def read_profiler(profiler: object, steps: int) -> Profile:
+def read_profiler(profiler: Any, steps: int) -> Profile:
     """Read the Loihi 2 profiler after its one profiled run and ``stop()``, as the public code
     reads it. Power unverified on hardware: no lab has confirmed these readings yet.
 
@@ -436,7 +437,7 @@ class LavaSolver:
         solver = self._solver(self._qubo(problem.q))
         _, run_cfg = solver._prepare_solver(config)
         solver.solver_process.create_runtime(run_cfg=run_cfg)
-        if profiled and not self.hardware:
+        if profiled and self.stand_in_w is not None:  # the same as `and not self.hardware`
             # Where lava-optimization keeps the Loihi 2 profiler on hardware.
             solver._profiler = StandInProfiler(self.stand_in_w)
             solver._profiler.attach(solver.solver_process)
@@ -487,8 +488,9 @@ class Network:
     """A built and started Lava network: run it (chunk by chunk, or once when profiled), read
     what it found, stop it; a profiled network's profiler is read after that."""
 
-    def __init__(self, solver: object, config: object, max_steps: int, run_steps: type,
-                 profiler: object | None = None) -> None:
+    def __init__(self, solver: Any, config: Any, max_steps: int, run_steps: type,
+                 profiler: Any = None) -> None:
+        # Any: Lava's solver, config and profiler (lava.* has no types; tests hand in fakes)
         self.solver = solver
         self.config = config
         self.max_steps = max_steps
@@ -592,7 +594,7 @@ def timeline(problem: Problem, run: Run) -> Result:
     instead (their running sum); steps before the clock, if any, end at 0. Probe values below
     the best state's cost are not trusted.
     """
-    best = qubo_cost(problem.terms, run.state)
+    best = int(qubo_cost(problem.terms, run.state))  # one state: an int already
     steps = max(run.steps, 1)
     if run.step_times_s is not None:
         times = np.asarray(run.step_times_s, dtype=np.float64).copy()
@@ -678,7 +680,7 @@ class Shim:
             self.expected, self.buffer = int(arg), bytearray()
             self.port.send(f"m-[Expecting {arg} bytes]")
         elif args[:1] == ["print"]:
-            lines = [self.buffer[k:k + 16] for k in range(0, len(self.buffer), 16)] or [b""]
+            lines = [self.buffer[k:k + 16] for k in range(0, len(self.buffer), 16)] or [bytearray()]
             self.port.send(*("m-buffer-" + "-".join(f"{b:02x}" for b in line) for line in lines))
         elif len(args) == 1:
             digits = args[0]
