@@ -54,7 +54,7 @@ class Background(QtCore.QObject):
         try:
             done = Done(value=self._work())
         except BENCH_ERRORS as exc:
-            done = Done(error=exc.message, hint=exc.hint)
+            done = Done(error=exc.message, hint=exc.hint or "")
         except Exception as exc:  # a bug: one line in the window, the details in the log
             done = Done(error=f"internal error: {type(exc).__name__}: {exc}",
                         traceback=traceback.format_exc())

@@ -127,16 +127,16 @@ class BenchPanel(QtWidgets.QGroupBox):
         box.addLayout(form)
         box.addWidget(self.save_button, 0, QtCore.Qt.AlignmentFlag.AlignRight)
 
-        for w in (self.name, self.dut_port.lineEdit(), self.emon_port.lineEdit(),
-                  self.rate.lineEdit(), self.current_range.lineEdit()):
-            w.textEdited.connect(self._edited)
-        for w in (self.dut_kind, self.mode, self.driver, self.dataset, self.current_range,
-                  self.ppk2_mode):
-            w.activated.connect(self._edited)
+        for edit in (self.name, _line_edit(self.dut_port), _line_edit(self.emon_port),
+                     _line_edit(self.rate), _line_edit(self.current_range)):
+            edit.textEdited.connect(self._edited)
+        for combo in (self.dut_kind, self.mode, self.driver, self.dataset, self.current_range,
+                      self.ppk2_mode):
+            combo.activated.connect(self._edited)
         self.driver.currentTextChanged.connect(self._driver_changed)
         self._form.setRowVisible(self.ppk2_mode, False)  # until a PPK2 bench is chosen
-        for w in (self.baud, self.per_class):
-            w.valueChanged.connect(self._edited)
+        for spin in (self.baud, self.per_class):
+            spin.valueChanged.connect(self._edited)
         self.limit.valueChanged.connect(self._limit_changed)
         self.voltage.valueChanged.connect(self._voltage_changed)
         self.fill_choices()
@@ -386,6 +386,13 @@ def _combo(items: tuple[str, ...], *, editable: bool = False) -> QtWidgets.QComb
     combo.addItems(list(items))
     combo.setEditable(editable)
     return combo
+
+
+def _line_edit(combo: QtWidgets.QComboBox) -> QtWidgets.QLineEdit:
+    """The line edit of an editable combo box."""
+    edit = combo.lineEdit()
+    assert edit is not None  # Qt gives every editable combo box one
+    return edit
 
 
 def _set_combo(combo: QtWidgets.QComboBox, text: str) -> None:

@@ -160,8 +160,9 @@ class DevicesPanel(QtWidgets.QGroupBox):
             _colour(self.device_table, row, 1, s.state)
             # Everything the device said about itself (capabilities, serial, settings).
             info = "\n".join(f"{k}: {v}" for k, v in s.info.items())
-            self.device_table.item(row, 2).setToolTip(f"{s.detail}\n\n{info}" if info
-                                                      else s.detail)
+            detail = self.device_table.item(row, 2)
+            if detail is not None:  # _fill made it
+                detail.setToolTip(f"{s.detail}\n\n{info}" if info else s.detail)
         self.device_table.resizeColumnToContents(0)
         self.device_table.resizeColumnToContents(1)
         self.device_table.resizeRowsToContents()

@@ -3,6 +3,7 @@ the way on to the viewer and the report; and the earlier runs under the runs fol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +129,8 @@ class ResultsPanel(QtWidgets.QWidget):
         self._fill(("SUT", "nodes", "density", "timeout", "gap (mean)", "power (mean)",
                     "seeds"), rows)
         for i, r in enumerate(data["summary"]):  # why a row has no (or partial) power
-            if r.get("power_status"):
-                self.table.item(i, 5).setToolTip(r["power_status"])
+            if r.get("power_status") and (cell := self.table.item(i, 5)) is not None:
+                cell.setToolTip(r["power_status"])  # (_fill made every cell)
         failed = data["points_failed"]
         power = f"; {power_line(data['power'])}" if data.get("power") else ""
         self.verdict.setText(f"{data['points_done']}/{data['points_total']} points measured"
@@ -137,7 +138,7 @@ class ResultsPanel(QtWidgets.QWidget):
         self.verdict.setStyleSheet(VERDICT_STYLE[None if not data["points_done"]
                                                  else failed == 0])
 
-    def _fill(self, headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    def _fill(self, headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
         self.table.clear()
         self.table.setColumnCount(len(headers))
         self.table.setHorizontalHeaderLabels(list(headers))
@@ -155,7 +156,7 @@ class ResultsPanel(QtWidgets.QWidget):
 
     def cell_texts(self) -> dict[str, str]:
         """Metric -> value text of an ASC summary table (for tests and copy-paste)."""
-        return {self.table.item(r, 0).text(): self.table.item(r, 1).text()
+        return {_cell_text(self.table, r, 0): _cell_text(self.table, r, 1)
                 for r in range(self.table.rowCount())}
 
     def _open_folder(self) -> None:
@@ -217,8 +218,9 @@ class EarlierRuns(QtWidgets.QWidget):
 
     def paths(self) -> list[Path]:
         """The listed run folders, in order."""
-        return [Path(self.tree.topLevelItem(i).data(0, QtCore.Qt.ItemDataRole.UserRole))
-                for i in range(self.tree.topLevelItemCount())]
+        items = (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount()))
+        return [Path(item.data(0, QtCore.Qt.ItemDataRole.UserRole))
+                for item in items if item is not None]  # (never None below the count)
 
     def _activated(self, item: QtWidgets.QTreeWidgetItem, _col: int = 0) -> None:
         self.reopen.emit(Path(item.data(0, QtCore.Qt.ItemDataRole.UserRole)))
@@ -227,3 +229,9 @@ class EarlierRuns(QtWidgets.QWidget):
         item = self.tree.currentItem()
         if item is not None:
             self._activated(item)
+
+
+def _cell_text(table: QtWidgets.QTableWidget, row: int, col: int) -> str:
+    """A cell's text ("" for a cell without an item; the tables here fill every cell)."""
+    item = table.item(row, col)
+    return "" if item is None else item.text()

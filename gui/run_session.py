@@ -3,7 +3,7 @@
 The procedure is the rig's (`rig.run.measure.measure_asc`, `rig.qubo.sweep.start_sweep`); this
 module only runs it off the GUI thread and hands its events over:
 
-- every event the procedure publishes goes through the `event` signal (queued into the GUI
+- every event the procedure publishes goes through the `run_event` signal (queued into the GUI
   thread, so slots never run on the procedure's thread);
 - the live power previews go into a bounded deque that the window drains on a timer: the
   monitor's thread only appends, it never waits for the GUI;
@@ -109,7 +109,8 @@ class SessionEnd:
 class RunSession(QtCore.QObject):
     """Runs one job on a worker thread; emits its events and its end on the GUI thread."""
 
-    event = QtCore.Signal(object)
+    #: Not `event`: that name is QObject.event(), the method Qt delivers QEvents through.
+    run_event = QtCore.Signal(object)
     ended = QtCore.Signal(object)
 
     def __init__(self, job: Job, parent: QtCore.QObject | None = None) -> None:
@@ -142,7 +143,7 @@ class RunSession(QtCore.QObject):
     def _on_event(self, event: Event) -> None:
         if isinstance(event, RunStarted) and event.manifest.get("run_folder"):
             self.run_path = self.job.runs_root / event.manifest["run_folder"]
-        self.event.emit(event)
+        self.run_event.emit(event)
 
     def _main(self) -> None:
         end = SessionEnd(status="failed")
@@ -151,12 +152,12 @@ class RunSession(QtCore.QObject):
             end = SessionEnd(status=outcome.status, run_path=outcome.run_path,
                              summary=outcome.summary)
             if outcome.error is not None:
-                end.message, end.hint = outcome.error.message, outcome.error.hint
+                end.message, end.hint = outcome.error.message, outcome.error.hint or ""
         except RunInterrupted as exc:  # Stop (or SIGTERM): the folder is complete
             end = SessionEnd(status="interrupted", run_path=self.run_path, message=exc.message)
         except BENCH_ERRORS as exc:  # refused before the run folder was made (bench, disk)
             end = SessionEnd(status="refused", run_path=self.run_path, message=exc.message,
-                             hint=exc.hint)
+                             hint=exc.hint or "")
         except Exception as exc:  # a bug in the rig: say so in one line, keep the details
             end = SessionEnd(status="failed", run_path=self.run_path,
                              message=f"internal error: {type(exc).__name__}: {exc}",

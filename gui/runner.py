@@ -240,7 +240,7 @@ class RunnerWindow(QtWidgets.QMainWindow):
         return box
 
     # -- messages -------------------------------------------------------------------------------
-    def say(self, level: str, text: str = "", hint: str = "") -> None:
+    def say(self, level: str, text: str = "", hint: str | None = "") -> None:
         """Show a message in the banner ("clear" hides it); errors also go to the log."""
         if level == "clear":
             self.banner.hide()
@@ -342,7 +342,7 @@ class RunnerWindow(QtWidgets.QMainWindow):
         self.run_title.setText(f"<b>{html.escape(job.title())}</b>")
         self._log(f"starting: {job.title()}")
         self.session = RunSession(job, self)
-        self.session.event.connect(self.on_event)
+        self.session.run_event.connect(self.on_event)
         self.session.ended.connect(self._ended)
         self._started_at = time.monotonic()
         self._set_running(True)
@@ -404,8 +404,9 @@ class RunnerWindow(QtWidgets.QMainWindow):
     def _reset_progress(self) -> None:
         while self.phase_grid.count():
             item = self.phase_grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
         self._phases.clear()
         self._point_times = []
         self._points = (0, 0)

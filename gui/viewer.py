@@ -652,7 +652,7 @@ class ViewerWindow(QtWidgets.QMainWindow):
     def mark_rows(self) -> list[tuple[str, ...]]:
         """The measurement list as shown: one tuple of cell texts per mark."""
         table = self.marks_table
-        return [tuple(table.item(r, c).text() for c in range(table.columnCount()))
+        return [tuple(_cell_text(table, r, c) for c in range(table.columnCount()))
                 for r in range(table.rowCount())]
 
     def zoom_to_mark(self, index: int) -> None:
@@ -742,6 +742,12 @@ class ViewerWindow(QtWidgets.QMainWindow):
         self._refresh_timer.stop()
         self._stats_timer.stop()
         super().closeEvent(event)
+
+
+def _cell_text(table: QtWidgets.QTableWidget, row: int, col: int) -> str:
+    """A cell's text ("" for a cell without an item; the tables here fill every cell)."""
+    item = table.item(row, col)
+    return "" if item is None else item.text()
 
 
 def _tint(colour: QtGui.QColor, amount: float) -> QtGui.QColor:
