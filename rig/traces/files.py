@@ -121,8 +121,8 @@ def read_trace(path: str | Path, sample_rate: float | None = None) -> Trace:
     )
 
 
-def _check_rate(sample_rate: float | None) -> float:
-    rate = float(sample_rate)  # type: ignore[arg-type]
+def _check_rate(sample_rate: float) -> float:
+    rate = float(sample_rate)
     if not (math.isfinite(rate) and rate > 0):
         raise AnalysisError(
             f"sample rate must be a positive number of Hz, got {sample_rate}",
