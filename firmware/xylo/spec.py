@@ -216,8 +216,7 @@ def save_spec(spec: XyloSpec, path: str | Path) -> Path:
         buffer,
         header=np.frombuffer(json.dumps(header).encode(), np.uint8),
         aliases=np.frombuffer(aliases_json, np.uint8),
-        # numpy's stub: a key of **arrays could be allow_pickle (a bool); ours name arrays
-        **spec.arrays,  # type: ignore[arg-type]
+        **spec.arrays,  # type: ignore[arg-type]  # numpy's stub: a key could be allow_pickle
     )
     path.write_bytes(buffer.getvalue())
     return path
