@@ -39,6 +39,7 @@ TEST_WORKERS ?= 3
 test:  ## Install test deps, build the shims, run the suite.
 	@$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	@$(MAKE) --no-print-directory docs
 	@mkdir -p build && rm -f $(TEST_REPORT) $(SERIAL_FILES); status=0; \
 	RIG_TEST_REPORT=$(TEST_REPORT) RIG_SERIAL_FILES=$(SERIAL_FILES) $(BIN)/python -m pytest -q \
