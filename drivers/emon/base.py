@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
+from drivers.emon.accuracy import MonitorAccuracy, not_declared
 from drivers.errors import VoltageLimitError
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,14 @@ class EnergyMonitor(ABC):
         was given rather than measured (call after `configure`); None when it measures the
         voltage. A trace then stores no voltage signal, only this value and its source."""
         return None
+
+    def accuracy(self) -> MonitorAccuracy:
+        """The instrument's accuracy as its vendor publishes it, each figure with its source
+        (`drivers.emon.accuracy`); drivers override it. This default declares nothing: every
+        figure is `NotPublished`, saying the driver declares none. ``settings()`` carries its
+        `MonitorAccuracy.to_json` as ``accuracy`` (the manifest's
+        ``instruments.emon.accuracy``)."""
+        return not_declared(self.driver)
 
     def self_test(self) -> dict[str, Any]:
         """Identify the instrument and check it answers; returns what was learnt."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished
 from drivers.emon.base import Chunk, ChunkCallback, EnergyMonitor, check_voltage
 from drivers.errors import DeviceError
 
@@ -47,6 +48,50 @@ class PowerUnavailable(DeviceError):
 
     def __init__(self, why: str, *, hint: str | None = None) -> None:
         super().__init__(f"power unavailable: {why}", hint=hint)
+
+
+#: The host's own clock times the counters' readings: its tolerance is the host's, unpublished.
+HOST_CLOCK = NotPublished(
+    what="tolerance of the host clock the counters are read on (CLOCK_MONOTONIC)",
+    searched="nothing applies: it is the host's crystal, which no vendor of the counters "
+             "specifies")
+#: Where RAPL's accuracy was looked for (2026-11-28).
+RAPL_SEARCHED = (
+    "Intel SDM Vol. 3, RAPL interfaces (MSR_RAPL_POWER_UNIT: energy status units, a "
+    "resolution, not an accuracy); Linux powercap / arch/x86/events/rapl.c; docs search "
+    "'Intel RAPL energy counter accuracy'")
+#: Where NVML's was (2026-11-28): nvml.h documents one figure, for old GPUs only.
+NVML_SEARCHED = (
+    "nvml.h / the NVML API reference: nvmlDeviceGetPowerUsage is 'accurate to within +/- 5% "
+    "of current power draw' on Fermi and Kepler GPUs only, nothing for later ones; "
+    "nvmlDeviceGetTotalEnergyConsumption (the driver's energy mode, Volta and later) has no "
+    "accuracy figure")
+
+
+def rapl_accuracy() -> MonitorAccuracy:
+    """RAPL's declaration: nothing published (power over a conventional 1 V)."""
+    return MonitorAccuracy(
+        current_ranges=NotPublished(what="RAPL package energy counter accuracy",
+                                    searched=RAPL_SEARCHED),
+        voltage=None, voltage_set=None, clock=HOST_CLOCK,
+        notes="'current' is power [W] over a conventional 1 V; Intel gives the counters' "
+              "units, no accuracy.")
+
+
+def nvml_accuracy(mode: str) -> MonitorAccuracy:
+    """NVML's declaration in `mode` ("energy", "power"): not published for the GPUs the rig
+    meets (nvml.h's ±5 % covers Fermi and Kepler's power reading only; the driver does not
+    identify the architecture, so it is not applied)."""
+    reading = ("nvmlDeviceGetTotalEnergyConsumption" if mode == "energy"
+               else "nvmlDeviceGetPowerUsage")
+    return MonitorAccuracy(
+        current_ranges=NotPublished(what=f"NVML {reading} accuracy", searched=NVML_SEARCHED),
+        voltage=None, voltage_set=None, clock=HOST_CLOCK,
+        notes="'current' is power [W] over a conventional 1 V. nvml.h: on Fermi and Kepler "
+              "GPUs nvmlDeviceGetPowerUsage is accurate to within ±5 % of the power draw; on "
+              "Ampere (except GA100) and later it is a 1 s average. Neither figure is "
+              "applied: the GPU's architecture is not checked, and the energy counter has no "
+              "published accuracy.")
 
 
 class _CounterMonitor(EnergyMonitor):
@@ -288,7 +333,12 @@ class RaplMonitor(_CounterMonitor):
             "voltage_limit_v": self.voltage_limit_v,
             "units": "current = power [W] at 1 V",
             "simulated": self.simulated,
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`rapl_accuracy`: nothing published."""
+        return rapl_accuracy()
 
     def self_test(self) -> dict[str, Any]:
         """Read every counter once."""
@@ -445,7 +495,12 @@ class NvmlMonitor(_CounterMonitor):
             "voltage_limit_v": self.voltage_limit_v,
             "units": "current = power [W] at 1 V",
             "simulated": self.simulated,
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`nvml_accuracy` of the reading in use."""
+        return nvml_accuracy(self.mode)
 
     def self_test(self) -> dict[str, Any]:
         """Read the GPU's counter once."""

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.emon import ranges
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, RangeAccuracy
 from drivers.emon.base import (
     CallbackErrors,
     Chunk,
@@ -266,6 +267,45 @@ _STREAMS = (
     ("gpi0", "s/gpi/0/!data", "s/gpi/0/ctrl", True),
     ("gpi1", "s/gpi/1/!data", "s/gpi/1/ctrl", True),
 )
+
+
+#: Where each model's accuracy figures were looked for (2026-11-28); none was read first-hand.
+_SEARCHED = {
+    "js110": "the Joulescope (JS110) User's Guide, 'Current measurement specifications' table "
+             "(its page 12, as the vendor's forum names it): not reachable here; the vendor's "
+             "forum post forum.joulescope.com/t/388 paraphrases its 2 A range only, not taken "
+             "(second-hand); docs/pages search 'Joulescope JS110 specifications current range "
+             "accuracy offset'",
+    "js220": "the Joulescope JS220 User's Guide (Rev 1.3, 2022-10-25), 'Current measurement "
+             "specifications' table: only its opening pages were reachable (a manuals.online "
+             "copy); docs/pages search 'Joulescope JS220 specifications current accuracy', "
+             "'JS220 Current measurement specifications'",
+}
+
+
+def joulescope_accuracy(model: str) -> MonitorAccuracy:
+    """What a JS110 or JS220 declares: its ranges (names and full scales from
+    `drivers.emon.ranges`, the pyjoulescope_driver range options), each `NotPublished` until
+    the user guide's table is read (the JS110 has a 2 A range the JS220 lacks)."""
+    names = ranges.JS220_RANGES if model == "js220" else tuple(ranges.JOULESCOPE_RANGES)
+    label = model.upper()
+    return MonitorAccuracy(
+        current_ranges=tuple(
+            RangeAccuracy(name, ranges.full_scale_a(name), NotPublished(
+                what=f"{label} current accuracy in the {name} range",
+                searched=_SEARCHED[model]))
+            for name in names),
+        voltage=NotPublished(what=f"{label} voltage measurement accuracy",
+                             searched=f"the same user guide's specifications, not reachable "
+                                      f"here ({_SEARCHED[model]})"),
+        voltage_set=None,  # in series with the bench's supply: it sources nothing
+        clock=NotPublished(what=f"{label} sample clock tolerance",
+                           searched=_SEARCHED[model]),
+        notes="A fixed range is the settings' current_range (the reading's range). Auto "
+              "(the default) ranges per sample and the driver does not subscribe the range "
+              "stream (s/i/range/!data): an auto-ranged reading is taken to be in the smallest "
+              "range whose full scale holds it (what the instrument's autoranging picks).",
+    )
 
 
 class Joulescope(EnergyMonitor):
@@ -564,7 +604,12 @@ class Joulescope(EnergyMonitor):
             "over_range_samples": self.over_range_samples,
             "streams": [data for _, data, _, _ in _STREAMS],
             "open_mode": OPEN_MODE,
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """This model's declaration (`joulescope_accuracy`)."""
+        return joulescope_accuracy(self.model)
 
     def self_test(self) -> dict[str, Any]:
         """Check the device is listed and answers a query of its host rate."""

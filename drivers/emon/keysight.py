@@ -114,6 +114,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from drivers.emon import ranges
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, RangeAccuracy
 from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import (
     AcquisitionThread,
@@ -150,6 +151,65 @@ _VISA_HINT = "check the instrument's network/USB connection and the VISA resourc
 #: Where the rig's ASC energy windows work when a Keysight setup cannot see every edge.
 EVERY_EDGE_SETUPS = ("an N6705 with an N6781A/N6785A SMU and its auxiliary input "
                      '([emon] timestamp_input = "aux"), an LPM01A or a Joulescope')
+
+
+#: Where the N6705/N6781A figures were looked for (2026-11-28).
+N6781A_SEARCHED = (
+    "the N6700 Specifications Guide (N6700-90001): only its table 'Measurement Accuracy and "
+    "Resolution (with shorter measurement intervals)' was reachable (the noise to add to the "
+    "base accuracy below 1 NPLC, per range), not the base accuracy table of the N6781A; the "
+    "N6780 series SMU data sheet (5990-5829EN) was not reachable; docs/pages search 'N6781A "
+    "specifications current measurement accuracy'")
+#: Where the 34465A figures were looked for (2026-11-28).
+K34465A_SEARCHED = (
+    "the Truevolt 34465A/34470A data sheet's DC current table was not reachable (pages found "
+    "were other meters' tables); docs/pages search '34465A DC current accuracy 1 year'")
+#: The 34465A's DC current ranges the driver may select [A] (1 µA ... 3 A; its 10 A range
+#: needs the 10 A terminal, which the driver does not use: `ranges.KEYSIGHT_MAX_RANGE_A`).
+K34465A_RANGES_A = (1e-6, 10e-6, 100e-6, 1e-3, 10e-3, 100e-3, 1.0, 3.0)
+
+
+def range_name(amps: float) -> str:
+    """A Keysight range's name as `settings()` records it (``current_range``): "0.1 A"."""
+    return f"{format_number(amps)} A"
+
+
+def n6705_accuracy(*, measures_voltage: bool) -> MonitorAccuracy:
+    """An N6705 channel's declaration: nothing read first-hand yet (`N6781A_SEARCHED`)."""
+    return MonitorAccuracy(
+        current_ranges=NotPublished(what="N6781A current measurement accuracy per range",
+                                    searched=N6781A_SEARCHED),
+        voltage=(NotPublished(what="N6781A voltage measurement accuracy",
+                              searched=N6781A_SEARCHED) if measures_voltage else None),
+        voltage_set=NotPublished(what="N6781A voltage programming accuracy",
+                                 searched=N6781A_SEARCHED),
+        clock=NotPublished(what="N6705 digitizer / data logger time base tolerance",
+                           searched=N6781A_SEARCHED),
+        notes="The range a reading was taken in is the one the instrument reports "
+              "(SENS:CURR:RANG?, SENS:ELOG:CURR:RANG?): the settings' current_range_a; the "
+              "ranges differ per module, so none is declared until the guide's table is read. "
+              "The guide's figures apply at 1 NPLC and above; shorter intervals add the noise "
+              "of its 'shorter measurement intervals' table.",
+    )
+
+
+def k34465a_accuracy() -> MonitorAccuracy:
+    """The 34465A's declaration: its DC current ranges, no figure read first-hand yet."""
+    return MonitorAccuracy(
+        current_ranges=tuple(
+            RangeAccuracy(range_name(a), a, NotPublished(
+                what=f"34465A DC current accuracy, {range_name(a)} range",
+                searched=K34465A_SEARCHED))
+            for a in K34465A_RANGES_A),
+        voltage=None,  # a DMM on current: the voltage is the bench supply's, as configured
+        voltage_set=None,  # the bench's supply sources the DUT
+        clock=NotPublished(what="34465A sample timer tolerance", searched=K34465A_SEARCHED),
+        notes="The range a reading was taken in is the one the DMM reports (CURR:DC:RANG?): "
+              "the settings' current_range. When the data sheet's table is read, take its "
+              "1-year class (Tcal ± 5 °C; a bench calibrated yearly), not the 24-hour one (it "
+              "needs Tcal ± 1 °C and a calibration within a day); its figures assume the "
+              "aperture the table names: shorter apertures add the noise it lists.",
+    )
 
 
 @dataclass(frozen=True)
@@ -510,7 +570,7 @@ class _ScpiMonitor(EnergyMonitor):
     def _range_settings(self, requested_a: float | None, in_effect_a: float) -> dict[str, Any]:
         """The range entries of `settings()`: what was asked, what the instrument reports."""
         out: dict[str, Any] = {
-            "current_range": f"{format_number(in_effect_a)} A",
+            "current_range": range_name(in_effect_a),
             "current_range_a": in_effect_a,
             "current_range_requested": (ranges.AUTO if requested_a is None
                                         else format_number(requested_a)),
@@ -538,6 +598,7 @@ class _ScpiMonitor(EnergyMonitor):
             "sample_rate_hz": self._sample_rate_hz,
             "voltage_limit_v": self.voltage_limit_v,
             **dict(self._settings),
+            "accuracy": self.accuracy().to_json(),
         }
 
     # -- acquisition ----------------------------------------------------------------------------
@@ -751,6 +812,11 @@ class N6705(_ScpiMonitor):
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus identity."""
         return self._base_settings()
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`n6705_accuracy`; a voltage figure only where the output voltage is measured."""
+        return n6705_accuracy(measures_voltage=self.measures_voltage_with(
+            timestamp_input=self.timestamp_input, measure_voltage=self.measure_voltage))
 
     def _module(self) -> str:
         """The channel's module (``SYST:CHAN:MOD?``), e.g. "N6781A"."""
@@ -1037,6 +1103,10 @@ class Keysight34465A(_ScpiMonitor):
     def settings(self) -> dict[str, Any]:
         """Every setting sent, plus identity."""
         return self._base_settings()
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`k34465a_accuracy`."""
+        return k34465a_accuracy()
 
     def _arm(self) -> None:
         self._trigger_seen = False

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, RangeAccuracy, Spec
 from drivers.emon.base import (
     CallbackErrors,
     Chunk,
@@ -108,6 +109,35 @@ class _ReaderFailed:
     """Put on the reply queue when the reader thread died, so waiters fail at once."""
 
     error: BaseException
+
+
+#: ST's user manual of the board, read first-hand (docs/reference facts, 2026-11-28).
+UM2243 = "ST UM2243 Rev 2, X-NUCLEO-LPM01A user manual"
+#: What the LPM01A's accuracy is, as ST publishes it (see `drivers.emon.accuracy`).
+ACCURACY = MonitorAccuracy(
+    current_ranges=(
+        # Dynamic mode (acqmode dyn, the only one the driver uses): 100 nA to 50 mA, "accuracy
+        # in the range of 2 %" (UM2243 §10). ST gives no offset term: ±2 % of reading, offset 0.
+        RangeAccuracy("dynamic", 50e-3, Spec(
+            gain=0.02, offset=0.0,
+            source=f"{UM2243}, §10 (dynamic measurement): 100 nA to 50 mA, accuracy in the "
+                   "range of 2 %")),
+    ),
+    voltage=None,  # it sets the supply (`set_voltage`); the trace holds the value it was sent
+    voltage_set=NotPublished(
+        what="LPM01A supply voltage setting accuracy",
+        searched=f"{UM2243} (§9 gives only a dropout of at most 60 mV in static mode, no "
+                 "setting accuracy); docs/pages search 'X-NUCLEO-LPM01A UM2243 accuracy'"),
+    clock=NotPublished(
+        what="LPM01A sample clock tolerance",
+        searched=f"{UM2243} (§9, §10: sampling rates only); docs/pages search "
+                 "'X-NUCLEO-LPM01A UM2243 accuracy'"),
+    notes="Dynamic mode ranges by itself and reports no range: every reading up to 50 mA is "
+          "in the one declared range; UM2243 states no figure below 100 nA nor above 50 mA "
+          "(static mode, ±2 % from 1 nA to 200 mA with the current varying < 10 % during an "
+          "acquisition, §9, is not used by the driver). No temperature class is given; the "
+          "board's firmware help asks for a recalibration after a change of more than 5 °C.",
+)
 
 
 class Lpm01a(EnergyMonitor):
@@ -452,7 +482,12 @@ class Lpm01a(EnergyMonitor):
             # The dynamic acquisition mode (acqmode dyn) ranges by itself: no range to choose.
             "current_range": "auto",
             **dict(self._settings),
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """ST's published accuracy of the dynamic mode (`ACCURACY`)."""
+        return ACCURACY
 
     def read_voltage(self) -> float:
         """The supply voltage the board reports (``volt get``) [V].

@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from drivers.emon import check_current_range, ranges
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, RangeAccuracy, Spec
 from drivers.emon.aux_line import LineThreshold
 from drivers.emon.base import (
     AcquisitionThread,
@@ -102,6 +103,51 @@ USERNAME_ENV = "OTII_USERNAME"
 PASSWORD_ENV = "OTII_PASSWORD"
 _SERVER_HINT = ("check that the Otii 3 app (or otii_server) runs with its TCP server enabled "
                 f"(default port {wire.DEFAULT_PORT}) and that the address is right")
+
+
+#: Qoitech's page the low-range figures were read on (first-hand, 2026-11-28).
+QOITECH_ACCURACY_PAGE = ("Qoitech blog 'How accurate is your low current measurement?' "
+                         "(qoitech.com/?p=4659), main channel, low currents")
+#: Where the rest was looked for.
+OTII_SEARCHED = (
+    "the same Qoitech page (low range only); docs.qoitech.com user manual pages; docs/pages "
+    "search 'Otii Arc accuracy', 'Otii Arc technical specifications current measurement "
+    "accuracy high range'; a third-party article's range limits (Elektor) are not taken")
+#: Main-channel current accuracy in the low range, per model, as Qoitech publishes it.
+OTII_LOW_RANGE = {
+    # Otii Arc: ±(0.1 % + 50 nA) (QOITECH_ACCURACY_PAGE).
+    "Arc": Spec(gain=0.001, offset=50e-9, source=f"{QOITECH_ACCURACY_PAGE}: Otii Arc "
+                                                 "±(0.1 % + 50 nA)"),
+    # Otii Ace: ±(0.05 % + 25 nA) (QOITECH_ACCURACY_PAGE).
+    "Ace": Spec(gain=0.0005, offset=25e-9, source=f"{QOITECH_ACCURACY_PAGE}: Otii Ace "
+                                                   "±(0.05 % + 25 nA)"),
+}
+
+
+def otii_accuracy(model: str | None, *, measures_voltage: bool = True) -> MonitorAccuracy:
+    """An Otii `model` ("Arc", "Ace"; None before the device is known): its low range's
+    published figure; the high range, the voltage and the clock not published."""
+    low: Spec | NotPublished = OTII_LOW_RANGE.get(model or "", NotPublished(
+        what=f"Otii current accuracy of model {model!r}",
+        searched=f"{QOITECH_ACCURACY_PAGE} (figures for the Arc and the Ace only)"))
+    name = f"Otii {model}" if model else "Otii"
+    return MonitorAccuracy(
+        current_ranges=(
+            # Neither range's extent (the switch-over current) is published by Qoitech.
+            RangeAccuracy("low", None, low),
+            RangeAccuracy("high", None, NotPublished(
+                what=f"{name} current accuracy in the high range", searched=OTII_SEARCHED)),
+        ),
+        voltage=(NotPublished(what=f"{name} main voltage measurement accuracy",
+                              searched=OTII_SEARCHED) if measures_voltage else None),
+        voltage_set=NotPublished(what=f"{name} main output voltage accuracy",
+                                 searched=OTII_SEARCHED),
+        clock=NotPublished(what=f"{name} sample clock tolerance", searched=OTII_SEARCHED),
+        notes="The Otii auto-ranges between its low and high ranges (arc_set_range low) and "
+              "the rig does not record which range a sample was in; Qoitech publishes no "
+              "switch-over current, so a reading's range cannot be told from its value and "
+              "the low-range figure applies only where the range is known to be low.",
+    )
 
 
 class OtiiServerError(DeviceError):
@@ -633,7 +679,12 @@ class Otii(EnergyMonitor):
             "project_id": self.project_id, "voltage_v": self._voltage_v,
             "sample_rate_hz": self._rate_hz, "voltage_limit_v": self.voltage_limit_v,
             **dict(self._settings),
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`otii_accuracy` of this device's model (known once connected)."""
+        return otii_accuracy(self.device.get("type"), measures_voltage=self.measure_voltage)
 
     def self_test(self) -> dict[str, Any]:
         """The device's versions again, and whether its main output is on."""

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, RangeAccuracy
 from drivers.emon.base import (
     CallbackErrors,
     Chunk,
@@ -58,6 +59,7 @@ from protocols.errors import ActionableError, ProtocolError
 from protocols.ppk2 import (
     METADATA_END,
     OOS_TOLERANCE,
+    RANGES,
     SAMPLE_RATE_HZ,
     VDD_MAX_MV,
     VDD_MIN_MV,
@@ -98,6 +100,34 @@ class ByteTransport(Protocol):
     def read(self, max_bytes: int = ...) -> bytes: ...
     def reset_input(self) -> None: ...
     def close(self) -> None: ...
+
+
+#: Where the PPK2's figures were looked for (2026-11-28).
+PPK2_SEARCHED = (
+    "Nordic's 'Measurement accuracy' page of the PPK2 user guide (docs.nordicsemi.com, "
+    "ug_ppk2) was not reachable here; figures seen only second-hand (±10 % at 5-50 mA, ±15 % "
+    "at 50-1000 mA, plus offsets) are not taken; docs/pages search 'Power Profiler Kit II "
+    "measurement accuracy'")
+
+
+def ppk2_accuracy(mode: str) -> MonitorAccuracy:
+    """The PPK2's declaration: its five ranges (by the index every sample carries), no figure
+    read first-hand; the set supply only in source mode (in ampere mode the bench's supply
+    feeds the DUT)."""
+    return MonitorAccuracy(
+        current_ranges=tuple(
+            # Full scales differ per unit (its calibration's shunt values): none published.
+            RangeAccuracy(f"R{k}", None, NotPublished(
+                what=f"PPK2 current accuracy in range R{k}", searched=PPK2_SEARCHED))
+            for k in range(RANGES)),
+        voltage=None,  # the rail is set (source) or given (ampere), never measured
+        voltage_set=(NotPublished(what="PPK2 source-meter voltage accuracy",
+                                  searched=PPK2_SEARCHED) if mode == "source" else None),
+        clock=NotPublished(what="PPK2 sample clock tolerance", searched=PPK2_SEARCHED),
+        notes="Every sample carries its range (R0-R4, bits 14-16 of its word, "
+              "protocols/ppk2.py); the rig does not record it per sample or per window yet. "
+              "Readings are the spike-filtered currents (settings' spike_filter).",
+    )
 
 
 class Ppk2(EnergyMonitor):
@@ -342,7 +372,12 @@ class Ppk2(EnergyMonitor):
                              "source": "Nordic pc-nrfconnect-ppk src/device/serialDevice.ts "
                                        "getAdcResult; ppk2-api ppk2_api.py get_adc_result"},
             "out_of_sequence_tolerance": OOS_TOLERANCE,
+            "accuracy": self.accuracy().to_json(),
         }
+
+    def accuracy(self) -> MonitorAccuracy:
+        """`ppk2_accuracy` in this mode."""
+        return ppk2_accuracy(self.mode)
 
     def self_test(self) -> dict[str, Any]:
         """What the metadata said at connect (the PPK2 answers nothing else)."""

@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from drivers.emon.accuracy import MonitorAccuracy
+from drivers.emon.lpm01a import ACCURACY as LPM01A_ACCURACY
 from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
 from rig.cli import main
@@ -214,3 +216,13 @@ def test_with_a_joulescope(tmp_path: Path) -> None:
     manifest = json.loads((Path(out["run"]) / "manifest.json").read_text())
     assert manifest["instruments"]["emon"]["driver"] == "joulescope"
     assert manifest["instruments"]["emon"]["simulated"] is True
+
+
+def test_the_manifest_carries_the_lpm01a_s_published_accuracy(sim_run) -> None:
+    """The simulated LPM01A is reached through the real driver, so the run declares the real
+    board's accuracy (UM2243 §10), with its source, for the uncertainty budget."""
+    manifest = json.loads((sim_run[1] / "manifest.json").read_text())
+    declared = manifest["instruments"]["emon"]["accuracy"]
+    assert MonitorAccuracy.from_json(declared) == LPM01A_ACCURACY
+    (dynamic,) = declared["current_ranges"]
+    assert dynamic["current"]["gain"] == 0.02 and "UM2243" in dynamic["current"]["source"]
