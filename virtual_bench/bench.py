@@ -28,7 +28,7 @@ from virtual_bench.lpm01a import SimLpm01a
 from virtual_bench.otii import SimOtii
 from virtual_bench.ppk2 import SimPpk2
 from virtual_bench.simavr_uno import SimavrUno, simavr_uno_binaries
-from virtual_bench.world import PowerParams, World
+from virtual_bench.world import Noise, PowerParams, World
 
 
 class VirtualBench:
@@ -42,7 +42,8 @@ class VirtualBench:
             inference_s=bench.inference_ms * 1e-3,
         )
         self.bench = bench
-        self.world = World(params, speed=speed or bench.speed)
+        noise = Noise(current_a=bench.current_noise_a, drift=bench.drift, seed=bench.noise_seed)
+        self.world = World(params, speed=speed or bench.speed, noise=noise)
         mode = bench.timestamp_mode
         binary, why_not = (find_host_shim(build=True) if bench.dut in ("auto", "c-shim")
                            else (None, ""))

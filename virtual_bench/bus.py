@@ -79,6 +79,7 @@ class SimBusServer:
             if values != [] or not current:
                 self._complain(line, current)
                 return str(world.clock.now_ns())
+            world.begin_run()  # a compute span: a drifting bench draws its active power
             self._begin_ns = world.hold()
             return str(self._begin_ns)
         if verb == "wait":

@@ -1,10 +1,10 @@
 """What the simulated world needs to know of a bench, read from the bench file itself.
 
 The same `benches/*.toml` the rig reads; the virtual bench reads only its part: `[sim]` (power
-levels, time per inference, speed, which DUT and IO manager), the DUT's timestamp mode, the
-energy monitor it must be (driver, sample rate, supply) and whether an IO manager sits in front
-of the DUT. The rig validates the whole file; this checks what the simulation relies on and says
-what is wrong with a `BenchFileError`.
+levels, time per inference, speed, which DUT and IO manager, its noise), the DUT's timestamp
+mode, the energy monitor it must be (driver, sample rate, supply) and whether an IO manager sits
+in front of the DUT. The rig validates the whole file; this checks what the simulation relies on
+and says what is wrong with a `BenchFileError`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,14 @@ class BenchDescription:
     #: The Python DUT's pty stands for a UART at this baud rate: downloads take its time
     #: (virtual_bench/dut.py). None: a pty's pace, the host's.
     uart_baud: float | None = None
+    #: Standard deviation [A] of the white Gaussian noise on every current sample a simulated
+    #: monitor reports (0: none, the closed-form answers are exact).
+    current_noise_a: float = 0.0
+    #: Run-to-run drift: each timed run's active power is active_power_mw x (1 + drift z),
+    #: z ~ N(0, 1) drawn per run (a relative standard deviation; 0: none).
+    drift: float = 0.0
+    #: Seeds the noise and the drift: the same seed, the same noise.
+    noise_seed: int = 0
 
 
 def load_description(path: str | Path) -> BenchDescription:
@@ -91,6 +99,9 @@ def parse_description(raw: dict[str, Any], path: Path) -> BenchDescription:
                                    "emon"),
         uart_baud=(_positive(sim, "uart_baud", 115200, path, "sim")
                    if sim.get("uart_baud", 0) != 0 else None),  # 0: unset, as the rig writes it
+        current_noise_a=_non_negative(sim, "current_noise_a", path, "sim"),
+        drift=_non_negative(sim, "drift", path, "sim"),
+        noise_seed=_seed(sim, "noise_seed", path, "sim"),
     )
     if description.uart_baud is not None and (description.dut != "python"
                                               or description.has_io_manager):
@@ -142,3 +153,24 @@ def _positive(table: dict[str, Any], key: str, default: float, path: Path, where
         raise BenchFileError(f"{path}: [{where}] {key}: expected a positive number, "
                              f"found {value!r}", hint=f"e.g. {key} = {default:g}")
     return float(value)
+
+
+def _non_negative(table: dict[str, Any], key: str, path: Path, where: str) -> float:
+    """A finite number >= 0 (default 0: off)."""
+    value = table.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BenchFileError(f"{path}: [{where}] {key}: expected a number, found {value!r}",
+                             hint=f"e.g. {key} = 0 (off)")
+    if not math.isfinite(value) or value < 0:
+        raise BenchFileError(f"{path}: [{where}] {key}: expected a finite number >= 0, "
+                             f"found {value!r}", hint=f"e.g. {key} = 0 (off)")
+    return float(value)
+
+
+def _seed(table: dict[str, Any], key: str, path: Path, where: str) -> int:
+    """An integer in [0, 2**32 - 1] (default 0), as the rig's seeds."""
+    value = table.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+        raise BenchFileError(f"{path}: [{where}] {key}: expected an integer in "
+                             f"[0, 4294967295], found {value!r}", hint=f"e.g. {key} = 0")
+    return value

@@ -349,6 +349,7 @@ class SimDut:
         with world.lock:
             if world.generation != gen or not world.powered:
                 return False
+            world.begin_run()  # a drifting bench draws this run's active power
             t0 = world.clock.now_ns()
             t1 = t0 + warmup * per_ns
             t2 = t1 + n * per_ns

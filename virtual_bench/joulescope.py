@@ -111,7 +111,7 @@ class WorldSource:
         bounds = self.bounds_ns(ks)
         with self.world.lock:
             supply = self.world.supply_v
-            energy = self.world.energy_between(bounds)
+            energy = self.world.measured_energy(bounds)
             gpi0 = self.world.gpio_levels(bounds[:-1])
             edges = self.world.falling_edges_between(int(bounds[0]), int(bounds[-1]))
             if bounds[0] - self._last_forget_ns >= NS:

@@ -277,7 +277,7 @@ class _ScpiServer(LoopbackServer):
         return encode_reals(values, real_dtype(bits, big_endian=self.big_endian))
 
     def _mean_current(self, starts: np.ndarray, length_ns: int) -> np.ndarray:
-        """Exact mean current over [s, s + length) for each start."""
+        """Mean current over [s, s + length) for each start (with the bench's current noise)."""
         return self.world.mean_current(starts, length_ns)
 
 

@@ -498,7 +498,7 @@ class SimLpm01a(SerialInstrument):
         fs = self.freq_hz
         idx = np.arange(k, end + 1, dtype=np.int64)
         bounds = self._bounds(t0, idx)
-        energy = self.world.energy_between(bounds)
+        energy = self.world.measured_energy(bounds)
         if self.settings["output"] == "energy":
             values = energy
         else:

@@ -6,12 +6,19 @@ unpowered, `idle_w` while powered, `active_w` while it computes. The DUT registe
 and its GPIO pulses here *before* simulated time reaches them (under `lock`), and the energy
 monitor integrates the step function exactly over each sample period, so the samples it reports
 are the simulated truth up to its own quantisation.
+
+A bench may make it noisy (`Noise`, the bench file's `[sim] current_noise_a`, `drift` and
+`noise_seed`; both off by default, and then nothing here draws a number): every current sample a
+simulated monitor reports passes through `measured_energy` or `mean_current`, which add white
+Gaussian noise of `current_a` amps (standard deviation) to the sample's mean current; and each
+timed run (`begin_run`) draws its own active level, `active_w` x (1 + `drift` z), z ~ N(0, 1).
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -32,6 +39,25 @@ class PowerParams:
     boot_s: float = 0.010
     #: How long the timestamp GPIO stays low per pulse.
     pulse_s: float = 10e-6
+
+
+@dataclass(frozen=True)
+class Noise:
+    """What makes the virtual bench noisy (all 0: it is exact, and costs nothing)."""
+
+    #: Standard deviation [A] of the white Gaussian noise on each current sample a simulated
+    #: monitor reports (the sample's mean current over its period, plus sigma z).
+    current_a: float = 0.0
+    #: Relative standard deviation of the active power from one timed run to the next.
+    drift: float = 0.0
+    #: The same seed, the same noise (and the same drift for the same sequence of runs).
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("current_a", "drift"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"noise {name} must be a finite number >= 0, got {value!r}")
 
 
 class SimClock:
@@ -125,8 +151,10 @@ CATCH_UP_S = 0.05
 class World:
     """The shared state of a virtual bench: clock, DUT supply, power steps, GPIO edges."""
 
-    def __init__(self, params: PowerParams | None = None, *, speed: float = 1.0) -> None:
+    def __init__(self, params: PowerParams | None = None, *, speed: float = 1.0,
+                 noise: Noise | None = None) -> None:
         self.params = params or PowerParams()
+        self.noise = noise or Noise()
         self.clock = SimClock(speed)
         #: Guards every field below; hold it while reading `now_ns()` to register activity.
         self.lock = threading.RLock()
@@ -145,6 +173,13 @@ class World:
         #: Set while an out-of-process DUT works (sim bus): the latest simulated time whose
         #: state it has declared. Monitors report nothing past it (see `observable_ns`).
         self.horizon_ns: int | None = None
+        #: The active power [W] of the timed run under way (`begin_run`): `params.active_w`
+        #: unless the bench drifts.
+        self.run_active_w = self.params.active_w
+        #: Draws each run's drift (seeded; never drawn from when drift is 0).
+        self._drift_rng = np.random.default_rng([self.noise.seed, 1])
+        #: The seed's part of each sample's noise key (`_sample_noise`).
+        self._noise_key = _mix64(np.array([self.noise.seed], dtype=np.uint64))[0]
 
     # -- supply -------------------------------------------------------------------------------
     def set_supply(self, volts: float) -> None:
@@ -169,12 +204,23 @@ class World:
             return t
 
     # -- activity registered by the DUT -------------------------------------------------------
+    def begin_run(self) -> float:
+        """A timed run (an ``infer`` command, its warm-up included) starts: under drift, its
+        active power is drawn anew, `active_w` x (1 + drift z), z ~ N(0, 1) (never below 0 W),
+        and holds until the next run. Returns it [W]."""
+        with self.lock:
+            if self.noise.drift:
+                z = float(self._drift_rng.standard_normal())
+                self.run_active_w = max(0.0, self.params.active_w * (1.0 + self.noise.drift * z))
+            return self.run_active_w
+
     def add_activity(self, start_ns: int, end_ns: int) -> None:
-        """The DUT computes at `active_w` over [start, end); must not start in the past."""
+        """The DUT computes at the run's active power (`run_active_w`) over [start, end); must
+        not start in the past."""
         with self.lock:
             if end_ns <= start_ns:
                 return
-            self._set_step(start_ns, self.params.active_w)
+            self._set_step(start_ns, self.run_active_w)
             self._set_step(end_ns, self.params.idle_w)
 
     def add_pulse(self, t_ns: int) -> None:
@@ -231,16 +277,47 @@ class World:
             return now if self.horizon_ns is None else min(now, self.horizon_ns)
 
     # -- what an energy monitor sees ----------------------------------------------------------
+    # Every simulated monitor samples the current through `mean_current` (N6705, 34465A, Otii,
+    # PPK2) or `measured_energy` (LPM01A, Joulescope): the two places the current noise is
+    # added, the same for every monitor family.
     def mean_current(self, starts_ns: np.ndarray, length_ns: int) -> np.ndarray:
-        """Exact mean current [A] over [s, s + length) for each start: the energy drawn over
-        it divided by the supply voltage and the length (what a sampling monitor reads)."""
+        """Mean current [A] over [s, s + length) for each start, as a sampling monitor reads
+        it: the energy drawn over it divided by the supply voltage and the length, plus the
+        bench's current noise (exact when it has none)."""
         starts = np.asarray(starts_ns, dtype=np.int64)
         bounds = np.empty(2 * len(starts), dtype=np.int64)
         bounds[0::2], bounds[1::2] = starts, starts + length_ns
         energy = self.energy_between(bounds)[0::2]
         with self.lock:
             volts = self.supply_v
-        return energy / (volts * length_ns / NS)
+        current = energy / (volts * length_ns / NS)
+        if self.noise.current_a:
+            current = current + self._sample_noise(starts, starts + length_ns)
+        return current
+
+    def measured_energy(self, bounds_ns: np.ndarray) -> np.ndarray:
+        """Energy [J] over each interval [bounds[k], bounds[k+1]) as a monitor measures it: the
+        exact energy (`energy_between`), plus the current noise times the supply voltage and
+        the interval's length (so that energy / (V dt) is the noisy mean current)."""
+        energy = self.energy_between(bounds_ns)
+        if not self.noise.current_a:
+            return energy
+        b = np.asarray(bounds_ns, dtype=np.int64)
+        with self.lock:
+            volts = self.supply_v
+        return energy + self._sample_noise(b[:-1], b[1:]) * (volts * np.diff(b) / NS)
+
+    def _sample_noise(self, starts_ns: np.ndarray, ends_ns: np.ndarray) -> np.ndarray:
+        """sigma z [A] for the samples over [start, end): z ~ N(0, 1), a function of the
+        seed and the sample's interval (Box-Muller on two hashes of them), so that a sample
+        read twice (a FETCH repeated, an Otii range re-read) reads the same, whichever thread
+        asks first or in what blocks."""
+        key = _mix64(_mix64(starts_ns.astype(np.uint64) ^ self._noise_key)
+                     ^ ends_ns.astype(np.uint64))
+        u1 = ((key >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1)
+        u2 = (_mix64(key ^ np.uint64(0xD1B54A32D192ED03)) >> np.uint64(11)) * 2.0**-53
+        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        return self.noise.current_a * z
 
     def energy_between(self, bounds_ns: np.ndarray) -> np.ndarray:
         """Exact energy [J] drawn over each interval [bounds[k], bounds[k+1])."""
@@ -310,3 +387,13 @@ class World:
         with self.lock:
             t = self.clock.now_ns() if t_ns is None else t_ns
             return ((t - self.power_on_ns) // 1000) & 0xFFFFFFFF
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on each element: a bijection of uint64 whose outputs look
+    independent and uniform however alike the inputs (the sample noise's hash)."""
+    with np.errstate(over="ignore"):
+        x = np.asarray(x, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))

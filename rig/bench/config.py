@@ -160,6 +160,14 @@ class SimConfig:
     #: dut = "python" without an IO manager: its pty stands for a UART at this baud rate, so
     #: that downloads take a real line's time (0, unset: a pty's pace, the host's).
     uart_baud: float = 0.0
+    #: White Gaussian noise added to every current sample each simulated monitor reports: its
+    #: standard deviation in A (0, the default: none, so the closed-form answers stay exact).
+    current_noise_a: float = 0.0
+    #: Run-to-run drift: each timed run's active power is active_power_mw x (1 + drift z), z
+    #: ~ N(0, 1) drawn once per run (a relative standard deviation; 0, the default: none).
+    drift: float = 0.0
+    #: Seeds the current noise and the drift: the same seed, the same noise.
+    noise_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -276,6 +284,9 @@ NUMBER_SPANS: dict[str, Span] = {
     "sim.inference_ms": positive(3.6e6, "ms"),
     "sim.speed": positive(10_000.0),
     "sim.uart_baud": at_least(0.0, 20e6, "baud"),  # 0: unset
+    "sim.current_noise_a": at_least(0.0, 10.0, "A"),  # 0: off
+    "sim.drift": at_least(0.0, 1.0),  # 0: off
+    "sim.noise_seed": SEED_SPAN,
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
 }

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from drivers.emon.accuracy import MonitorAccuracy
+from drivers.emon.joulescope import joulescope_accuracy
 from drivers.emon.lpm01a import ACCURACY as LPM01A_ACCURACY
 from firmware.dut.asc_model import LinearAscModel
 from rig.bench.config import load_bench
@@ -216,6 +217,9 @@ def test_with_a_joulescope(tmp_path: Path) -> None:
     manifest = json.loads((Path(out["run"]) / "manifest.json").read_text())
     assert manifest["instruments"]["emon"]["driver"] == "joulescope"
     assert manifest["instruments"]["emon"]["simulated"] is True
+    # The simulator stands for a JS220 (1 kHz here): the run declares that model's accuracy.
+    declared = manifest["instruments"]["emon"]["accuracy"]
+    assert MonitorAccuracy.from_json(declared) == joulescope_accuracy("js220")
 
 
 def test_the_manifest_carries_the_lpm01a_s_published_accuracy(sim_run) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from drivers.emon.accuracy import MonitorAccuracy
+from drivers.emon.keysight import n6705_accuracy
 from rig.cli import main
 
 from .runs import TRUTH, bench_variant, run_rig, short_bench
@@ -35,6 +37,8 @@ def test_asc_energy_with_the_timestamp_on_the_aux_input(tmp_path: Path, capsys) 
     assert emon["module"] == "N6781A" and emon["timestamp_input"] == "aux"
     assert emon["interval_s"] == pytest.approx(491.52e-6)  # 2000 Hz asked, 24 x 20.48 us
     assert emon["voltage_source"].startswith("programmed output voltage")
+    # The voltage converter reads the aux input: no voltage figure, the set supply's instead.
+    assert MonitorAccuracy.from_json(emon["accuracy"]) == n6705_accuracy(measures_voltage=False)
 
 
 def test_a_34465a_is_refused_naming_the_setups_that_can(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from drivers.emon.accuracy import MonitorAccuracy
+from drivers.emon.otii import otii_accuracy
 from rig.cli import main
 from rig.run.store import load_run
 from rig.traces.files import read_trace
@@ -49,6 +51,10 @@ def test_asc_energy_on_the_otii_gives_the_closed_form_answers(tmp_path: Path, ca
     assert emon["device_type"] == "Arc" and emon["sample_rate_hz"] == FS
     assert emon["timestamp_channel"] == "GPI1 (expansion port)"
     assert emon["channels"] == ["mc", "mv", "i1"] and emon["main_voltage_v"] == 1.8
+    # The run declares the Arc's published accuracy (low range ±(0.1 % + 50 nA)).
+    assert MonitorAccuracy.from_json(emon["accuracy"]) == otii_accuracy("Arc")
+    assert MonitorAccuracy.from_json(emon["accuracy"]).current_half_width(
+        2e-3, "low") == pytest.approx(0.001 * 2e-3 + 50e-9)
 
 
 # -- rig emon record ------------------------------------------------------------------------------

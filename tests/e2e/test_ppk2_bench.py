@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drivers.emon.accuracy import MonitorAccuracy
+from drivers.emon.ppk2 import ppk2_accuracy
 from rig.bench.config import load_bench
 from rig.cli import main
 from rig.errors import ConfigError
@@ -75,6 +77,7 @@ def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: 
     assert emon["driver"] == "ppk2" and emon["simulated"] is True and emon["mode"] == "source"
     assert emon["sample_rate_hz"] == FS and emon["voltage_v"] == SUPPLY_V
     assert emon["timestamp_input"] == "D0" and emon["hw"] == "9173"
+    assert MonitorAccuracy.from_json(emon["accuracy"]) == ppk2_accuracy("source")
     # The trace holds spike-filtered currents: the run's snapshot says so, with the settings.
     assert emon["spike_filter"]["applied"] is True
     assert {k: emon["spike_filter"][k] for k in ("alpha", "alpha5", "samples")} == {

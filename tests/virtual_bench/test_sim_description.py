@@ -30,6 +30,8 @@ def test_every_shipped_virtual_bench_reads_as_the_rig_reads_it(path: Path) -> No
     assert (own.emon_driver, own.sample_rate_hz, own.supply_voltage_v) == (
         held.emon.driver, held.emon.sample_rate_hz, held.emon.supply_voltage_v)
     assert (own.uart_baud or 0.0) == held.sim.uart_baud
+    assert (own.current_noise_a, own.drift, own.noise_seed) == (
+        held.sim.current_noise_a, held.sim.drift, held.sim.noise_seed)
 
 
 def test_the_shipped_virtual_bench_has_the_documented_numbers() -> None:
