@@ -143,6 +143,11 @@ class AscOptions:
     calibration_iterations: int = 10
     idle_s: float = 2.0
     replicability_tolerance: float = 0.05
+    #: The largest relative expanded uncertainty an ASC figure may have: U (about 95 %) over
+    #: the figure's magnitude (0: no bound, no check). The `uncertainty within bound` check
+    #: fails the run naming each figure beyond it, and each figure whose budget has a term
+    #: not published.
+    max_relative_uncertainty: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -279,6 +284,9 @@ NUMBER_SPANS: dict[str, Span] = {
     "procedure.asc.calibration_iterations": at_least(1, 10**6),
     "procedure.asc.idle_s": positive(3600.0, "s"),
     "procedure.asc.replicability_tolerance": Span(0.0, 1.0, low_open=True),
+    # A bound in (0, 1], or 0: no bound (the default; a saved bench writes every key, so the
+    # "unset" value must load back, as `dut.inference_time_s`'s 0 does).
+    "procedure.asc.max_relative_uncertainty": at_least(0.0, 1.0),
     "sim.idle_power_mw": positive(1e6, "mW"),
     "sim.active_power_mw": positive(1e6, "mW"),
     "sim.inference_ms": positive(3.6e6, "ms"),

@@ -39,6 +39,7 @@ from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set
 from rig.errors import ConfigError, MeasurementFailed
+from rig.run.asc_uncertainty import asc_budgets, budgets_json
 from rig.run.events import (
     Event,
     IdleMeasured,
@@ -55,6 +56,7 @@ from rig.run.events import (
 from rig.run.recording import EmonRecorder
 from rig.traces.analysis import mean_stderr, replicability
 from rig.traces.analysis.timers import TIMER_TOLERANCE, timer_agreement
+from rig.traces.analysis.uncertainty import beyond_bound
 from rig.units import si
 
 #: ASC.md: a simulated analog front end's spikes reach the SNN through a side channel; the
@@ -535,8 +537,31 @@ def summarize(
             checks.append(_check("no clipped samples", False,
                                  f"{clipped} samples at the fixed current range's full scale "
                                  "(their energy reads low): use a larger range or auto"))
+    budgets = asc_budgets(events, out, bench or {})
+    if budgets:  # the GUM budget of each figure (rig.run.asc_uncertainty)
+        out["uncertainty"] = budgets_json(budgets)
+    bound = asc.get("max_relative_uncertainty")
+    if bound:  # 0 or absent: no bound set
+        checks.append(_bound_check(list(budgets.values()), float(bound)))
     out["checks"] = checks
     return out
+
+
+def _bound_check(budgets: list[Any], bound: float) -> dict[str, Any]:
+    """`uncertainty within bound`: every figure's U/|value| <= `[procedure.asc]
+    max_relative_uncertainty`; a figure whose budget is incomplete (a term not published)
+    never passes. Not applicable (ok None) where the run has no figure with a budget."""
+    if not budgets:
+        return {"name": "uncertainty within bound", "ok": None,
+                "detail": f"not applicable: no figure with an uncertainty budget (bound "
+                          f"{bound:.3g})"}
+    beyond = beyond_bound(budgets, bound)
+    if beyond:
+        return _check("uncertainty within bound", False,
+                      f"{len(beyond)} of {len(budgets)} figures beyond U/|value| <= "
+                      f"{bound:.3g} (95 %): " + "; ".join(beyond))
+    return _check("uncertainty within bound", True,
+                  f"all {len(budgets)} figures within U/|value| <= {bound:.3g} (95 %)")
 
 
 def _execution_time(

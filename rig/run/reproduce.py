@@ -61,6 +61,9 @@ class Reproduction:
     figures: list[FigureCheck]
     #: Window and idle boundaries that are not falling edges of the trace's timestamp line.
     off_edge_samples: list[int]
+    #: The GUM budget of each figure, re-derived from the recomputed figures (the summary's
+    #: ``uncertainty``, `rig.run.asc_uncertainty`).
+    uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -81,6 +84,7 @@ class Reproduction:
             "idle_spans": self.idle_spans, "tolerance": TOLERANCE,
             "figures": [f.to_dict() for f in self.figures],
             "off_edge_samples": self.off_edge_samples, "ok": self.ok, "failed": self.failed,
+            "uncertainty": self.uncertainty,
         }
 
 
@@ -149,7 +153,7 @@ def reproduce_run(path: str | Path) -> Reproduction:
     off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
     simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
-                        figures, off_edge)
+                        figures, off_edge, recomputed.get("uncertainty", {}))
 
 
 def _trace_file(run: Path, events: list[Event]) -> Path:

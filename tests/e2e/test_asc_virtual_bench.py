@@ -230,3 +230,57 @@ def test_the_manifest_carries_the_lpm01a_s_published_accuracy(sim_run) -> None:
     assert MonitorAccuracy.from_json(declared) == LPM01A_ACCURACY
     (dynamic,) = declared["current_ranges"]
     assert dynamic["current"]["gain"] == 0.02 and "UM2243" in dynamic["current"]["source"]
+
+
+def test_every_figure_has_its_gum_budget_in_manifest_show_and_analyze(sim_run) -> None:
+    """The LPM01A's 2 % gain (UM2243 §10) is a published Type B term: 0.02·P/√3 on active
+    power and 0.02·(P_a − P_i)/√3 on dynamic power (one range: the gain is correlated); ST
+    publishes no supply setting or sample clock accuracy, so the budgets are incomplete."""
+    out, run = sim_run
+    budgets = out["summary"]["uncertainty"]
+    assert set(budgets) == set(TRUTH)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["summary"]["uncertainty"] == budgets
+    shown = json.loads(run_rig("show", str(run), "--json").stdout)
+    assert shown["summary"]["uncertainty"] == budgets
+    s = out["summary"]
+    active = {c["name"]: c for c in budgets["active_power_w"]["components"]}
+    gain = active["active power: current gain (dynamic range)"]
+    assert gain["value"] == pytest.approx(0.02 * s["active_power_w"] / np.sqrt(3))
+    assert gain["type"] == "B" and "UM2243" in gain["source"] and gain["published"]
+    dynamic = budgets["dynamic_power_w"]
+    assert dynamic["u_c"] == pytest.approx(
+        0.02 * s["dynamic_power_w"] / np.sqrt(3), rel=1e-3)  # the Type A terms are tiny
+    assert not dynamic["complete"] and "active power: supply voltage" in dynamic["unknown"]
+    assert all(b["coverage"] == 0.95 and b["lower_bound"] for b in budgets.values())
+    analyzed = json.loads(run_rig("analyze", str(run), "--json").stdout)
+    assert analyzed["uncertainty"]["active_power_w"]["u_c"] == pytest.approx(
+        budgets["active_power_w"]["u_c"], rel=1e-6)
+
+
+def test_a_bound_fails_the_run_naming_each_figure(tmp_path: Path) -> None:
+    """A bound is never met by a figure with a term not published: with the LPM01A (supply
+    setting and sample clock not published) every figure is named, exit 1."""
+    bench = bench_variant(tmp_path, idle=("idle_s = 2.0", "idle_s = 2.0\n"
+                                          "max_relative_uncertainty = 1.0"))
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir",
+                   str(tmp_path / "runs"), "--json")
+    assert proc.returncode == 1, proc.stderr
+    (check,) = [c for c in json.loads(proc.stdout)["summary"]["checks"]
+                if c["name"] == "uncertainty within bound"]
+    assert check["ok"] is False and check["detail"].startswith("7 of 7 figures beyond")
+    assert "energy per inference: uncertainty incomplete (unknown: supply voltage, lpm01a " \
+           "sample clock)" in check["detail"]
+
+
+@pytest.mark.parametrize("bound", ["1.5", "-0.01"])
+def test_a_bound_outside_0_1_is_refused_in_one_line(tmp_path: Path, bound: str) -> None:
+    bench = bench_variant(tmp_path, idle=("idle_s = 2.0", "idle_s = 2.0\n"
+                                          f"max_relative_uncertainty = {bound}"))
+    runs = tmp_path / "runs"
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"rig: error: {bench}: [procedure.asc] "
+                                   "max_relative_uncertainty: expected a number in [0, 1], "
+                                   f"found {float(bound)!r}")
+    assert not runs.exists() or not any(runs.iterdir())

@@ -276,7 +276,8 @@ def beyond_bound(budgets: Iterable[Budget], bound: float) -> list[str]:
     out = []
     for b in budgets:
         if not b.complete:
-            out.append(f"{b.figure}: uncertainty incomplete (unknown: {', '.join(b.unknown)})")
+            names = [n.removeprefix(f"{b.figure}: ") for n in b.unknown]
+            out.append(f"{b.figure}: uncertainty incomplete (unknown: {', '.join(names)})")
         elif not b.relative <= bound:
             out.append(f"{b.figure}: U/|value| = {_pct(b.relative)} > {_pct(bound)}")
     return out

@@ -1,0 +1,384 @@
+"""The GUM budget of each ASC figure, from a run's events (`asc.summarize` puts it in the
+summary's ``uncertainty``, so it reaches the manifest, `rig show --json` and `rig analyze RUN`).
+
+Inputs, all from the events: the energy monitor's declared accuracy (its `InstrumentInfo`'s
+``accuracy``, `drivers.emon.accuracy`), the range it recorded (``current_range``), the trace's
+voltage (``trace_voltage``: measured, or the value the monitor set), the sample rate; the idle
+spans, the energy windows, the timed runs and the test samples.
+
+The model, figure by figure (P = I·V, each power a mean over samples of current × voltage):
+
+- idle and active power: Type A over the idle spans / windows; Type B the current's accuracy
+  at I = P/V in its range (gain part and offset part), and the voltage's (measured, or the
+  set supply's; ∂P/∂V = I). A mean power is a ratio of a sum to a sample count, so the sample
+  clock and the window edges do not enter it.
+- energy per inference (P·T/N per window, the median of the windows): Type A over the windows
+  (the standard deviation of the mean, used for the median too); the power's Type B terms
+  carried by T/N; the sample clock's relative tolerance on T; each window edge placed within ±
+  one sample (two rectangular terms of half-width 1/fs on T). The edge terms are taken for one
+  window, not divided by √n, although edge errors differ window to window (conservative: the
+  Type A term already sees part of them).
+- dynamic power = active − idle, and dynamic energy per inference = dynamic power × execution
+  time (the two budgets carried by their sensitivities: t and P_dyn).
+- inferences per second (median of the runs) and the execution time: Type A over the runs or
+  samples; Type B from the timer that timed them: the DUT's lap counter (its resolution, ± 1 µs
+  per reading or the `m-lap-resolution-us` it reports, and its oscillator's tolerance, which no
+  bench declares: unknown) or the monitor (its sample clock and the two edges).
+
+What is assumed correlated, and why (`rig.traces.analysis.uncertainty.combine` adds a group's
+terms linearly, r = +1): the *gain* error of one current range, because idle and active
+readings taken by the same instrument in the same range are scaled by the same gain error, so in
+dynamic = active − idle it scales with (P_a − P_i) and does not add twice; and the *supply
+voltage* error, because idle and active run on the same set (or measured) supply, so it too
+scales with (I_a − I_i). Taken independent: every Type A term; each reading's offset (the
+same range's offset would cancel in the difference too, but its drift between the idle span and
+the windows is not known, so counting it twice errs on the large side); idle and active read in
+different ranges (an auto-ranging instrument) are two independent gain errors; the timer's
+terms against the power's (different instruments or different quantities).
+
+Unknown terms (an instrument whose accuracy is not published, a single idle span with no Type A
+estimate, the DUT's oscillator) make the budget incomplete: its u_c and U are then the known
+terms' lower bound, ``complete`` is false and ``unknown`` names the missing terms; never a
+guessed figure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drivers.emon.accuracy import MonitorAccuracy, NotPublished, Spec
+from rig.run.events import (
+    Event,
+    IdleMeasured,
+    InstrumentInfo,
+    LatencyRun,
+    SampleClassified,
+    TraceSaved,
+    WindowMeasured,
+)
+from rig.traces.analysis.uncertainty import (
+    Budget,
+    Component,
+    combine,
+    rectangular,
+    type_a,
+    type_a_from_stderr,
+    unknown,
+)
+
+#: The DUT's lap counter counts whole microseconds (``m-lap-us``): ± 1 µs per reading.
+DUT_TIMER_RESOLUTION_S = 1e-6
+#: The source of the DUT oscillator's unknown term.
+DUT_CLOCK_UNKNOWN = ("not declared: the DUT's timer runs on its own oscillator, whose "
+                     "tolerance no bench key gives (the `timer agreement` check compares it with "
+                     "the monitor's clock where both see a window, a consistency check, not a "
+                     "calibration)")
+#: Where there is no monitor declaration to take Type B terms from.
+NO_DECLARATION = ("instrument accuracy not published: the run's energy monitor declared no "
+                  "accuracy (power from the DUT's rails, or a run recorded before monitors "
+                  "declared theirs)")
+#: The order budgets are listed in (the summary's own keys).
+FIGURES = ("idle_power_w", "active_power_w", "dynamic_power_w", "energy_per_inference_j",
+           "dynamic_energy_per_inference_j", "inferences_per_s", "execution_time_mean_s")
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """What the budget needs of the energy monitor, read from its `InstrumentInfo`."""
+
+    accuracy: MonitorAccuracy | None
+    #: The range it recorded (None: auto-ranging, found by the current).
+    range_name: str | None
+    #: The trace's voltage [V] and whether it was measured (else set, or given).
+    voltage_v: float | None
+    voltage_measured: bool
+    sample_rate_hz: float | None
+    driver: str
+
+
+def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
+    """The monitor's declaration, range, voltage and rate as the run recorded them."""
+    info = next((e.info for e in events
+                 if isinstance(e, InstrumentInfo) and e.role == "emon"), {})
+    accuracy = None
+    if isinstance(info.get("accuracy"), dict):
+        try:
+            accuracy = MonitorAccuracy.from_json(info["accuracy"])
+        except (KeyError, TypeError, ValueError):
+            accuracy = None  # a damaged declaration declares nothing
+    found = info.get("trace_voltage")
+    trace_voltage: dict[str, Any] = found if isinstance(found, dict) else {}
+    measured = bool(trace_voltage.get("measured", False))
+    emon = bench.get("emon", {}) if isinstance(bench.get("emon"), dict) else {}
+    voltage = (trace_voltage.get("set_v") if not measured else None) \
+        or info.get("voltage_v") or emon.get("supply_voltage_v")
+    rate = next((e.sample_rate_hz for e in reversed(events)
+                 if isinstance(e, TraceSaved) and e.sample_rate_hz > 0), None) \
+        or info.get("sample_rate_hz") or emon.get("sample_rate_hz")
+    rng = info.get("current_range")
+    return Monitor(
+        accuracy=accuracy,
+        range_name=None if rng in (None, "", "auto") else str(rng),
+        voltage_v=float(voltage) if voltage else None,
+        voltage_measured=measured,
+        sample_rate_hz=float(rate) if rate else None,
+        driver=str(info.get("driver") or emon.get("driver") or "energy monitor"),
+    )
+
+
+def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[str, Any]
+                ) -> dict[str, Budget]:
+    """The budget of each ASC figure the summary has, by the summary's key."""
+    mon = monitor_of(events, bench)
+    idles = [e for e in events if isinstance(e, IdleMeasured)]
+    windows = [e for e in events if isinstance(e, WindowMeasured)]
+    runs = [e for e in events if isinstance(e, LatencyRun)]
+    samples = [e for e in events if isinstance(e, SampleClassified)
+               and e.execution_time_s is not None]
+    out: dict[str, Budget] = {}
+
+    idle_terms: list[Component] = []
+    if "idle_power_w" in summary:
+        p_i = float(summary["idle_power_w"])
+        idle_terms = [type_a("idle power: repeatability", [i.power_w for i in idles],
+                             source=f"the {len(idles)} idle span(s)"),
+                      *_power_terms(mon, p_i, "idle")]
+        out["idle_power_w"] = combine("idle power", p_i, "W", idle_terms)
+
+    active_terms: list[Component] = []
+    if "active_power_w" in summary:
+        p_a = float(summary["active_power_w"])
+        active_terms = [type_a("active power: repeatability", [w.mean_power_w for w in windows],
+                               source=f"the {len(windows)} energy windows"),
+                        *_power_terms(mon, p_a, "active")]
+        out["active_power_w"] = combine("active power", p_a, "W", active_terms)
+        out["energy_per_inference_j"] = _energy_budget(mon, summary, windows, active_terms)
+
+    time_terms = _time_terms(mon, summary, runs, samples)
+    if "dynamic_power_w" in summary:
+        dynamic = float(summary["dynamic_power_w"])
+        # idle enters with a negative sensitivity: a correlated group's terms then cancel.
+        dyn_terms = active_terms + [c.scaled(-1.0) for c in idle_terms]
+        out["dynamic_power_w"] = combine("dynamic power", dynamic, "W", dyn_terms)
+        if "dynamic_energy_per_inference_j" in summary and time_terms is not None:
+            t = float(summary["execution_time_mean_s"])
+            out["dynamic_energy_per_inference_j"] = combine(
+                "dynamic energy per inference", float(summary["dynamic_energy_per_inference_j"]),
+                "J", [c.scaled(t, f"{c.name} (x execution time)") for c in dyn_terms]
+                + [c.scaled(dynamic, f"{c.name} (x dynamic power)") for c in time_terms])
+
+    if "inferences_per_s" in summary and runs:
+        out["inferences_per_s"] = _latency_budget(mon, summary, runs)
+    if "execution_time_mean_s" in summary and time_terms is not None:
+        out["execution_time_mean_s"] = combine(
+            "execution time per inference", float(summary["execution_time_mean_s"]), "s",
+            time_terms)
+    return {key: out[key] for key in FIGURES if key in out}
+
+
+# -- power ------------------------------------------------------------------------------------
+def _power_terms(mon: Monitor, power: float, what: str) -> list[Component]:
+    """Type B terms of a mean power P = I·V read by the monitor: the current's gain and offset
+    in its range (at I = P/V), and the voltage (∂P/∂V = I)."""
+    if mon.accuracy is None:
+        return [unknown(f"{what} power: instrument accuracy", source=NO_DECLARATION)]
+    if mon.voltage_v is None or mon.voltage_v <= 0:
+        return [unknown(f"{what} power: current and voltage accuracy",
+                        source="the trace's supply voltage is not recorded, so the current a "
+                               "power stands for is not known")]
+    volts = mon.voltage_v
+    current = power / volts
+    terms = [*_current_terms(mon, current, volts, what)]
+    terms.append(_voltage_term(mon, current, volts, what))
+    return terms
+
+
+def _current_terms(mon: Monitor, current: float, volts: float, what: str) -> list[Component]:
+    acc = mon.accuracy
+    assert acc is not None
+    label = f"{what} power: {mon.driver} current"
+    if isinstance(acc.current_ranges, NotPublished):
+        return [unknown(label, source=acc.current_ranges.message)]
+    try:
+        rng = acc.range_for(current, mon.range_name)
+    except KeyError as exc:
+        return [unknown(label, source=f"instrument accuracy not published: {exc.args[0]}")]
+    if rng is None:
+        figure = acc.current_half_width(current)  # the NotPublished saying why
+        message = figure.message if isinstance(figure, NotPublished) else "range not known"
+        return [unknown(label, source=message)]
+    if isinstance(rng.current, NotPublished):
+        return [unknown(f"{label} ({rng.name} range)", source=rng.current.message)]
+    spec: Spec = rng.current
+    at = f"at {current:.4g} A in the {rng.name} range"
+    terms = [rectangular(
+        f"{what} power: current gain ({rng.name} range)", spec.gain * abs(current) * volts,
+        source=f"{spec.source}: ±{spec.gain:.3g} of reading {at}, rectangular; the same error "
+               "for every reading in this range (correlated)",
+        group=f"{mon.driver} current gain, {rng.name} range")]
+    if spec.offset > 0:
+        terms.append(rectangular(
+            f"{what} power: current offset ({rng.name} range)", spec.offset * volts,
+            source=f"{spec.source}: ±{spec.offset:.3g} A {at}, rectangular"))
+    return terms
+
+
+def _voltage_term(mon: Monitor, current: float, volts: float, what: str) -> Component:
+    acc = mon.accuracy
+    assert acc is not None
+    name = f"{what} power: supply voltage"
+    group = "supply voltage"  # the same supply for idle and active (module docstring)
+    if mon.voltage_measured:
+        figure: Spec | NotPublished | None = acc.voltage
+        how = "measured"
+    elif acc.voltage_set is not None:
+        figure, how = acc.voltage_set, "set by the monitor"
+    else:
+        return unknown(name, group=group, source=(
+            f"instrument accuracy not published: the supply is the bench's ({volts:g} V, "
+            "[emon] supply_voltage_v), not the monitor's; no accuracy is declared for it"))
+    if figure is None:
+        return unknown(name, group=group, source=f"the {mon.driver} declares no voltage figure")
+    if isinstance(figure, NotPublished):
+        return unknown(name, group=group, source=figure.message)
+    half = figure.half_width(volts)
+    return rectangular(name, half * abs(current), group=group, source=(
+        f"{figure.source}: ±{half:.3g} V at {volts:g} V ({how}), times I = {current:.4g} A, "
+        "rectangular; the same supply for idle and active (correlated)"))
+
+
+# -- energy -----------------------------------------------------------------------------------
+def _energy_budget(mon: Monitor, summary: dict[str, Any], windows: Sequence[WindowMeasured],
+                   power_terms: Sequence[Component]) -> Budget:
+    """Energy per inference E = P·T/N: the power's Type B terms times T/N, the clock and the
+    edges on T, Type A over the windows."""
+    energy = float(summary["energy_per_inference_j"])
+    power = float(summary["active_power_w"])
+    duration = math.fsum(w.duration_s for w in windows) / len(windows)
+    per_watt = energy / power if power else 0.0  # T/N [s]
+    terms: list[Component] = [type_a(
+        "energy per inference: repeatability", [w.energy_per_inference_j for w in windows],
+        source=f"the {len(windows)} energy windows (standard deviation of the mean, taken for "
+               "their median)")]
+    terms += [c.scaled(per_watt, c.name.replace("active power", "energy per inference"))
+              for c in power_terms if c.type == "B"]
+    if any(w.end_sample > w.start_sample for w in windows):  # timed by the monitor's samples
+        terms += _sample_clock_terms(mon, duration, energy / duration if duration else 0.0,
+                                     "energy per inference", "window")
+    else:  # a window timed by the DUT (power from its rails): the DUT's timer on T
+        terms += _dut_timer_terms(energy / duration if duration else 0.0, 1,
+                                  "energy per inference", None)
+    return combine("energy per inference", energy, "J", terms)
+
+
+def _sample_clock_terms(mon: Monitor, duration: float, per_second: float, what: str,
+                        span: str) -> list[Component]:
+    """A duration T counted on the monitor's sample clock, carried into a figure by
+    `per_second` (∂figure/∂T): the clock's tolerance, and ± one sample at each edge."""
+    terms: list[Component] = []
+    acc = mon.accuracy
+    clock = (NotPublished("the sample clock", NO_DECLARATION) if acc is None
+             else acc.clock_half_width(duration))  # a NotPublished's message is not used
+    if isinstance(clock, NotPublished) or acc is None or not isinstance(acc.clock, Spec):
+        terms.append(unknown(f"{what}: {mon.driver} sample clock",
+                             source=clock.message if isinstance(clock, NotPublished)
+                             else NO_DECLARATION))
+    else:
+        terms.append(rectangular(
+            f"{what}: {mon.driver} sample clock", clock, sensitivity=per_second,
+            source=f"{acc.clock.source}: ±{clock:.3g} s on a {duration:.4g} s {span}, "
+                   "rectangular"))
+    if mon.sample_rate_hz:
+        for edge in ("start", "end"):
+            terms.append(rectangular(
+                f"{what}: {span} {edge} edge", 1.0 / mon.sample_rate_hz,
+                sensitivity=per_second,
+                source=f"the {span}'s {edge} edge placed within ± one sample (1/fs, fs = "
+                       f"{mon.sample_rate_hz:g} Hz), rectangular"))
+    else:
+        terms.append(unknown(f"{what}: {span} edges",
+                             source="the sample rate is not recorded"))
+    return terms
+
+
+# -- time -------------------------------------------------------------------------------------
+def _dut_timer_terms(per_second: float, laps: int, what: str, resolution_s: float | None
+                     ) -> list[Component]:
+    """A time read on the DUT's lap counter (`laps` inferences per reading), carried by
+    `per_second`: its resolution, and its oscillator (unknown)."""
+    res = resolution_s or DUT_TIMER_RESOLUTION_S
+    said = ("the m-lap-resolution-us the DUT reported" if resolution_s
+            else "the lap counter's whole microseconds (m-lap-us)")
+    return [
+        rectangular(f"{what}: DUT timer resolution", res / laps, sensitivity=per_second,
+                    source=f"± {res * 1e6:g} us per reading ({said})"
+                           + (f", over {laps} inferences" if laps > 1 else "")
+                           + ", rectangular"),
+        unknown(f"{what}: DUT timer clock", source=DUT_CLOCK_UNKNOWN),
+    ]
+
+
+def _time_terms(mon: Monitor, summary: dict[str, Any], runs: Sequence[LatencyRun],
+                samples: Sequence[SampleClassified]) -> list[Component] | None:
+    """The execution time's terms (s per inference): Type A over what it is the mean of, and
+    the timer's Type B terms; None without an execution time."""
+    if "execution_time_mean_s" not in summary:
+        return None
+    mean = float(summary["execution_time_mean_s"])
+    stderr = float(summary.get("execution_time_stderr_s") or 0.0)
+    what = "execution time"
+    if samples:
+        terms = [type_a_from_stderr(f"{what}: repeatability", stderr, len(samples),
+                                    source=f"the {len(samples)} test samples")]
+        timers = {s.timer for s in samples}
+        laps = 1
+        resolution = max((s.dut_resolution_s for s in samples
+                          if s.dut_resolution_s is not None), default=None)
+    else:
+        terms = [type_a_from_stderr(f"{what}: repeatability", stderr, len(runs),
+                                    source=f"the {len(runs)} timed runs")]
+        timers = {r.timer for r in runs}
+        laps = min((r.iterations for r in runs), default=1) or 1
+        resolution = max((r.dut_resolution_s for r in runs
+                          if r.dut_resolution_s is not None), default=None)
+    return terms + _timer_terms(mon, timers, mean, laps, resolution, what)
+
+
+def _timer_terms(mon: Monitor, timers: set[str], per_inference_s: float, laps: int,
+                 resolution_s: float | None, what: str) -> list[Component]:
+    """The Type B terms of a time per inference taken `laps` inferences at a time by the
+    timer(s) named (s per inference)."""
+    if timers == {"dut"}:
+        return _dut_timer_terms(1.0, laps, what, resolution_s)
+    if timers == {"emon"}:
+        return [c.scaled(1.0 / laps) for c in
+                _sample_clock_terms(mon, per_inference_s * laps, 1.0, what, "window")]
+    return [unknown(f"{what}: timer", source=f"timed by {sorted(timers) or 'no'} timer(s): "
+                                             "no single timer's terms apply")]
+
+
+def _latency_budget(mon: Monitor, summary: dict[str, Any], runs: Sequence[LatencyRun]
+                    ) -> Budget:
+    """Inferences per second (the median of the runs): Type A over the runs' rates; the
+    timer's terms on the time per inference, carried by ∂(1/t)/∂t = −1/t² (magnitude)."""
+    ips = float(summary["inferences_per_s"])
+    per = math.fsum(r.time_per_inference_s for r in runs) / len(runs)
+    laps = min(r.iterations for r in runs) or 1
+    resolution = max((r.dut_resolution_s for r in runs if r.dut_resolution_s is not None),
+                     default=None)
+    terms = [type_a("inferences per second: repeatability", [r.inferences_per_s for r in runs],
+                    source=f"the {len(runs)} timed runs (standard deviation of the mean, taken "
+                           "for their median)")]
+    sensitivity = ips / per if per else 0.0
+    terms += [c.scaled(sensitivity) for c in
+              _timer_terms(mon, {r.timer for r in runs}, per, laps, resolution,
+                           "inferences per second")]
+    return combine("inferences per second", ips, "1/s", terms)
+
+
+def budgets_json(budgets: dict[str, Budget]) -> dict[str, Any]:
+    """The summary's ``uncertainty``: each budget's JSON by the figure's key."""
+    return {key: b.to_json() for key, b in budgets.items()}
