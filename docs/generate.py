@@ -389,6 +389,11 @@ SWEEP_NOTES = {
     "tuning_file": "Written by the rig into a run folder's snapshot: where `tuning` came from.",
     "tuning_sha256": "Written by the rig into a run folder's snapshot: the tuning content's "
                      "sha256.",
+    "max_relative_uncertainty": "The largest relative expanded uncertainty (U, about 95 %, "
+                                "over the figure) a row's mean power or energy may have; "
+                                "unset: no bound. The `uncertainty within bound` check fails "
+                                "the sweep (exit 1) naming each figure beyond it, and each "
+                                "whose budget has a term not published.",
 }
 
 

@@ -130,6 +130,7 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
                                        "points_contended")},
             "summary": summary["rows"],
             "power": summary["power"],
+            "checks": summary.get("checks", []),
             **({"error": str(outcome.error)} if outcome.error else {}),
         })
     else:
@@ -143,7 +144,10 @@ def report(outcome: SweepOutcome, *, as_json: bool) -> int:
         out.print(f"run folder: {outcome.run_path}", soft_wrap=True)
     if outcome.error is not None:
         raise outcome.error
-    return 1 if summary["points_failed"] else 0
+    failed_checks = [c for c in summary.get("checks", []) if c["ok"] is False]
+    for check in failed_checks:  # e.g. `uncertainty within bound`: one line each, to stderr
+        print(f"rig: check failed: {check['name']}: {check['detail']}", file=sys.stderr)
+    return 1 if summary["points_failed"] or failed_checks else 0
 
 
 def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:

@@ -19,6 +19,7 @@ process: it yields each finished point's event, which this process checkpoints e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -38,9 +39,11 @@ from protocols.errors import ActionableError
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import BENCH_ERRORS, ConfigError, RigError, RunInterrupted
+from rig.qubo.uncertainty import row_budgets
 from rig.run.events import Event, EventBus, RunFinished, RunStarted
 from rig.run.stopping import StopRequest
 from rig.run.store import EVENTS, INCOMPLETE, MANIFEST, RunStore, load_run, read_manifest
+from rig.traces.analysis.uncertainty import Budget, beyond_bound
 
 #: `procedure` of a sweep's run folder (manifest.json and run_started).
 PROCEDURE = "qubo-sweep"
@@ -63,11 +66,13 @@ NUMBER_SPANS: dict[str, Span] = {
     "timeouts": positive(86_400.0, "s"),
     "seeds": SEED_SPAN,
     "solver_seed": SEED_SPAN,
+    "max_relative_uncertainty": Span(0.0, 1.0, low_open=True),
 }
 #: Keys of the [sweep] table (`tuning_file` and `tuning_sha256` are written by the rig into a
 #: run folder's snapshot), and the words its text keys take.
 SWEEP_KEYS = ("suts", "nodes", "densities", "seeds", "timeouts", "solver_seed", "targets",
-              "sut_options", "name", "tuning", "tuning_file", "tuning_sha256")
+              "sut_options", "name", "tuning", "tuning_file", "tuning_sha256",
+              "max_relative_uncertainty")
 CHOICES: dict[str, tuple[str, ...]] = {"suts": KNOWN_SUTS, "targets": TARGET_MODES}
 
 
@@ -113,6 +118,9 @@ class SweepSpec:
     tuning: dict[str, Any] | None = None
     tuning_file: str | None = None
     tuning_sha256: str | None = None
+    #: The largest relative expanded uncertainty (U over the figure, ~95 %) a row's mean
+    #: power or energy may have; None: no bound (the `uncertainty within bound` check).
+    max_relative_uncertainty: float | None = None
 
     def hyperparameters(self, point: SweepPoint) -> dict[str, Any] | None:
         """The tuned parameters for `point`, or None (no tuning, or another SUT)."""
@@ -186,6 +194,10 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
             raise ConfigError(f"{path}: [sweep.sut_options] {sut}: expected a table, "
                               f"found {opts!r}")
     tuning, tuning_file = _tuning(table, suts, path)
+    bound = table.get("max_relative_uncertainty")  # None only in a run folder's snapshot
+    if bound is not None:
+        bound = number(bound, path=path, table="sweep", key="max_relative_uncertainty",
+                       span=NUMBER_SPANS["max_relative_uncertainty"])
     refuse_non_finite(raw, path)  # the backstop: sut_options too (the SUT gets them as given)
     return SweepSpec(
         suts=tuple(suts), nodes=tuple(nodes), densities=tuple(densities),
@@ -193,6 +205,7 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
         targets=targets, sut_options={k: dict(v) for k, v in options.items()},
         name=str(table.get("name", name)), tuning=tuning, tuning_file=tuning_file,
         tuning_sha256=None if tuning is None else _tuning_digest(tuning),
+        max_relative_uncertainty=bound,
     )
 
 
@@ -473,6 +486,7 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
     points had power, from which sources, and each reason with the points it applies to.
     """
     rows = []
+    row_budget_list: list[Budget] = []
     for sut, nodes, density, timeout in itertools.product(
         spec.suts, spec.nodes, spec.densities, spec.timeouts
     ):
@@ -500,6 +514,16 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
             "power_source": "; ".join(sources) if sources else None,
             "tts": _tts_over_seeds(ok),
         })
+        budgets = row_budgets(powers, energies, sources)
+        if budgets:  # the GUM budget of the row's mean power and energy (rig.qubo.uncertainty)
+            rows[-1]["uncertainty"] = {k: b.to_json() for k, b in budgets.items()}
+            row_budget_list.extend(
+                dataclasses.replace(b, figure=f"{sut} n{nodes} d{density:g} t{timeout:g}s "
+                                              f"{b.figure}")
+                for b in budgets.values())
+    checks = []
+    if spec.max_relative_uncertainty is not None:
+        checks.append(bound_check(row_budget_list, spec.max_relative_uncertainty))
     return {
         "points_total": len(spec.points()),
         "points_done": len(done),
@@ -509,7 +533,25 @@ def summarize(spec: SweepSpec, done: dict[str, SweepPointDone]) -> dict[str, Any
         "rows": rows,
         "largest_solved": _largest_solved(spec, done),
         "power": power_overview(done),
+        "checks": checks,
     }
+
+
+def bound_check(budgets: list[Budget], bound: float) -> dict[str, Any]:
+    """`uncertainty within bound`: every row's mean power and energy within U/|x| <= `bound`
+    ([sweep] max_relative_uncertainty); an incomplete budget never passes; not applicable
+    (ok None) where no row has power."""
+    name = "uncertainty within bound"
+    if not budgets:
+        return {"name": name, "ok": None,
+                "detail": f"not applicable: no row has power (bound {bound:.3g})"}
+    beyond = beyond_bound(budgets, bound)
+    if beyond:
+        return {"name": name, "ok": False,
+                "detail": f"{len(beyond)} of {len(budgets)} figures beyond U/|value| <= "
+                          f"{bound:.3g} (95 %): " + "; ".join(beyond)}
+    return {"name": name, "ok": True,
+            "detail": f"all {len(budgets)} figures within U/|value| <= {bound:.3g} (95 %)"}
 
 
 def sweep_summary(path: str | Path) -> dict[str, Any]:
