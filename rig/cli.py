@@ -19,7 +19,7 @@ from protocols.errors import ActionableError
 PLUGIN_GROUP = "neurobench_rig.commands"
 #: Subcommand modules under rig.commands, in the order `rig --help` lists them.
 COMMANDS = ["devices", "dut", "sim", "emon", "measure", "analyze", "qubo", "sweep", "show",
-            "report", "dataset", "model", "serve", "mqtt"]
+            "compare", "report", "dataset", "model", "serve", "mqtt"]
 #: The sweep cluster: `rig worker` per rig host, `rig cluster local` to try it (rig/cluster).
 COMMANDS += ["worker", "cluster"]
 #: The lab's rigs on a web page, from the broker (rig/dashboard).
