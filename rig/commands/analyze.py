@@ -12,6 +12,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from rig.errors import RigError
 from rig.run.reproduce import TOLERANCE, Reproduction, reproduce_run
@@ -22,6 +23,7 @@ from rig.traces.analysis import (
     span_samples,
     span_statistics,
 )
+from rig.traces.analysis.uncertainty import unknown_terms, with_uncertainty
 from rig.traces.files import Trace, read_trace
 
 _IDLE_HINT = "use START:END in seconds, e.g. --idle 0:2"
@@ -155,6 +157,20 @@ def _print_reproduction(result: Reproduction) -> None:
               "the trace's GPIO bit 0")
     else:
         print("windows on timestamp edges ok")
+    _print_budgets(result.uncertainty)
+
+
+def _print_budgets(budgets: dict[str, Any]) -> None:
+    """Each re-derived figure with its expanded uncertainty, and what an incomplete budget
+    misses (`--json` has every component)."""
+    if not budgets:
+        return
+    print("uncertainty (re-derived; GUM budgets in --json):")
+    for b in budgets.values():
+        unit = "/s" if b.get("unit") == "1/s" else str(b.get("unit", ""))
+        print(f"  {b.get('figure', '?')!s:<31}{with_uncertainty(b.get('value'), unit, b)}")
+        if not b.get("complete", True):
+            print(f"  {'':<31}unknown: {', '.join(unknown_terms(b))}")
 
 
 def _print_span(args: argparse.Namespace, trace: Trace) -> int:

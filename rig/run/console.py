@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rig.run.events import Event, Note, PhaseProgress, PhaseStarted, RunFinished, RunStarted
-from rig.run.summary import ASC_FIGURES
+from rig.run.summary import ASC_FIGURES, figures_note
 from rig.units import si
 
 
@@ -78,8 +78,11 @@ def timing_label(summary: dict[str, Any]) -> str:
 
 def summary_table(summary: dict[str, Any], *, title: str) -> Table:
     """The figures of an ASC summary as a table, checks included; a check that does not apply
-    (ok None) reads "n/a", neither pass nor fail."""
-    table = Table(title=title, show_header=False, title_justify="left")
+    (ok None) reads "n/a", neither pass nor fail. A figure reads with its expanded uncertainty
+    (`ASC_FIGURES`); under the table, what an incomplete budget misses."""
+    note = figures_note(summary)
+    table = Table(title=title, show_header=False, title_justify="left",
+                  caption=escape(note) if note else None, caption_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     simulated = timing_label(summary)

@@ -16,6 +16,7 @@ from protocols.dut.codec import CAP_SIMTIME
 from rig.run import asc
 from rig.run.events import IdleMeasured, InstrumentInfo, LatencyRun, WindowMeasured
 from rig.run.store import RunRecord
+from rig.traces.analysis.uncertainty import incomplete_note, with_uncertainty
 from rig.units import pct, si
 
 #: What a run folder marked refused (`rig.run.store.REFUSED`) means, for `rig show` and the runner.
@@ -23,26 +24,56 @@ REFUSED_TEXT = ("refused: the instrument did not take the bench's settings; the 
                 "powered and nothing was measured")
 
 #: The headline figures of an ASC summary as people read them: (key, label, text of summary).
-#: The report's results table and the runner GUI's show exactly these.
+#: The report's results table and the runner GUI's show exactly these; a measured figure reads
+#: with its expanded uncertainty where the summary holds its budget (`figure_text`).
 ASC_FIGURES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
     ("accuracy", "Accuracy (top-1)", lambda s: f"{pct(s['accuracy'])} ({s['correct']}/"
                                                f"{s['samples']})"),
     ("inferences_per_s", "Inferences per second (median of runs)",
-     lambda s: f"{s['inferences_per_s']:#.4g} /s"),
-    ("execution_time_mean_s", "Execution time per inference (mean ± standard error)",
-     lambda s: f"{si(s['execution_time_mean_s'], 's')} ± "
-               f"{si(s['execution_time_stderr_s'], 's', 2)} ({asc.execution_time_source_text(s)})"),
-    ("idle_power_w", "Idle power", lambda s: si(s["idle_power_w"], "W")),
-    ("active_power_w", "Active power", lambda s: si(s["active_power_w"], "W")),
-    ("dynamic_power_w", "Dynamic power", lambda s: si(s["dynamic_power_w"], "W")),
+     lambda s: figure_text(s, "inferences_per_s", "/s")),
+    ("execution_time_mean_s", "Execution time per inference (mean)",
+     lambda s: _execution_time_text(s)),
+    ("idle_power_w", "Idle power", lambda s: figure_text(s, "idle_power_w", "W")),
+    ("active_power_w", "Active power", lambda s: figure_text(s, "active_power_w", "W")),
+    ("dynamic_power_w", "Dynamic power", lambda s: figure_text(s, "dynamic_power_w", "W")),
     ("energy_per_inference_j", "Energy per inference (median of windows)",
-     lambda s: si(s["energy_per_inference_j"], "J")),
+     lambda s: figure_text(s, "energy_per_inference_j", "J")),
     ("dynamic_energy_per_inference_j",
      "Dynamic energy per inference (dynamic power x mean execution time)",
-     lambda s: si(s["dynamic_energy_per_inference_j"], "J")),
+     lambda s: figure_text(s, "dynamic_energy_per_inference_j", "J")),
     ("power", "Power", lambda s: str(s["power"])),
     ("timing", "Timing", lambda s: str(s["timing"])),
 ]
+
+
+def figure_budget(summary: dict[str, Any], key: str) -> dict[str, Any] | None:
+    """The GUM budget the summary holds for figure `key` (None: a summary from before
+    budgets, or a figure without one)."""
+    found = summary.get("uncertainty")
+    budget = found.get(key) if isinstance(found, dict) else None
+    return budget if isinstance(budget, dict) else None
+
+
+def figure_text(summary: dict[str, Any], key: str, unit: str) -> str:
+    """Figure `key` of the summary with its expanded uncertainty (`with_uncertainty`)."""
+    return with_uncertainty(summary[key], unit, figure_budget(summary, key))
+
+
+def figures_note(summary: dict[str, Any]) -> str | None:
+    """The line under a table of the summary's figures when some budget is incomplete
+    (`incomplete_note`), else None."""
+    return incomplete_note(figure_budget(summary, key) for key, _, _ in ASC_FIGURES
+                           if key in summary)
+
+
+def _execution_time_text(s: dict[str, Any]) -> str:
+    """The mean execution time ± U, and where it came from; a summary from before budgets
+    gives the standard error of the mean instead."""
+    source = asc.execution_time_source_text(s)
+    if figure_budget(s, "execution_time_mean_s") is not None:
+        return f"{figure_text(s, 'execution_time_mean_s', 's')} ({source})"
+    return (f"{si(s['execution_time_mean_s'], 's')}, standard error "
+            f"{si(s.get('execution_time_stderr_s'), 's', 2)} ({source})")
 
 
 def asc_figure_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

@@ -146,3 +146,15 @@ def test_a_run_without_its_trace_exits_2(copy: Path) -> None:
 def test_trace_options_are_refused_for_a_run_folder(measured: Path) -> None:
     done = run_rig("analyze", str(measured), "--iterations", "5")
     assert done.returncode == 2 and "--iterations cannot be used with a run folder" in done.stderr
+
+
+def test_the_human_output_shows_each_figure_with_its_uncertainty(measured: Path) -> None:
+    """Without --json: every re-derived budget as figure ± U (k), incomplete ones marked, with
+    the terms they miss (the virtual LPM01A publishes no supply or clock accuracy)."""
+    done = run_rig("analyze", str(measured))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = lines.index("uncertainty (re-derived; GUM budgets in --json):")
+    (energy,) = [x for x in lines[start:] if x.strip().startswith("energy per inference")]
+    assert " ± ≥" in energy and energy.endswith("(k=2, incomplete)")
+    assert "unknown: supply voltage, lpm01a sample clock" in lines[lines.index(energy) + 1]

@@ -43,7 +43,7 @@ def test_console_marks_not_applicable_checks_neither_pass_nor_fail() -> None:
 def test_console_rows_name_the_source_and_mark_simulated_time() -> None:
     text = text_of(summary_table(SUMMARY, title="t"))
     (execution,) = [x for x in text.splitlines() if "Execution time per inference" in x]
-    assert "(mean ± standard error) SIMULATED" in execution
+    assert "(mean) SIMULATED" in execution
     assert "(test set, 4 samples)" in execution
     assert "Inferences per second (median of runs) SIMULATED" in text
     (timing,) = [x for x in text.splitlines() if "Timing" in x]
@@ -63,10 +63,10 @@ def test_run_title_labels_xylosim_timing() -> None:
 
 def test_figures_say_where_the_execution_time_came_from() -> None:
     rows = dict(asc_figure_rows(SUMMARY))
-    assert rows["Execution time per inference (mean ± standard error)"].endswith(
+    assert rows["Execution time per inference (mean)"].endswith(
         "(test set, 4 samples)")
     assert rows["Timing"] == SIMULATED_XYLO_TIMING
     old = {k: v for k, v in SUMMARY.items()
            if k not in ("execution_time_source", "execution_time_samples")}
     assert dict(asc_figure_rows(old))[
-        "Execution time per inference (mean ± standard error)"].endswith("(timed runs)")
+        "Execution time per inference (mean)"].endswith("(timed runs)")

@@ -41,6 +41,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rig.units import si, si_alongside
+
 #: The coverage probability every expanded uncertainty is stated for.
 COVERAGE = 0.95
 #: The words beside it in a budget.
@@ -266,6 +268,70 @@ def t_two_sided_probability(t: float, nu: int) -> float:
         term *= (j - 1) / j * c * c
         total += term
     return s * total
+
+
+# -- shown to a person ------------------------------------------------------------------------
+#: What the marks of `with_uncertainty` mean, for a note under a table of figures.
+SHOWN_NOTE = ("figure ± U (k): the expanded uncertainty, coverage approximately 95 %, "
+              "coverage factor k (GUM); ± ≥U (incomplete): some terms of the budget have no "
+              "published or evaluated figure, so U, from the known terms only, is a lower bound")
+
+
+def with_uncertainty(value: float | None, unit: str, budget: Budget | dict[str, Any] | None,
+                     digits: int = 4) -> str:
+    """A figure as every view of the rig shows it: the value (`rig.units.si`), then its
+    expanded uncertainty U in the value's prefix (2 significant digits) and the coverage
+    factor; an incomplete budget says so, with U as the lower bound it is:
+
+    - "45.00 µJ ± 1.0 µJ (k=2)"                    complete budget
+    - "45.00 µJ ± ≥1.0 µJ (k=2, incomplete)"       U from the known terms only: a lower bound
+    - "45.00 µJ ± U unknown (incomplete)"          no term has a figure
+    - "45.00 µJ"                                   no budget (a run from before budgets)
+
+    `budget` is a `Budget` or its `to_json()` (as run summaries hold it); `unknown_terms`
+    names what an incomplete one misses, `SHOWN_NOTE` explains the marks."""
+    shown = si(value, unit, digits)
+    if budget is None or value is None:
+        return shown
+    b = budget.to_json() if isinstance(budget, Budget) else budget
+    try:
+        u, k = float(b["U"]), float(b["k"])
+    except (KeyError, TypeError, ValueError):
+        return shown
+    if b.get("complete", False) is True:
+        return f"{shown} ± {si_alongside(u, value, unit)} (k={k:.3g})"
+    if u > 0:
+        return f"{shown} ± ≥{si_alongside(u, value, unit)} (k={k:.3g}, incomplete)"
+    return f"{shown} ± U unknown (incomplete)"
+
+
+def unknown_terms(budget: Budget | dict[str, Any]) -> list[str]:
+    """The budget's unknown terms, each without the figure's name in front ("supply
+    voltage" for "energy per inference: supply voltage")."""
+    b = budget.to_json() if isinstance(budget, Budget) else budget
+    figure = str(b.get("figure", ""))
+    return [str(n).removeprefix(f"{figure}: ") for n in b.get("unknown") or []]
+
+
+def incomplete_note(budgets: Iterable[Budget | dict[str, Any] | None]) -> str | None:
+    """One line under a table of figures some of whose budgets are incomplete: what "≥U"
+    means and which terms are unknown (each named once, without the figure it was carried
+    into); None when every budget is complete (or there is none)."""
+    terms: list[str] = []
+    for budget in budgets:
+        if budget is None:
+            continue
+        b = budget.to_json() if isinstance(budget, Budget) else budget
+        if b.get("complete", True) is True:
+            continue
+        for name in b.get("unknown") or []:
+            term = str(name).rsplit(": ", 1)[-1].split(" (x ", 1)[0]
+            if term not in terms:
+                terms.append(term)
+    if not terms:
+        return None
+    return ("± ≥U (incomplete): U from the known terms only, a lower bound; unknown: "
+            + ", ".join(terms))
 
 
 # -- a bound ----------------------------------------------------------------------------------
