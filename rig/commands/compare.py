@@ -10,7 +10,6 @@ figures): one line, nothing written.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ from rich.table import Table
 
 from rig.commands.common import print_json
 from rig.errors import ConfigError
-from rig.run.compare import RunFigures, compare_runs, counts, run_figures
+from rig.run.compare import RunFigures, compare_runs, counts, delta_and_u, run_figures
 from rig.traces.analysis.difference import DIFFERS, NOT_DISTINGUISHABLE, UNDECIDED, Comparison
-from rig.units import si, si_prefix
+from rig.units import si
 
 VERDICT_HELP = (
     "Correlated between the runs: a term grouped in its run's budget (a current range's gain, "
@@ -80,22 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if args.expect_same and not_same:
         err = Console(stderr=True, soft_wrap=True)
         for c in not_same:
-            delta, u = _delta_and_u(c)
+            delta, u = delta_and_u(c)
             err.print(escape(f"rig compare: {c.key}: {c.verdict_text} (delta {delta}, "
                              f"U {u})"))
         return 1
     return 0
-
-
-def _delta_and_u(c: Comparison) -> tuple[str, str]:
-    """Δ and U(Δ) in one prefix (U's, 2 significant digits; Δ to one more decimal)."""
-    u, d = c.expanded, c.difference
-    if not (u > 0 and math.isfinite(u)):
-        return ("+" if d > 0 else "") + si(d, c.unit), si(u, c.unit)
-    scale, prefix = si_prefix(u)
-    decimals = min(15, max(0, 1 - math.floor(math.log10(u / scale))))
-    return (f"{d / scale:+.{decimals + 1}f} {prefix}{c.unit}",
-            f"{u / scale:.{decimals}f} {prefix}{c.unit}")
 
 
 def _print(a: RunFigures, b: RunFigures, comparisons: list[Comparison], tally: dict[str, Any]
@@ -108,7 +96,7 @@ def _print(a: RunFigures, b: RunFigures, comparisons: list[Comparison], tally: d
         table.add_column(name, justify="left" if name in ("figure", "verdict") else "right")
     style = {DIFFERS: "red", UNDECIDED: "yellow", NOT_DISTINGUISHABLE: "green"}
     for c in comparisons:
-        delta, u = _delta_and_u(c)
+        delta, u = delta_and_u(c)
         table.add_row(escape(c.key), si(c.a, c.unit), si(c.b, c.unit), delta, u, f"{c.k:.3g}",
                       f"[{style[c.verdict]}]{escape(c.verdict_text)}[/]")
     out.print(table)

@@ -12,6 +12,7 @@ supply it set or measured), so each group maps to the monitor as the manifest re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from rig.traces.analysis.difference import (
     compare_budgets,
 )
 from rig.traces.analysis.uncertainty import Budget
+from rig.units import si, si_prefix
 
 #: What matches a sweep's row in the other sweep.
 SWEEP_KEYS = ("sut", "nodes", "density", "timeout_s")
@@ -107,3 +109,15 @@ def counts(comparisons: list[Comparison]) -> dict[str, int]:
     for c in comparisons:
         out[c.verdict] += 1
     return out
+
+
+def delta_and_u(c: Comparison) -> tuple[str, str]:
+    """Δ (signed) and U(Δ) as a person reads them, in one prefix: U's, to 2 significant
+    digits, Δ to one more decimal (so +0.0 µW beside 39 µW, not a float's residue in fW)."""
+    u, d = c.expanded, c.difference
+    if not (u > 0 and math.isfinite(u)):
+        return ("+" if d > 0 else "") + si(d, c.unit), si(u, c.unit)
+    scale, prefix = si_prefix(u)
+    decimals = min(15, max(0, 1 - math.floor(math.log10(u / scale))))
+    return (f"{d / scale:+.{decimals + 1}f} {prefix}{c.unit}",
+            f"{u / scale:.{decimals}f} {prefix}{c.unit}")
