@@ -9,6 +9,7 @@ required field becomes a visible "to be completed by the submitter" box.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,14 @@ from rig.report.document import Box, Bullets, Document, Figure, Heading, Para, T
 from rig.report.runs import ASC, QUBO, ReportRun, System
 from rig.report.system import SUBMISSION_FIELDS, SYSTEM_FIELDS, SystemInfo
 from rig.run.asc import HDK_TIMING, execution_time_source_text
-from rig.run.summary import ASC_FIGURES
+from rig.run.summary import ASC_FIGURES, figure_budget
+from rig.traces.analysis.uncertainty import (
+    COVERAGE_TEXT,
+    SHOWN_NOTE,
+    incomplete_terms,
+    unknown_terms,
+    with_uncertainty,
+)
 from rig.units import pct, si
 
 #: The NeuroBench time-to-solution gap thresholds (QUBO.md).
@@ -77,6 +85,7 @@ def build_document(
                         f"`{r.name}` ({r.status})" for r in _unique(incomplete))
                     + ". Their numbers are what they had measured; each is marked where shown."))
     doc.add(*_overview(systems))
+    doc.add(*_differences(systems))
 
     for number, system in enumerate(systems, start=1):
         doc.add(*_system_section(number, system, info, figures_dir, make_figures,
@@ -160,6 +169,45 @@ def _headline(system: System, run: ReportRun) -> str:
 
 def _sut_rows(run: ReportRun, sut: str | None) -> list[dict[str, Any]]:
     return [r for r in run.show.get("summary", []) if r.get("sut") == sut]
+
+
+def _differences(systems: list[System]) -> list[Any]:
+    """Which differences between the ASC systems are distinguishable: each pair's first runs
+    compared figure by figure as `rig compare` does (`rig.run.compare`), Δ = later − earlier
+    system. Nothing with fewer than two ASC systems with budgets."""
+    from rig.run.compare import delta_and_u, run_figures
+    from rig.traces.analysis.difference import compare_budgets
+
+    asc = [(n, s, run_figures(s.runs[0].name, s.runs[0].manifest, s.runs[0].show))
+           for n, s in enumerate(systems, start=1) if s.task == ASC and s.runs]
+    asc = [(n, s, f) for n, s, f in asc if f.budgets]
+    rows, incomplete, marks = [], False, set()
+    for i, (na, sa, fa) in enumerate(asc):
+        for nb, sb, fb in asc[i + 1:]:
+            marks |= {m for m in (sa.label, sb.label) if m}
+            for key in (k for k in fa.budgets if k in fb.budgets):
+                c = compare_budgets(key, fa.budgets[key], fb.budgets[key], fa.instruments,
+                                    fb.instruments)
+                incomplete = incomplete or not c.delta.complete
+                delta, u = delta_and_u(c)
+                number = tuple(x.replace(" ", "\u00a0")  # a number and its unit on one line
+                               for x in (si(c.a, c.unit), si(c.b, c.unit), delta, u))
+                rows.append((f"{nb} − {na}", c.figure, *number, c.verdict_text))
+    if not rows:
+        return []
+    said = ("Whether each difference between the systems is distinguishable, system B − system "
+            "A (numbered as above), each system's first run: Δ and its expanded uncertainty "
+            "U(Δ) from both runs' GUM budgets (terms of one instrument serial and range "
+            "correlated between the runs, everything else independent). A figure **differs** "
+            "only when every term of both budgets is known and |Δ| > U.")
+    if incomplete:
+        said += (" Where a term is not published, U is 2·u_c of the known terms, the least it "
+                 "can be: a difference within it is not distinguishable, one beyond it "
+                 "**undecided**, never said to differ.")
+    mark = f" — {'; '.join(sorted(marks))}" if marks else ""
+    return [Heading(2, "Differences between the systems", "differences"), Para(said),
+            Table(("Systems", "Figure", "A", "B", "Δ", "U(Δ)", "Verdict"), tuple(rows),
+                  caption=f"Differences between the systems{mark}", align="llrrrrl")]
 
 
 # -- one system ----------------------------------------------------------------------------------
@@ -700,6 +748,11 @@ def _asc_results(system: System) -> list[Any]:
                                  for r in runs]))
     out: list[Any] = [Table(header, tuple(rows), caption=f"Results{label}",
                             align="l" + "r" * len(runs))]
+    if any(figure_budget(r.show["summary"], key) for r in runs for key, _, _ in ASC_FIGURES):
+        terms = incomplete_terms(figure_budget(r.show["summary"], key) for r in runs
+                                 for key, _, _ in ASC_FIGURES)
+        out.append(Para(f"{SHOWN_NOTE}" + (f" (here: {', '.join(terms)})" if terms else "")
+                        + ". Every budget is in the appendix \"Uncertainty budgets\"."))
     # Pre-processing and inference apart (ASC.md).
     pre_rows = []
     for r in runs:
@@ -867,6 +920,10 @@ def _tts_cell(row: dict[str, Any] | None, threshold: str) -> str:
 
 # -- appendix ------------------------------------------------------------------------------------
 def _appendix(systems: list[System]) -> list[Any]:
+    return [*_run_folders(systems), *_budgets(systems)]
+
+
+def _run_folders(systems: list[System]) -> list[Any]:
     rows = []
     for run in _unique([r for s in systems for r in s.runs]):
         m = run.manifest
@@ -882,3 +939,62 @@ def _appendix(systems: list[System]) -> list[Any]:
         Table(("Run folder", "Run id", "Status", "Started", "Finished", "Source"), tuple(rows),
               caption="Run folders", align="llllll"),
     ]
+
+
+def _budgets(systems: list[System]) -> list[Any]:
+    """Appendix "Uncertainty budgets": per system, run and figure, the GUM budget as the run's
+    summary holds it (`rig.run.asc_uncertainty`): every component, u_c, ν_eff, k, U and the
+    coverage, and what an incomplete budget misses."""
+    out: list[Any] = []
+    for system in systems:
+        label = f" — {system.label}" if system.label else ""
+        for run in system.runs:
+            summary = run.show.get("summary", {})
+            for key, name, _ in ASC_FIGURES:
+                budget = figure_budget(summary, key) if key in summary else None
+                if budget is not None:
+                    out += _budget_blocks(budget, f"{name}, `{run.name}`{label}")
+    if not out:
+        return []
+    return [Heading(1, "Appendix: uncertainty budgets", "uncertainty-budgets", running=""),
+            Para("Each figure's uncertainty after the GUM (JCGM 100:2008): every component as a "
+                 "standard uncertainty in the figure's unit (Type A from repeated values, Type "
+                 "B from a published accuracy or a resolution), combined in quadrature (terms "
+                 "of one correlation group linearly), ν_eff by Welch–Satterthwaite, U = k·u_c. "
+                 "A term whose figure is not published or not evaluated is listed as unknown: "
+                 "its budget is incomplete and U, from the known terms only, a lower bound. "
+                 f"Coverage: {COVERAGE_TEXT}."),
+            *out]
+
+
+def _budget_blocks(b: dict[str, Any], caption: str) -> list[Any]:
+    unit = "/s" if b.get("unit") == "1/s" else str(b.get("unit", ""))
+    value = b.get("value")
+    figure = str(b.get("figure", ""))
+
+    def u(x: Any) -> str:
+        return "unknown" if x is None else si(float(x), unit, 3)
+
+    rows = tuple((str(c.get("name", "")).removeprefix(f"{figure}: "), str(c.get("type", "")),
+                  u(c.get("value")), _dof(c.get("dof")) if c.get("value") is not None else "—",
+                  str(c.get("source", "")) + (f" (correlated: {c['correlation_group']})"
+                                              if c.get("correlation_group") else ""),
+                  "yes" if c.get("published") else "**no**")
+                 for c in b.get("components", []))
+    total = (f"{with_uncertainty(value, unit, b)}: u_c = {u(b.get('u_c'))}, "
+             f"ν_eff = {_dof(b.get('dof_eff'))}, k = {float(b.get('k', 0)):.3g}, "
+             f"U = {u(b.get('U'))}.")
+    if not b.get("complete", True):
+        total += (" **Incomplete**: unknown " + ", ".join(unknown_terms(b))
+                  + "; U is a lower bound.")
+    return [Table(("Component", "Type", "Standard uncertainty", "ν", "Source", "Published"),
+                  rows, caption=caption, align="llrrll"),
+            Para(total)]
+
+
+def _dof(dof: Any) -> str:
+    if dof is None:
+        return "—"
+    if dof == "inf" or (isinstance(dof, float) and math.isinf(dof)):
+        return "∞"
+    return f"{float(dof):.0f}" if float(dof) < 1e6 else "> 10⁶"

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rig.traces.analysis.uncertainty import with_uncertainty
 from tests.requires import needs
 
 from .runs import REPO, RIG, bench_variant, only_run, run_rig
@@ -326,3 +327,23 @@ def _toml(data: dict) -> str:
         lines.append(f"[{table}]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
+
+
+def test_figures_carry_their_uncertainty_and_the_appendix_every_budget(report, runs) -> None:
+    """The results table reads figure ± U (k) as `rig show` does (the virtual LPM01A publishes
+    no supply or clock accuracy: incomplete, U a lower bound); the appendix "Uncertainty
+    budgets" has each figure's components, u_c, ν_eff, k and U, in the PDF too."""
+    out, _ = report
+    results = json.loads((out / "results.json").read_text())
+    asc = next(r for r in results["runs"] if r["path"] == str(runs["asc"].resolve()))["show"]
+    budget = asc["summary"]["uncertainty"]["energy_per_inference_j"]
+    shown = with_uncertainty(asc["summary"]["energy_per_inference_j"], "J", budget)
+    assert shown.startswith("45.00 µJ ± ≥") and shown.endswith("(k=2, incomplete)")
+    md = (out / "report.md").read_text()
+    assert f"| Energy per inference (median of windows) | {shown} |" in md
+    appendix = md[md.index("## Appendix: uncertainty budgets"):]
+    assert "| Component | Type | Standard uncertainty | ν | Source | Published |" in appendix
+    assert f"{shown}: u_c = " in appendix
+    assert "**Incomplete**: unknown supply voltage, lpm01a sample clock" in appendix
+    pdf = "\n".join(pdf_pages(out / "report.pdf"))
+    assert "Appendix: uncertainty budgets" in pdf and "(k=2, incomplete)" in pdf
