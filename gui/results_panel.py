@@ -14,10 +14,14 @@ from rig.qubo.sweep import power_line
 from rig.report.runs import run_summary
 from rig.run.store import REFUSED, list_runs
 from rig.run.summary import (
+    ASC_FIGURES,
     REFUSED_TEXT,
     asc_figure_rows,
+    figure_budget,
+    figures_note,
     replicability_verdict,
 )
+from rig.traces.analysis.uncertainty import SHOWN_NOTE, unknown_terms, with_uncertainty
 from rig.units import si
 
 VERDICT_STYLE = {True: "background:#d3f0d8;", False: "background:#f8d7da;",
@@ -97,6 +101,8 @@ class ResultsPanel(QtWidgets.QWidget):
     def _show_asc(self, data: dict[str, Any]) -> None:
         s = data["summary"]
         rows = list(asc_figure_rows(s))
+        if note := figures_note(s):  # under the figures: what their "≥" means
+            rows.append(("Uncertainty", note))
         if "latency_runs" in s:
             rows.append(("Timed runs", f"{s['latency_runs']} ({s['latency_timer']} timer)"))
         if "preprocess_time_mean_s" in s:
@@ -112,6 +118,7 @@ class ResultsPanel(QtWidgets.QWidget):
         if data.get("error"):
             rows.append(("error", data["error"]))
         self._fill(("Metric", "Value"), rows)
+        self._budget_tips(s)
         ok, text = replicability_verdict(s)
         self.verdict.setText(text)
         self.verdict.setStyleSheet(VERDICT_STYLE[ok])
@@ -121,7 +128,8 @@ class ResultsPanel(QtWidgets.QWidget):
         for r in data["summary"]:
             gap = "—" if r["gap_mean"] is None else f"{r['gap_mean']:+.4f}"
             power = ("unavailable" if r["power_w_mean"] is None
-                     else si(r["power_w_mean"], "W"))
+                     else with_uncertainty(r["power_w_mean"], "W",
+                                           (r.get("uncertainty") or {}).get("power_w_mean")))
             rows.append((r["sut"], str(r["nodes"]), f"{r['density']:g}",
                          si(r["timeout_s"], "s"), gap, power,
                          f"{r['seeds']}/{r['seeds_expected']}"
@@ -153,6 +161,20 @@ class ResultsPanel(QtWidgets.QWidget):
                     item.setForeground(QtGui.QColor("#b02a37"))
                 self.table.setItem(i, j, item)
         self.table.resizeColumnsToContents()
+
+    def _budget_tips(self, summary: dict[str, Any]) -> None:
+        """Each figure's cell explains its ± (and names what an incomplete budget misses)."""
+        labels = {label: key for key, label, _ in ASC_FIGURES}
+        for row in range(self.table.rowCount()):
+            key = labels.get(_cell_text(self.table, row, 0))
+            budget = figure_budget(summary, key) if key else None
+            cell = self.table.item(row, 1)
+            if budget is None or cell is None:
+                continue
+            tip = SHOWN_NOTE
+            if not budget.get("complete", True):
+                tip += f". Unknown here: {', '.join(unknown_terms(budget))}"
+            cell.setToolTip(tip + ". Every component: rig show RUN --json, or the report.")
 
     def cell_texts(self) -> dict[str, str]:
         """Metric -> value text of an ASC summary table (for tests and copy-paste)."""

@@ -56,3 +56,30 @@ def test_earlier_runs_list_a_refused_folder_as_refused(qtbot, tmp_path: Path) ->
     item = runs.tree.topLevelItem(0)
     assert runs.tree.topLevelItemCount() == 1 and item.text(4) == run.name
     assert item.text(3) == "refused" and item.toolTip(3) == REFUSED_TEXT
+
+
+def test_results_show_each_figure_with_its_uncertainty(qtbot, sim_run, tmp_path: Path) -> None:
+    """The results tab reads figure ± U (k) as `rig show` does; an incomplete budget (the
+    virtual LPM01A publishes no supply or clock accuracy) is marked, a row names the unknown
+    terms and each figure's tooltip says what the ± means."""
+    from rig.run.summary import figures_note
+    from rig.traces.analysis.uncertainty import with_uncertainty
+
+    run, show = sim_run
+    s = show["summary"]
+    panel = ResultsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 640)
+    assert panel.show_run(run)
+    cells = panel.cell_texts()
+    energy = cells["Energy per inference (median of windows)"]
+    assert energy == with_uncertainty(s["energy_per_inference_j"], "J",
+                                      s["uncertainty"]["energy_per_inference_j"])
+    assert energy.startswith("45.00 µJ ± ≥") and energy.endswith("(k=2, incomplete)")
+    assert cells["Uncertainty"] == figures_note(s)
+    row = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())].index(
+        "Energy per inference (median of windows)")
+    assert "Unknown here: supply voltage, lpm01a sample clock" in \
+        panel.table.item(row, 1).toolTip()
+    panel.table.resizeColumnsToContents()
+    assert panel.grab().save(str(tmp_path / "results.png"))
