@@ -23,6 +23,7 @@ from typing import Any
 
 from rig.mqtt import topics
 from rig.mqtt.board import Board, RigRow
+from rig.traces.analysis.uncertainty import with_uncertainty
 
 #: Longest string handed to a page (an event text, an error, a rig name).
 MAX_TEXT = 300
@@ -97,6 +98,26 @@ def figures(summary: dict[str, Any]) -> dict[str, Any]:
             out[text(key, 80)] = value if math.isfinite(value) else None
         elif isinstance(value, str):
             out[text(key, 80)] = text(value)
+    return out
+
+
+def uncertainties(summary: dict[str, Any]) -> dict[str, Any]:
+    """Per figure with a GUM budget in the summary (``uncertainty``), compactly: U, k, whether
+    the budget is complete (else U is a lower bound), the number of unknown terms, and the
+    figure as every view of the rig reads it (`with_uncertainty`)."""
+    out: dict[str, Any] = {}
+    for key, found in list(table(summary.get("uncertainty")).items())[:40]:
+        b = table(found)
+        value, u, k = number(summary.get(key)), number(b.get("U")), number(b.get("k"))
+        if value is None or u is None or k is None:
+            continue
+        found_unknown = b.get("unknown")
+        unknown: list[Any] = found_unknown if isinstance(found_unknown, list) else []
+        unit = "/s" if b.get("unit") == "1/s" else text(b.get("unit"), 8)
+        budget = {"U": u, "k": k, "complete": b.get("complete") is True, "unknown": unknown}
+        out[text(key, 80)] = {"U": u, "k": k, "complete": budget["complete"],
+                              "unknown": len(unknown),
+                              "text": text(with_uncertainty(value, unit, budget))}
     return out
 
 
@@ -290,7 +311,8 @@ class Fleet:
             summary = table(data.get("summary"))
             run.result = {"status": text(data.get("status"), 40),
                           "error": text(data.get("error")) or None,
-                          "figures": figures(summary), "checks": checks(summary)}
+                          "figures": figures(summary), "checks": checks(summary),
+                          "uncertainty": uncertainties(summary)}
             out.append({"type": "finished", "rig": row.rig, "run_id": run_id,
                         "result": run.result})
         out.insert(0, {"type": "rig", "rig": self.card(row.rig)})

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from rig.traces.analysis.uncertainty import with_uncertainty
 from tests.dashboard.conftest import TESTER, TOKEN, Dashboard, env_with, shot
 from tests.deadline import wait_until
 from tests.e2e.runs import RIG, TRUTH, bench_variant, only_run
@@ -162,6 +163,15 @@ def test_fleet_follows_a_measurement_and_its_run_page_has_the_figures(broker, da
             assert figures[key] == str(value), key
     assert float(figures["inferences_per_s"]) == pytest.approx(TRUTH["inferences_per_s"], rel=1e-3)
     assert float(figures["idle_power_w"]) == pytest.approx(TRUTH["idle_power_w"], rel=1e-3)
+    # beside each figure with a budget: figure ± U (k) as every view reads it
+    shown_u = dict(browser.execute_script(
+        "return [...document.querySelectorAll('#figures tr')].map("
+        "(tr) => [tr.dataset.key, tr.querySelector('td.uncertainty').textContent])"))
+    for key, budget in summary["uncertainty"].items():
+        unit = "/s" if budget["unit"] == "1/s" else budget["unit"]
+        assert shown_u[key] == with_uncertainty(summary[key], unit, budget), key
+    assert shown_u["energy_per_inference_j"].endswith("(k=2, incomplete)")
+    assert shown_u["accuracy"] == ""
     checks = browser.execute_script(
         "return [...document.querySelectorAll('#checks li')].map("
         "(li) => [li.querySelector('strong').textContent, li.classList.contains('ok')])")

@@ -228,3 +228,28 @@ def test_a_long_run_trace_thins_out_and_still_spans_the_whole_run():
     stride = run.power_stride
     assert stride == 8
     assert times == [float(i) for i in range(0, n, stride)]
+
+
+def test_finished_figures_carry_u_k_and_completeness():
+    """A RunFinished summary's GUM budgets reach the run page compactly: U, k, complete, the
+    number of unknown terms and the figure as the rig reads it everywhere."""
+    budget = {"figure": "energy per inference", "value": 4.5e-05, "unit": "J", "U": 1.04e-06,
+              "k": 2.0, "complete": False, "components": [{"name": "x"}] * 6,
+              "unknown": ["energy per inference: supply voltage",
+                          "energy per inference: lpm01a sample clock"]}
+    rate = {"figure": "inferences per second", "value": 80.0, "unit": "1/s", "U": 0.4,
+            "k": 2.78, "complete": True, "unknown": []}
+    summary = {**ASC_SUMMARY, "uncertainty": {"energy_per_inference_j": budget,
+                                              "inferences_per_s": rate,
+                                              "idle_power_w": {"U": "?"}}}
+    f = Fleet()
+    ups = f.take("neurobench/rig-a/run/r1/run_finished",
+                 msg({"event": "run_finished", "at": 9.0, "status": "complete",
+                      "summary": summary, "error": None}), now=9.0)
+    result = next(u for u in ups if u["type"] == "finished")["result"]
+    assert "uncertainty" not in result["figures"]  # a table, not a figure
+    assert result["uncertainty"] == {
+        "energy_per_inference_j": {"U": 1.04e-06, "k": 2.0, "complete": False, "unknown": 2,
+                                   "text": "45.00 µJ ± ≥1.0 µJ (k=2, incomplete)"},
+        "inferences_per_s": {"U": 0.4, "k": 2.78, "complete": True, "unknown": 0,
+                             "text": "80.00 /s ± 0.40 /s (k=2.78)"}}

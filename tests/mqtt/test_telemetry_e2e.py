@@ -52,6 +52,14 @@ def test_run_publishes_exactly_its_events_in_order(broker, tmp_path):
     # the same records, in the same order, each on the topic of its kind
     assert [m.json() for m in published] == on_disk
     assert [m.topic for m in published] == [prefix + e["event"] for e in on_disk]
+    # RunFinished's summary carries each figure's GUM budget: U, k and whether it is complete
+    # (else U is a lower bound), as `rig show --json` has it
+    finished = published[-1].json()["summary"]
+    for key in ("idle_power_w", "active_power_w", "energy_per_inference_j"):
+        budget = finished["uncertainty"][key]
+        assert budget["U"] > 0 and budget["k"] >= 2 and budget["value"] == finished[key]
+        assert budget["complete"] is False and budget["lower_bound"] is True  # LPM01A: no
+        # supply-voltage accuracy published
     # status: idle -> running ... -> idle, then offline when the process ended
     states = listener.statuses("rig-a")
     assert states[0] == "idle" and "running" in states and states[-1] == "offline"

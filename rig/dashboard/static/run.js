@@ -48,10 +48,20 @@ function showResult(result) {
   document.getElementById("run-state").textContent = result.status;
   const body = document.querySelector("#figures tbody");
   body.textContent = "";
+  // Beside the exact figure, as the rig reads it everywhere when it has a GUM budget: "45.00 µJ
+  // ± ≥1.0 µJ (k=2, incomplete)" (formatted by the server, fleet.uncertainties).
+  const budgets = result.uncertainty || {};
   for (const [key, value] of Object.entries(result.figures)) {
     const tr = el("tr", "figure");
     tr.dataset.key = key;
-    tr.append(el("th", "", key), el("td", "", value === null ? "–" : String(value)));
+    const b = budgets[key];
+    const shown = el("td", "uncertainty", b ? b.text : "");
+    if (b) {
+      shown.title = `U = ${b.U} (k = ${b.k}, ~95 %)` + (b.complete ? "" :
+        `; incomplete: ${b.unknown} unknown term(s), so U is a lower bound`);
+      if (!b.complete) shown.classList.add("incomplete");
+    }
+    tr.append(el("th", "", key), el("td", "", value === null ? "–" : String(value)), shown);
     body.appendChild(tr);
   }
   const list = document.getElementById("checks");
