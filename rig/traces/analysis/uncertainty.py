@@ -313,10 +313,10 @@ def unknown_terms(budget: Budget | dict[str, Any]) -> list[str]:
     return [str(n).removeprefix(f"{figure}: ") for n in b.get("unknown") or []]
 
 
-def incomplete_note(budgets: Iterable[Budget | dict[str, Any] | None]) -> str | None:
-    """One line under a table of figures some of whose budgets are incomplete: what "≥U"
-    means and which terms are unknown (each named once, without the figure it was carried
-    into); None when every budget is complete (or there is none)."""
+def incomplete_terms(budgets: Iterable[Budget | dict[str, Any] | None]) -> list[str]:
+    """The unknown terms of the incomplete budgets among `budgets`, each named once and without
+    the figure it was carried into ("supply voltage", not "active power: supply voltage (x
+    execution time)")."""
     terms: list[str] = []
     for budget in budgets:
         if budget is None:
@@ -328,6 +328,14 @@ def incomplete_note(budgets: Iterable[Budget | dict[str, Any] | None]) -> str | 
             term = str(name).rsplit(": ", 1)[-1].split(" (x ", 1)[0]
             if term not in terms:
                 terms.append(term)
+    return terms
+
+
+def incomplete_note(budgets: Iterable[Budget | dict[str, Any] | None]) -> str | None:
+    """One line under a table of figures some of whose budgets are incomplete: what "≥U"
+    means and which terms are unknown (`incomplete_terms`); None when every budget is
+    complete (or there is none)."""
+    terms = incomplete_terms(budgets)
     if not terms:
         return None
     return ("± ≥U (incomplete): U from the known terms only, a lower bound; unknown: "
