@@ -166,18 +166,20 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
     table.add_column("seeds", justify="right")
     sources: set[str] = set()
     notes: dict[str, int] = {}
+    marks: set[str] = set()  # which uncertainty marks the cells use, explained under the table
     contended_seeds = 0
     for row in rows:
         gap = "—" if row["gap_mean"] is None else f"{row['gap_mean']:+.4f}"
         if row["power_w_mean"] is None:
             power = "unavailable" if row["seeds"] else "—"
         else:
-            power = f"{row['power_w_mean']:#.4g} W"
+            power = _with_u(row["power_w_mean"], "W", row, "power_w_mean", marks)
             if row["power_seeds"] < row["seeds"]:
                 power += f" ({row['power_seeds']}/{row['seeds']} seeds)"
         if row["seeds"] and row.get("power_status"):
             power += f" \\[{notes.setdefault(row['power_status'], len(notes) + 1)}]"
-        energy = "—" if row.get("energy_j_mean") is None else f"{row['energy_j_mean']:#.4g} J"
+        energy = "—" if row.get("energy_j_mean") is None else _with_u(
+            row["energy_j_mean"], "J", row, "energy_j_mean", marks)
         if row.get("power_source"):
             sources.add(row["power_source"])
         seeds = f"{row['seeds']}/{row['seeds_expected']}"
@@ -190,6 +192,9 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
                       f"{row['timeout_s']:g} s", gap, power, energy, seeds)
     lines = [f"power source: {escape('; '.join(sorted(sources)))}"] if sources else []
     lines += [f"\\[{n}] {escape(why)}" for why, n in notes.items()]
+    if marks:
+        lines.append(_U_NOTE + "; ".join(_U_MARKS[m] for m in sorted(marks)) +
+                     " (`rig show --json`: each budget, its k and its unknown terms)")
     if contended_seeds:
         lines.append(f"\\[c] contended: {contended_seeds} seed(s) whose solver had the CPU for "
                      f"under {CONTENDED_CPU_SHARE:.0%} of its solve (a busy host) understate the "
@@ -197,6 +202,30 @@ def sweep_table(rows: list[dict[str, Any]], *, title: str) -> Table:
     if lines:
         table.caption = "\n".join(lines)
     return table
+
+
+_U_NOTE = "±U%: expanded uncertainty relative to the figure (coverage ~95 %); "
+_U_MARKS = {"lower": "±≥U%: a lower bound, some terms of the budget are not published",
+            "unknown": "no mark: U unknown, the published terms give no bound above 0.01 %"}
+
+
+def _with_u(value: float, unit: str, row: dict[str, Any], figure: str, marks: set[str]) -> str:
+    """A sweep cell with its expanded uncertainty as a share of the figure, kept narrow for an
+    80-column table (the report has the full `with_uncertainty` text with k and U): "1.100 W
+    ±1.8%", "±≥1.8%" when the budget is incomplete, nothing when nothing of it is known."""
+    shown = f"{value:#.4g} {unit}"
+    b = (row.get("uncertainty") or {}).get(figure)
+    if not b:
+        return shown
+    share = 100 * float(b.get("U") or 0.0) / abs(value) if value else 0.0
+    complete = b.get("complete") is True
+    # Below 0.01 % a lower bound says nothing (equal seeds leave ~1e-13 % of float round-off).
+    if not complete and share < 0.01:
+        marks.add("unknown")
+        return shown
+    if not complete:
+        marks.add("lower")
+    return f"{shown} ±{'' if complete else '≥'}{share:.2g}%"
 
 
 class _MeanEtaColumn(ProgressColumn):

@@ -875,13 +875,18 @@ def _power_cell(row: dict[str, Any] | None) -> str:
         return "unavailable" if row and row["seeds"] else "—"
     seeds = "" if row.get("power_seeds", row["seeds"]) >= row["seeds"] else \
         f" ({row['power_seeds']}/{row['seeds']} seeds)"
-    return si(row["power_w_mean"], "W") + seeds
+    return with_uncertainty(row["power_w_mean"], "W", _row_budget(row, "power_w_mean")) + seeds
 
 
 def _energy_cell(row: dict[str, Any] | None) -> str:
     if row is None or row.get("energy_j_mean") is None:
         return "unavailable" if row and row["seeds"] else "—"
-    return si(row["energy_j_mean"], "J")
+    return with_uncertainty(row["energy_j_mean"], "J", _row_budget(row, "energy_j_mean"))
+
+
+def _row_budget(row: dict[str, Any], figure: str) -> dict[str, Any] | None:
+    """The GUM budget a sweep row holds for `figure` (rig.qubo.uncertainty), if any."""
+    return (row.get("uncertainty") or {}).get(figure)
 
 
 def _power_coverage(rows: list[dict[str, Any]]) -> str | None:
