@@ -51,6 +51,8 @@ JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "
 _JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
 #: Samples moved per pyjls call when reading and when filling gaps (bounds memory).
 _BLOCK = 1 << 20
+#: Monitor settings not copied into a trace's user data (see `TraceWriter.instrument`).
+TRACE_SETTINGS_LEFT_OUT = frozenset({"accuracy"})
 #: user_data chunk tag for the rig's JSON description of the recording.
 _USER_DATA_META = 1
 #: A JLS v2 file starts with this signature, in a file header of `_JLS_HEADER` bytes.
@@ -548,9 +550,12 @@ class TraceWriter:
         self._jls_options = JLS_SIGNAL_OPTIONS if jls_options is None else jls_options
         #: The monitor's settings snapshot (its `settings()`), kept with the samples so that a
         #: trace read without its run folder still says how they were taken (e.g. a PPK2's
-        #: spike filter, a Joulescope's range).
-        self.instrument = None if instrument is None else json.loads(
-            json.dumps(instrument, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+        #: spike filter, a Joulescope's range). Its accuracy declaration stays in the run's
+        #: manifest only: with a source per range it is kilobytes, which the disk preflight's
+        #: fixed allowance per trace (rig.traces.space) does not hold.
+        self.instrument = None if instrument is None else json.loads(json.dumps(
+            {k: v for k, v in instrument.items() if k not in TRACE_SETTINGS_LEFT_OUT},
+            default=lambda v: v.item() if hasattr(v, "item") else str(v)))
         #: Samples appended (not counting filled gaps) and samples missing in gaps.
         self.samples_written = 0
         self.dropped_samples = 0

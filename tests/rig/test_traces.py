@@ -235,10 +235,11 @@ def test_fractional_rates_round_trip_exactly(tmp_path: Path) -> None:
 
 def test_the_instrument_settings_travel_with_the_samples(tmp_path: Path) -> None:
     """The monitor's settings snapshot is in the file's user data (numpy values as numbers,
-    anything else JSON cannot hold as text), so a trace says how it was taken on its own."""
+    anything else JSON cannot hold as text), so a trace says how it was taken on its own; the
+    accuracy declaration (kilobytes) stays in the manifest."""
     settings = {"driver": "ppk2", "spike_filter": {"applied": True, "alpha": np.float64(0.18),
                                                    "samples": np.int64(3)},
-                "port": Path("/dev/ttyACM0")}
+                "port": Path("/dev/ttyACM0"), "accuracy": {"current_ranges": ["kilobytes"]}}
     with TraceWriter(tmp_path / "a.jls", 1000, instrument=settings) as w:
         w.append(0, np.full(10, 1e-3), np.full(10, 1.8), np.ones(10, dtype=np.uint8))
     with TraceWriter(tmp_path / "b.jls", 1000) as w:
