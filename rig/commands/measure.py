@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--seed", type=int, required=True, help="workload seed (>= 0)")
     q.add_argument("--timeout", type=float, required=True, metavar="SECONDS",
                    help="the fixed timeout of the solve, in seconds (> 0)")
+    q.add_argument("--max-relative-uncertainty", type=float, default=None, metavar="X",
+                   help="the largest relative expanded uncertainty (U over the figure, ~95 %%) "
+                   "the point's power and energy may have, in (0, 1]; beyond it, or unknown "
+                   "(one seed has no Type A estimate), the check `uncertainty within bound` "
+                   "fails the run (exit 1). Default: no bound")
     _common(q)
     q.set_defaults(run=run_qubo)
 
@@ -99,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FOR_STATUS.get(outcome.status, 1)
 
 
-def qubo_spec(sut: str, nodes: int, density: float, seed: int, timeout: float) -> Any:
+def qubo_spec(sut: str, nodes: int, density: float, seed: int, timeout: float,
+              max_relative_uncertainty: float | None = None) -> Any:
     """The one-point SweepSpec of `rig measure qubo`; every bad value is a one-line error."""
     from rig.qubo.sweep import KNOWN_SUTS, SweepSpec
 
@@ -113,14 +120,18 @@ def qubo_spec(sut: str, nodes: int, density: float, seed: int, timeout: float) -
         raise ConfigError(f"--seed {seed}: expected an integer >= 0")
     if not (timeout > 0.0 and math.isfinite(timeout)):
         raise ConfigError(f"--timeout {timeout:g}: expected a number of seconds > 0")
+    bound = max_relative_uncertainty
+    if bound is not None and not (0.0 < bound <= 1.0):
+        raise ConfigError(f"--max-relative-uncertainty {bound:g}: expected a number in (0, 1]")
     return SweepSpec(suts=(sut,), nodes=(nodes,), densities=(density,), timeouts=(timeout,),
-                     seeds=(seed,), name=f"qubo-{sut}-n{nodes}")
+                     seeds=(seed,), name=f"qubo-{sut}-n{nodes}", max_relative_uncertainty=bound)
 
 
 def run_qubo(args: argparse.Namespace) -> int:
     from rig.qubo.sweep import SweepPointDone, start_sweep
 
-    spec = qubo_spec(args.sut, args.nodes, args.density, args.seed, args.timeout)
+    spec = qubo_spec(args.sut, args.nodes, args.density, args.seed, args.timeout,
+                     args.max_relative_uncertainty)
     points: list[SweepPointDone] = []
 
     def collect(event: Event) -> None:
@@ -141,6 +152,10 @@ def run_qubo(args: argparse.Namespace) -> int:
         "sut": args.sut, "nodes": args.nodes, "density": args.density, "seed": args.seed,
         "timeout_s": args.timeout,
         **{k: None if point is None else point.result.get(k) for k in QUBO_FIELDS},
+        # The GUM budget of the point's power and energy, as a sweep row's (one seed: Type A
+        # unknown, so the budget is incomplete), and its checks (`uncertainty within bound`).
+        "uncertainty": rows[0].get("uncertainty") if (rows := outcome.summary["rows"]) else None,
+        "checks": outcome.summary.get("checks", []),
     }
     error = (point.error if point is not None and point.error
              else str(outcome.error) if outcome.error else None)
@@ -152,7 +167,10 @@ def run_qubo(args: argparse.Namespace) -> int:
         _print_qubo(data)
     if outcome.error is not None:
         raise outcome.error
-    return 0 if point is not None and point.status == "ok" else 1
+    failed_checks = [c for c in data["checks"] if c["ok"] is False]
+    for check in failed_checks:  # `uncertainty within bound`: one line each, to stderr
+        print(f"rig: check failed: {check['name']}: {check['detail']}", file=sys.stderr)
+    return 0 if point is not None and point.status == "ok" and not failed_checks else 1
 
 
 def _print_qubo(data: dict[str, Any]) -> None:

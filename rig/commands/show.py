@@ -113,4 +113,8 @@ def show_sweep(args: argparse.Namespace) -> int:
     out.print(sweep_table(data["summary"], title="Fixed timeout: mean over seeds"))
     if "power" in data:
         out.print(escape(power_line(data["power"], reasons=False)))
+    for check in data.get("checks", []):
+        mark = {True: "[green]ok[/]", False: "[red]FAILED[/]"}.get(check["ok"], "n/a")
+        out.print(f"check {escape(check['name'])}: {mark}: {escape(check['detail'])}",
+                  soft_wrap=True)
     return _damaged(data)

@@ -577,6 +577,8 @@ def sweep_summary(path: str | Path) -> dict[str, Any]:
         "summary": summary["rows"],
         "largest_solved": summary["largest_solved"],
         "power": summary["power"],
+        # `uncertainty within bound` when the sweep sets max_relative_uncertainty
+        "checks": summary["checks"],
     }
     if manifest.get("error"):
         data["error"] = manifest["error"]

@@ -108,6 +108,12 @@ def test_console_output(tmp_path: Path, capsys) -> None:
     (["--sut", "cpu-sa", *POINT[:4], "--seed", "-1", *POINT[6:]], "--seed -1"),
     (["--sut", "cpu-sa", *POINT[:6], "--timeout", "0"], "--timeout 0"),
     (["--sut", "cpu-sa", *POINT[:6], "--timeout", "-2"], "--timeout -2"),
+    (["--sut", "cpu-sa", *POINT, "--max-relative-uncertainty", "0"],
+     "--max-relative-uncertainty 0"),
+    (["--sut", "cpu-sa", *POINT, "--max-relative-uncertainty", "1.5"],
+     "--max-relative-uncertainty 1.5"),
+    (["--sut", "cpu-sa", *POINT, "--max-relative-uncertainty", "nan"],
+     "--max-relative-uncertainty nan"),
 ])
 def test_bad_input_is_one_line(argv: list[str], message: str, tmp_path: Path, capsys) -> None:
     assert main(["measure", "qubo", *argv, "--runs-dir", str(tmp_path)]) == 2
@@ -139,3 +145,57 @@ def test_ctrl_c_is_clean(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
     assert "rig sweep resume" in capsys.readouterr().err
     (run,) = tmp_path.iterdir()
     assert read_sweep(run).status == "interrupted"
+
+
+class _PoweredStandIn:
+    """The stand-in point (1 W + 10 mW per node, energy = power x timeout) in place of the real
+    solve, so that the point has power whatever the host's RAPL."""
+
+    def __init__(self, spec: object, known: object = None) -> None:
+        pass
+
+    def __call__(self, point: object) -> dict:
+        from rig.qubo.sweep import stand_in_point
+        return stand_in_point(point)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_point_has_a_budget_and_a_bound(tmp_path: Path, capsys,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: the point's power and energy carry the QUBO budget (one seed: Type A unknown,
+    so incomplete) in --json, the manifest and `rig show --json`; with
+    --max-relative-uncertainty the check `uncertainty within bound` fails the run (exit 1)
+    naming each figure, as unknown never passes a set bound; without it there is no check."""
+    import rig.qubo.sweep as sweep
+
+    monkeypatch.setattr(sweep, "QuboPointFunction", _PoweredStandIn)
+    argv = ["measure", "qubo", "--sut", "cpu-tabu", *POINT, "--json"]
+    free = rig_json(capsys, *argv, "--runs-dir", str(tmp_path / "a"))
+    assert free["checks"] == []
+    assert set(free["uncertainty"]) == {"power_w_mean", "energy_j_mean"}
+    power = free["uncertainty"]["power_w_mean"]
+    assert power["value"] == pytest.approx(1.25) and power["complete"] is False
+    assert any("repeatability" in name for name in power["unknown"])
+
+    assert main([*argv, "--runs-dir", str(tmp_path / "b"),
+                 "--max-relative-uncertainty", "0.5"]) == 1
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    (check,) = data["checks"]
+    assert check["name"] == "uncertainty within bound" and check["ok"] is False
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rig: check failed: uncertainty within bound: ")
+    for figure in ("mean power", "mean energy"):
+        assert f"cpu-tabu n25 d0.05 t0.05s {figure}: uncertainty incomplete" in err[0]
+    manifest = json.loads((Path(data["run"]) / "manifest.json").read_text())
+    assert manifest["summary"]["checks"] == data["checks"]
+    assert manifest["summary"]["rows"][0]["uncertainty"] == data["uncertainty"]
+    assert manifest["sweep"]["max_relative_uncertainty"] == 0.5
+    shown = rig_json(capsys, "show", data["run"], "--json")
+    assert shown["checks"] == data["checks"]
+    assert shown["summary"][0]["uncertainty"] == data["uncertainty"]
+    assert main(["show", data["run"]]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "check uncertainty within bound: FAILED: 2 of 2 figures beyond" in out
