@@ -19,7 +19,14 @@ from rich.table import Table
 
 from rig.commands.common import print_json
 from rig.errors import ConfigError
-from rig.run.compare import RunFigures, compare_runs, counts, delta_and_u, run_figures
+from rig.run.compare import (
+    RunFigures,
+    compare_runs,
+    counts,
+    delta_and_u,
+    only_in,
+    run_figures,
+)
 from rig.traces.analysis.difference import DIFFERS, NOT_DISTINGUISHABLE, UNDECIDED, Comparison
 from rig.units import si
 
@@ -73,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"a": a.name, "b": b.name, "procedure": a.procedure,
                     "figures": [c.to_json() for c in comparisons], "counts": tally,
+                    # figures one run has and the other not (a sweep's row): not compared
+                    "only_a": only_in(a, b), "only_b": only_in(b, a),
                     **({"expect_same": not not_same} if args.expect_same else {})})
     else:
         _print(a, b, comparisons, tally)
@@ -105,6 +114,9 @@ def _print(a: RunFigures, b: RunFigures, comparisons: list[Comparison], tally: d
     if any(not c.delta.complete for c in comparisons):
         out.print("U a lower bound: a term of the budgets is not published, so U is 2 u_c of "
                   "the known terms, the least it can be; such a figure is never said to differ")
+    for which, mine, other in (("A", a, b), ("B", b, a)):
+        if only := only_in(mine, other):
+            out.print(escape(f"only in {which} (not compared): {'; '.join(only)}"))
     if any(c.shared_groups for c in comparisons):
         shared = sorted({g for c in comparisons for g in c.shared_groups})
         out.print(f"correlated between the runs (the same instrument): {', '.join(shared)}")

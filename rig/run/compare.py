@@ -103,6 +103,12 @@ def compare_runs(a: RunFigures, b: RunFigures) -> list[Comparison]:
             for key in common]
 
 
+def only_in(run: RunFigures, other: RunFigures) -> list[str]:
+    """The figures `run` has and `other` has not (a sweep row only one sweep measured), in
+    `run`'s order: listed by `rig compare`, never compared."""
+    return [key for key in run.budgets if key not in other.budgets]
+
+
 def counts(comparisons: list[Comparison]) -> dict[str, int]:
     """How many figures got each verdict."""
     out = {DIFFERS: 0, NOT_DISTINGUISHABLE: 0, UNDECIDED: 0}
