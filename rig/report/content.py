@@ -984,7 +984,7 @@ def _budget_blocks(b: dict[str, Any], caption: str) -> list[Any]:
                   u(c.get("value")), _dof(c.get("dof")) if c.get("value") is not None else "—",
                   str(c.get("source", "")) + (f" (correlated: {c['correlation_group']})"
                                               if c.get("correlation_group") else ""),
-                  "yes" if c.get("published") else "**no**")
+                  _known(c))
                  for c in b.get("components", []))
     total = (f"{with_uncertainty(value, unit, b)}: u_c = {u(b.get('u_c'))}, "
              f"ν_eff = {_dof(b.get('dof_eff'))}, k = {float(b.get('k', 0)):.3g}, "
@@ -992,9 +992,19 @@ def _budget_blocks(b: dict[str, Any], caption: str) -> list[Any]:
     if not b.get("complete", True):
         total += (" **Incomplete**: unknown " + ", ".join(unknown_terms(b))
                   + "; U is a lower bound.")
-    return [Table(("Component", "Type", "Standard uncertainty", "ν", "Source", "Published"),
+    return [Table(("Component", "Type", "Standard uncertainty", "ν", "Source", "Known"),
                   rows, caption=caption, align="llrrll"),
             Para(total)]
+
+
+def _known(c: dict[str, Any]) -> str:
+    """The "Known" cell: "yes", or why a term has no figure: a Type A term is evaluated from
+    repeated values, never published, so it is "not evaluated" (one value tells no spread); a
+    Type B term is "not published" (an accuracy nobody declares). JSON's ``published`` is the
+    component's `known`."""
+    if c.get("published"):
+        return "yes"
+    return "**no**: not evaluated" if c.get("type") == "A" else "**no**: not published"
 
 
 def _dof(dof: Any) -> str:

@@ -342,7 +342,7 @@ def test_figures_carry_their_uncertainty_and_the_appendix_every_budget(report, r
     md = (out / "report.md").read_text()
     assert f"| Energy per inference (median of windows) | {shown} |" in md
     appendix = md[md.index("## Appendix: uncertainty budgets"):]
-    assert "| Component | Type | Standard uncertainty | ν | Source | Published |" in appendix
+    assert "| Component | Type | Standard uncertainty | ν | Source | Known |" in appendix
     assert f"{shown}: u_c = " in appendix
     assert "**Incomplete**: unknown supply voltage, lpm01a sample clock" in appendix
     pdf = "\n".join(pdf_pages(out / "report.pdf"))

@@ -110,3 +110,20 @@ def test_a_summary_from_before_budgets_reads_as_it_did() -> None:
     assert rows["Execution time per inference (mean)"] == \
         "12.50 ms, standard error 0 s (test set, 40 samples)"
     assert figures_note(old) is None
+
+
+def test_the_appendix_says_why_a_term_is_unknown() -> None:
+    """The appendix's "Known" column: a Type A term with one value is "not evaluated" (it is
+    never published), a Type B term without a declared accuracy "not published"."""
+    from rig.report.content import _budget_blocks
+    from rig.report.document import Table
+
+    b = combine("idle power", 1e-3, "W", [
+        type_a("idle power: repeatability", [1e-3], source="the 1 idle span"),
+        rectangular("idle power: gain", 1e-5, source="spec"),
+        unknown("idle power: supply voltage", source="not published: the supply")]).to_json()
+    table = _budget_blocks(b, "Idle power")[0]
+    assert isinstance(table, Table) and table.header[-1] == "Known"
+    assert [row[-1] for row in table.rows] == ["**no**: not evaluated", "yes",
+                                               "**no**: not published"]
+    assert "Published" not in table.header
