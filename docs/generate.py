@@ -204,6 +204,11 @@ BENCH_TABLES = {
              "a supply above it is refused before any instrument is touched.",
     "dut": "The device under test and how the rig reaches it.",
     "emon": "The energy monitor and the supply it gives the DUT.",
+    "emon.accuracy": "Accuracy figures the lab declares for its monitor where the vendor "
+                     "publishes none (a calibration certificate, say). Each figure given "
+                     "replaces the driver's for that term only; the run's "
+                     "`instruments.emon.accuracy` cites `source`, prefixed `lab: `. `source` "
+                     "is required when any figure is given.",
     "io_manager": "An Arduino UNO IO manager between the rig and the DUT (energy mode); with "
                   "it, the rig does not open `[dut] port`.",
     "dataset": "The test set that goes through the DUT.",
@@ -231,6 +236,16 @@ BENCH_KEY_NOTES = {
     "dut.timestamp_mode": "The mode the firmware was built for; the rig checks it against the "
                           "boot banner.",
     "dut.boot_timeout_s": "How long the rig waits for the boot banner after power-on.",
+    "emon.accuracy.source": "Where the figures come from, e.g. `\"calibration certificate "
+                            "1234, 2026-03-01\"`.",
+    "emon.accuracy.current_gain": "The current's gain error, a fraction of the reading "
+                                  "(0.001 for 0.1 %), for every range.",
+    "emon.accuracy.current_offset_a": "The current's offset error, for every range.",
+    "emon.accuracy.voltage_gain": "The supply voltage's gain error (a fraction): of the "
+                                  "measured voltage where the monitor measures it, else of the "
+                                  "set (or bench) supply.",
+    "emon.accuracy.voltage_offset_v": "The supply voltage's offset error.",
+    "emon.accuracy.clock_ppm": "The monitor's sample clock tolerance.",
     "emon.driver": "The monitor's driver; `<driver>-sim` is that driver on the virtual bench.",
     "emon.sample_rate_hz": "The monitor's sample rate.",
     "emon.supply_voltage_v": "The DUT's supply voltage (refused above "
@@ -305,6 +320,11 @@ def bench_page() -> str:
                 note("worker.resources") + f" Names: {resources}.",
                 span=config.WORKER_RESOURCE_SPAN),
     ]
+    tables["emon.accuracy"] = [
+        key_row("emon.accuracy", "source", str, "required with a figure", config,
+                note("emon.accuracy.source"))] + [
+        key_row("emon.accuracy", key, float, "not given", config, note(f"emon.accuracy.{key}"),
+                span=span) for key, span in config.EMON_ACCURACY_SPANS.items()]
     assert [k for k in config.WORKER_KEYS] == [r["key"] for r in tables["worker"]]
     stale = set(BENCH_KEY_NOTES) - used_notes
     if stale:
@@ -324,7 +344,9 @@ def bench_page() -> str:
            "least `idle_power_mw`, `timestamp_input = \"aux\"` only on an N6705 or an Otii, "
            "`[qemu]` only with `[dut] port = \"qemu\"`) are described in the how-to pages; "
            "the loader's messages name them too.\n\n"]
-    for section in ["bench", *order, "worker"]:
+    pages = ["bench", *order, "worker"]
+    pages.insert(pages.index("emon") + 1, "emon.accuracy")
+    for section in pages:
         out.append(f"## [{section}]\n\n{BENCH_TABLES[section]}\n\n")
         out.append(table(tables[section]))
         if section == "emon":

@@ -23,11 +23,16 @@ Pure: no numpy, no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: What `NotPublished.message` starts with (the budget's wording for such a term).
 NOT_PUBLISHED = "instrument accuracy not published"
+#: What a lab's own figure's `Spec.source` starts with (`MonitorAccuracy.with_lab_figures`).
+LAB = "lab: "
+#: The name of the one range a lab's current figure makes where the driver declares no ranges:
+#: it holds every reading (`MonitorAccuracy.range_for`).
+ANY_RANGE = "any range (lab)"
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,9 @@ class MonitorAccuracy:
         scale holds the current (what an auto-ranging instrument picks). None when that cannot
         be told: no ranges declared, no published full scale holds the current (above every
         range, or full scales not published)."""
+        if isinstance(self.current_ranges, tuple) and [r.name for r in self.current_ranges] \
+                == [ANY_RANGE]:
+            return self.current_ranges[0]  # a lab's figure for every range
         if range_name is not None:
             return self.range_named(range_name)
         if isinstance(self.current_ranges, NotPublished):
@@ -184,6 +192,40 @@ class MonitorAccuracy:
         if isinstance(self.clock, NotPublished):
             return self.clock
         return self.clock.half_width(duration_s)
+
+    # -- a lab's figures -------------------------------------------------------------------------
+    def with_lab_figures(self, source: str, *, current: tuple[float, float] | None = None,
+                         voltage: tuple[float, float] | None = None,
+                         voltage_measured: bool = False, clock_ppm: float | None = None
+                         ) -> MonitorAccuracy:
+        """This declaration with the lab's own figures (a calibration certificate, say) in
+        place of the driver's for the terms given, and only those: `current` (gain, offset [A])
+        for every range, `voltage` (gain, offset [V]) for the measured voltage when
+        `voltage_measured`, else for the set (or bench) supply, `clock_ppm` for the sample
+        clock. Each such `Spec` cites `source` prefixed "lab: "; `notes` say which terms."""
+        cite = LAB + source
+        changes: dict[str, Any] = {}
+        terms = []
+        if current is not None:
+            spec = Spec(current[0], current[1], cite)
+            changes["current_ranges"] = (
+                (RangeAccuracy(ANY_RANGE, None, spec),)
+                if isinstance(self.current_ranges, NotPublished)
+                else tuple(replace(r, current=spec) for r in self.current_ranges))
+            terms.append("current")
+        if voltage is not None:
+            field = "voltage" if voltage_measured else "voltage_set"
+            changes[field] = Spec(voltage[0], voltage[1], cite)
+            terms.append("voltage" if voltage_measured else "voltage set")
+        if clock_ppm is not None:
+            changes["clock"] = Spec(clock_ppm / 1e6, 0.0, cite)
+            terms.append("clock")
+        if not changes:
+            return self
+        said = (f"The lab's figures replace the driver's for: {', '.join(terms)} "
+                f"({cite}).")
+        changes["notes"] = f"{self.notes} {said}".strip()
+        return replace(self, **changes)
 
     # -- listing --------------------------------------------------------------------------------
     def figures(self) -> Iterator[tuple[str, Figure]]:

@@ -80,6 +80,37 @@ class DutConfig:
     #: only prices the trace in the disk preflight; the run uses what `caps` offers and says
     #: so when that differs.
     download: str = ""
+    #: The tolerance of the oscillator the DUT's timer runs on [ppm] (0: not declared; the
+    #: DUT-timed budgets then name the DUT timer clock unknown). Needs `clock_source`.
+    clock_ppm: float = 0.0
+    #: Where `clock_ppm` comes from (the crystal's datasheet, a calibration), required with it.
+    clock_source: str = ""
+
+
+@dataclass(frozen=True)
+class EmonAccuracyConfig:
+    """`[emon.accuracy]`: accuracy figures the lab declares for its monitor where the vendor
+    publishes none (or where the lab's calibration certificate is better): each one given
+    overrides the driver's figure for that term only, and the manifest's declaration cites
+    `source` (prefixed "lab: "). None: not given (the driver's figure stays)."""
+
+    #: Where the figures come from, e.g. "calibration certificate 1234, 2026-03-01".
+    source: str
+    #: The current's gain error (a fraction of the reading), for every range.
+    current_gain: float | None = None
+    #: The current's offset error [A], for every range.
+    current_offset_a: float | None = None
+    #: The supply voltage's gain error (a fraction): the measured voltage's where the monitor
+    #: measures it, else the set (or bench) supply's.
+    voltage_gain: float | None = None
+    #: The supply voltage's offset error [V].
+    voltage_offset_v: float | None = None
+    #: The monitor's sample clock tolerance [ppm].
+    clock_ppm: float | None = None
+
+    def given(self) -> list[str]:
+        """The figures' keys given, in `EMON_ACCURACY_SPANS` order."""
+        return [k for k in EMON_ACCURACY_SPANS if getattr(self, k) is not None]
 
 
 @dataclass(frozen=True)
@@ -233,6 +264,8 @@ class Bench:
     worker: WorkerConfig | None = None
     #: A worker file: what a cluster worker owns, no DUT to measure.
     worker_only: bool = False
+    #: `[emon.accuracy]`: the lab's own accuracy figures for its monitor (None: none given).
+    emon_accuracy: EmonAccuracyConfig | None = None
 
     def require_dut(self) -> None:
         """ConfigError for a worker file given where a DUT is to be driven."""
@@ -271,6 +304,8 @@ NUMBER_SPANS: dict[str, Span] = {
     # The DUT's declared time per inference (0: not declared; the deadlines then use [sim] or
     # the calibration run).
     "dut.inference_time_s": at_least(0.0, 3600.0, "s"),
+    # The DUT oscillator's tolerance (0: not declared).
+    "dut.clock_ppm": at_least(0.0, 1e6, "ppm"),
     "emon.sample_rate_hz": positive(10e6, "Hz"),
     "emon.supply_voltage_v": positive(60.0, "V"),
     "io_manager.baud": BAUD_SPAN,
@@ -297,6 +332,14 @@ NUMBER_SPANS: dict[str, Span] = {
     "sim.noise_seed": SEED_SPAN,
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
+}
+#: `[emon.accuracy]`'s figures and where each may lie (half-widths: >= 0; `source` is text).
+EMON_ACCURACY_SPANS: dict[str, Span] = {
+    "current_gain": at_least(0.0, 1.0),
+    "current_offset_a": at_least(0.0, 10.0, "A"),
+    "voltage_gain": at_least(0.0, 1.0),
+    "voltage_offset_v": at_least(0.0, 60.0, "V"),
+    "clock_ppm": at_least(0.0, 1e6, "ppm"),
 }
 #: The words a text key of a bench file takes, by "table.key" (`_choice` checks each; `[emon]
 #: driver` also takes "<driver>-sim", the virtual bench's).
@@ -490,6 +533,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
                    hint="the highest supply voltage the DUT may get, e.g. voltage_limit_v = 3.3")
 
     sections: dict[str, Any] = {}
+    emon_accuracy: EmonAccuracyConfig | None = None
     for key, cls in _SECTIONS.items():
         table = raw.get(key)
         if table is None:
@@ -500,6 +544,9 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             _check_mqtt_table(table, path)
         if key == "emon":
             table = _range_as_text(table)
+            if "accuracy" in table:
+                table = dict(table)
+                emon_accuracy = _emon_accuracy(table.pop("accuracy"), path)
         sections[key] = _dataclass_from(cls, table, path, key)
 
     proc = raw.get("procedure", {})
@@ -517,6 +564,10 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     _choice(dut.kind, path, "dut.kind")
     _choice(dut.timestamp_mode, path, "dut.timestamp_mode")
     _check_download(dut, io_manager, path)
+    if dut.clock_ppm > 0 and not dut.clock_source.strip():
+        raise ConfigError(f"{path}: [dut] clock_ppm is given without clock_source",
+                          hint='say where the tolerance comes from, e.g. clock_source = '
+                               '"crystal datasheet ABM8-8.000MHZ, +-20 ppm"')
     if io_manager is not None and sim is None and "port" not in raw.get("dut", {}):
         dut = replace(dut, port=IO_MANAGER_PORT)
     if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
@@ -600,7 +651,27 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
         simulated=simulated,
         qemu=qemu,
         worker=worker,
+        emon_accuracy=emon_accuracy,
     )
+
+
+def _emon_accuracy(table: Any, path: Path) -> EmonAccuracyConfig | None:
+    """`[emon.accuracy]`: known keys, each figure finite and >= 0, and `source` whenever a
+    figure is given; None when it gives no figure."""
+    section = "emon.accuracy"
+    _is_table(table, path, section)
+    _no_unknown(table, {"source", *EMON_ACCURACY_SPANS}, path, section)
+    source = _typed(table, "source", str, path, section, default="")
+    figures = {key: number(table[key], path=path, table=section, key=key,
+                           span=EMON_ACCURACY_SPANS[key])
+               for key in EMON_ACCURACY_SPANS if key in table}
+    if not figures:
+        return None
+    if not source.strip():
+        raise ConfigError(f"{path}: [emon.accuracy] source is missing: every figure a lab "
+                          "declares cites where it comes from",
+                          hint='e.g. source = "calibration certificate 1234, 2026-03-01"')
+    return EmonAccuracyConfig(source=source.strip(), **figures)
 
 
 def _worker(table: Any, path: Path) -> WorkerConfig:

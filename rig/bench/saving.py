@@ -72,6 +72,10 @@ def bench_to_toml(bench: Bench, *, path: str | Path | None = None) -> str:
             if value is None:  # TOML has no null; "" reads back as "not set" too
                 value = ""
             lines.append(_pair(f.name, value))
+        if name == "emon" and bench.emon_accuracy is not None:  # only the figures given
+            lab = bench.emon_accuracy
+            lines += ["", "[emon.accuracy]", _pair("source", lab.source)]
+            lines += [_pair(key, getattr(lab, key)) for key in lab.given()]
     if bench.worker is not None:
         resources = ", ".join(f"{name} = {count}" for name, count in bench.worker.resources.items())
         lines += ["", "[worker]", f"resources = {{ {resources} }}"]

@@ -22,8 +22,9 @@ The model, figure by figure (P = I·V, each power a mean over samples of current
   time (the two budgets carried by their sensitivities: t and P_dyn).
 - inferences per second (median of the runs) and the execution time: Type A over the runs or
   samples; Type B from the timer that timed them: the DUT's lap counter (its resolution, ± 1 µs
-  per reading or the `m-lap-resolution-us` it reports, and its oscillator's tolerance, which no
-  bench declares: unknown) or the monitor (its sample clock and the two edges).
+  per reading or the `m-lap-resolution-us` it reports, and its oscillator's tolerance: the
+  bench's ``[dut] clock_ppm`` with its ``clock_source``, else unknown) or the monitor (its
+  sample clock and the two edges).
 
 What is assumed correlated, and why (`rig.traces.analysis.uncertainty.combine` adds a group's
 terms linearly, r = +1): the *gain* error of one current range, because idle and active
@@ -73,9 +74,9 @@ from rig.traces.analysis.uncertainty import (
 DUT_TIMER_RESOLUTION_S = 1e-6
 #: The source of the DUT oscillator's unknown term.
 DUT_CLOCK_UNKNOWN = ("not declared: the DUT's timer runs on its own oscillator, whose "
-                     "tolerance no bench key gives (the `timer agreement` check compares it with "
-                     "the monitor's clock where both see a window, a consistency check, not a "
-                     "calibration)")
+                     "tolerance the bench does not give ([dut] clock_ppm and clock_source; the "
+                     "`timer agreement` check compares it with the monitor's clock where both "
+                     "see a window, a consistency check, not a calibration)")
 #: Where there is no monitor declaration to take Type B terms from.
 NO_DECLARATION = ("instrument accuracy not published: the run's energy monitor declared no "
                   "accuracy (power from the DUT's rails, or a run recorded before monitors "
@@ -97,6 +98,9 @@ class Monitor:
     voltage_measured: bool
     sample_rate_hz: float | None
     driver: str
+    #: The DUT timer's oscillator tolerance (relative), from the bench's ``[dut] clock_ppm``
+    #: and ``clock_source``; None: not declared.
+    dut_clock: Spec | None = None
 
 
 def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
@@ -119,6 +123,14 @@ def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
                  if isinstance(e, TraceSaved) and e.sample_rate_hz > 0), None) \
         or info.get("sample_rate_hz") or emon.get("sample_rate_hz")
     rng = info.get("current_range")
+    dut = bench.get("dut", {}) if isinstance(bench.get("dut"), dict) else {}
+    dut_clock = None
+    try:
+        ppm = float(dut.get("clock_ppm") or 0.0)
+        if ppm > 0 and str(dut.get("clock_source") or "").strip():
+            dut_clock = Spec(ppm / 1e6, 0.0, f"lab: {str(dut['clock_source']).strip()}")
+    except (TypeError, ValueError):
+        dut_clock = None  # a damaged snapshot declares nothing
     return Monitor(
         accuracy=accuracy,
         range_name=None if rng in (None, "", "auto") else str(rng),
@@ -126,6 +138,7 @@ def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
         voltage_measured=measured,
         sample_rate_hz=float(rate) if rate else None,
         driver=str(info.get("driver") or emon.get("driver") or "energy monitor"),
+        dut_clock=dut_clock,
     )
 
 
@@ -269,8 +282,8 @@ def _energy_budget(mon: Monitor, summary: dict[str, Any], windows: Sequence[Wind
         terms += _sample_clock_terms(mon, duration, energy / duration if duration else 0.0,
                                      "energy per inference", "window")
     else:  # a window timed by the DUT (power from its rails): the DUT's timer on T
-        terms += _dut_timer_terms(energy / duration if duration else 0.0, 1,
-                                  "energy per inference", None)
+        terms += _dut_timer_terms(mon, energy / duration if duration else 0.0, 1,
+                                  "energy per inference", None, duration)
     return combine("energy per inference", energy, "J", terms)
 
 
@@ -305,10 +318,11 @@ def _sample_clock_terms(mon: Monitor, duration: float, per_second: float, what: 
 
 
 # -- time -------------------------------------------------------------------------------------
-def _dut_timer_terms(per_second: float, laps: int, what: str, resolution_s: float | None
-                     ) -> list[Component]:
-    """A time read on the DUT's lap counter (`laps` inferences per reading), carried by
-    `per_second`: its resolution, and its oscillator (unknown)."""
+def _dut_timer_terms(mon: Monitor, per_second: float, laps: int, what: str,
+                     resolution_s: float | None, duration_s: float) -> list[Component]:
+    """A time `duration_s` read on the DUT's lap counter (`laps` inferences per reading),
+    carried by `per_second`: its resolution, and its oscillator (the bench's ``[dut]
+    clock_ppm``, else unknown)."""
     res = resolution_s or DUT_TIMER_RESOLUTION_S
     said = ("the m-lap-resolution-us the DUT reported" if resolution_s
             else "the lap counter's whole microseconds (m-lap-us)")
@@ -317,8 +331,19 @@ def _dut_timer_terms(per_second: float, laps: int, what: str, resolution_s: floa
                     source=f"± {res * 1e6:g} us per reading ({said})"
                            + (f", over {laps} inferences" if laps > 1 else "")
                            + ", rectangular"),
-        unknown(f"{what}: DUT timer clock", source=DUT_CLOCK_UNKNOWN),
+        _dut_clock_term(mon, per_second, what, duration_s),
     ]
+
+
+def _dut_clock_term(mon: Monitor, per_second: float, what: str, duration_s: float
+                    ) -> Component:
+    name = f"{what}: DUT timer clock"
+    if mon.dut_clock is None:
+        return unknown(name, source=DUT_CLOCK_UNKNOWN)
+    half = mon.dut_clock.half_width(duration_s)
+    return rectangular(name, half, sensitivity=per_second, source=(
+        f"{mon.dut_clock.source}: ±{mon.dut_clock.gain * 1e6:g} ppm, ±{half:.3g} s on "
+        f"{duration_s:.4g} s ([dut] clock_ppm), rectangular"))
 
 
 def _time_terms(mon: Monitor, summary: dict[str, Any], runs: Sequence[LatencyRun],
@@ -352,7 +377,7 @@ def _timer_terms(mon: Monitor, timers: set[str], per_inference_s: float, laps: i
     """The Type B terms of a time per inference taken `laps` inferences at a time by the
     timer(s) named (s per inference)."""
     if timers == {"dut"}:
-        return _dut_timer_terms(1.0, laps, what, resolution_s)
+        return _dut_timer_terms(mon, 1.0, laps, what, resolution_s, per_inference_s)
     if timers == {"emon"}:
         return [c.scaled(1.0 / laps) for c in
                 _sample_clock_terms(mon, per_inference_s * laps, 1.0, what, "window")]

@@ -18,6 +18,7 @@ from typing import Any
 from drivers.dut.client import DutClient, LoadResult
 from drivers.dut.qemu import STALL_S, QemuBoard
 from drivers.emon import check_current_range, monitor_class, open_monitor
+from drivers.emon.accuracy import MonitorAccuracy, not_declared
 from drivers.emon.base import EnergyMonitor
 from drivers.emon.lpm01a import Lpm01a
 from drivers.errors import DeviceTimeout, PortError
@@ -677,7 +678,7 @@ def connect_bench(
         parts.refused = True
         raise
     set_voltage = parts.emon.set_voltage()
-    settings = parts.emon.settings()
+    settings = with_lab_accuracy(parts.emon.settings(), bench, measured=set_voltage is None)
     bus.publish(InstrumentInfo(role="emon", info={**parts.emon.self_test(), **settings,
                                                   "trace_voltage": trace_voltage(set_voltage)}))
     emon = parts.emon
@@ -821,3 +822,26 @@ def _mode_without_banner(bench: Bench, dut: DutClient, bus: EventBus) -> None:
         bus.publish(Note(level="warning", text="the DUT's timestamp mode could not be read "
                          f"(plain MLPerf Tiny firmware, no boot banner): taking "
                          f"{bench.dut.timestamp_mode!r} from the bench file"))
+
+
+def with_lab_accuracy(settings: dict[str, Any], bench: Bench, *, measured: bool
+                      ) -> dict[str, Any]:
+    """The monitor's `settings()` with the bench's `[emon.accuracy]` figures in its declared
+    accuracy: each figure the lab gives replaces the driver's for that term only (citing the
+    lab's source, "lab: ..."); the driver's published figures stay for the rest. `measured`:
+    the trace's voltage is measured (the lab's voltage figure is then the measurement's)."""
+    lab = bench.emon_accuracy
+    if lab is None:
+        return settings
+    try:
+        declared = MonitorAccuracy.from_json(settings["accuracy"])
+    except (KeyError, TypeError, ValueError):
+        declared = not_declared(str(settings.get("driver") or bench.emon.driver))
+    current = voltage = None
+    if lab.current_gain is not None or lab.current_offset_a is not None:
+        current = (lab.current_gain or 0.0, lab.current_offset_a or 0.0)
+    if lab.voltage_gain is not None or lab.voltage_offset_v is not None:
+        voltage = (lab.voltage_gain or 0.0, lab.voltage_offset_v or 0.0)
+    merged = declared.with_lab_figures(lab.source, current=current, voltage=voltage,
+                                       voltage_measured=measured, clock_ppm=lab.clock_ppm)
+    return {**settings, "accuracy": merged.to_json()}

@@ -1,0 +1,167 @@
+"""A lab's own accuracy figures on the virtual bench (issue 37): `[emon.accuracy]` gives the
+LPM01A's supply setting and sample clock that ST does not publish, `[dut] clock_ppm` the DUT
+oscillator's tolerance. The active power and energy budgets then become complete and equal the
+closed form; the idle power's stays incomplete (one idle span: no Type A estimate, which no key
+can supply), and so do the dynamic figures that subtract it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from drivers.emon.accuracy import MonitorAccuracy, Spec
+from drivers.emon.lpm01a import ACCURACY as LPM01A_ACCURACY
+
+from .runs import bench_variant, events, only_run, run_rig
+
+pytestmark = pytest.mark.slow
+
+CERT = "calibration certificate 1234, 2026-03-01"
+#: The lab's figures: ± (1 % + 5 mV) on the set supply, ± 100 ppm on the sample clock.
+LAB = f"""
+[emon.accuracy]
+voltage_gain = 0.01
+voltage_offset_v = 0.005
+clock_ppm = 100
+source = "{CERT}"
+"""
+VOLTS, FS = 1.8, 1000.0
+ROOT3 = math.sqrt(3)
+
+
+def lab_bench(tmp_path: Path, name: str, bound: str, lab: str = LAB,
+              dut_clock: str = 'clock_ppm = 50\nclock_source = "DUT crystal datasheet"\n'
+              ) -> Path:
+    """benches/sim.toml made short (2 runs of 1 s, one sample per class), with the lab's
+    figures, the DUT's clock and a bound."""
+    return bench_variant(
+        tmp_path, name,
+        spc=("samples_per_class = 10", "samples_per_class = 1"),
+        runs=("runs = 5", "runs = 2"), run_s=("min_run_s = 10.0", "min_run_s = 1.0"),
+        dut=('timestamp_mode = "energy"\n', f'timestamp_mode = "energy"\n{dut_clock}'),
+        emon=("supply_voltage_v = 1.8\n", f"supply_voltage_v = 1.8\n{lab}"),
+        bound=("idle_s = 2.0", f"idle_s = 2.0\nmax_relative_uncertainty = {bound}"))
+
+
+def measure(bench: Path, runs: Path, *args: str) -> tuple[int, dict, Path]:
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs), "--json",
+                   *args)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout), only_run(runs)
+
+
+def stderr(values: list[float]) -> float:
+    """The standard deviation of the mean."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def bound_check(out: dict) -> dict:
+    (check,) = [c for c in out["summary"]["checks"] if c["name"] == "uncertainty within bound"]
+    return check
+
+
+@pytest.fixture(scope="module")
+def lab_run(tmp_path_factory) -> tuple[int, dict, Path]:
+    tmp = tmp_path_factory.mktemp("lab")
+    return measure(lab_bench(tmp, "lab", "0.05"), tmp / "runs")
+
+
+def test_the_manifest_declares_the_lab_s_figures_beside_st_s(lab_run) -> None:
+    manifest = json.loads((lab_run[2] / "manifest.json").read_text())
+    declared = MonitorAccuracy.from_json(manifest["instruments"]["emon"]["accuracy"])
+    assert declared.current_ranges == LPM01A_ACCURACY.current_ranges  # ST's 2 % kept
+    for spec in (declared.voltage_set, declared.clock):
+        assert isinstance(spec, Spec) and spec.source == f"lab: {CERT}"
+    assert "voltage set, clock" in declared.notes
+    assert manifest["bench"]["emon_accuracy"]["clock_ppm"] == 100.0
+
+
+def test_active_power_and_energy_budgets_are_complete_and_equal_the_closed_form(lab_run
+                                                                               ) -> None:
+    s = lab_run[1]["summary"]
+    budgets = s["uncertainty"]
+    p, e = s["active_power_w"], s["energy_per_inference_j"]
+    supply = (0.01 * VOLTS + 0.005) / VOLTS  # the lab's supply half-width, relative
+    windows = [ev for ev in events(lab_run[2]) if ev["event"] == "window_measured"]
+    t = sum(w["duration_s"] for w in windows) / len(windows)
+    active = budgets["active_power_w"]
+    assert active["complete"] and active["k"] == 2.0
+    # Type A over the windows, ST's 2 % gain, the lab's supply (x I = P/V).
+    type_a = stderr([w["mean_power_w"] for w in windows])
+    assert active["U"] == pytest.approx(
+        2 * math.sqrt(type_a**2 + (0.02 * p / ROOT3) ** 2 + (supply * p / ROOT3) ** 2),
+        rel=1e-9)
+    energy = budgets["energy_per_inference_j"]
+    assert energy["complete"] and energy["k"] == 2.0
+    # Type A, ST's gain and the lab's supply (x T/N), the lab's clock (100 ppm of T) and one
+    # sample at each edge of T (x E/T).
+    type_a = stderr([w["energy_per_inference_j"] for w in windows])
+    expected = 2 * math.sqrt(type_a**2 + (e / ROOT3) ** 2 * (
+        0.02**2 + supply**2 + 100e-6**2 + 2 * (1 / FS / t) ** 2))
+    assert energy["U"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_dut_clock_completes_the_execution_time(lab_run) -> None:
+    budget = lab_run[1]["summary"]["uncertainty"]["execution_time_mean_s"]
+    clock = {c["name"]: c for c in budget["components"]}["execution time: DUT timer clock"]
+    assert clock["value"] == pytest.approx(50e-6 * 12.5e-3 / ROOT3)
+    assert clock["source"].startswith("lab: DUT crystal datasheet: ±50 ppm")
+    assert budget["complete"]
+
+
+def test_only_the_idle_power_s_repeatability_stays_unknown(lab_run) -> None:
+    """One idle span gives no Type A estimate: the idle, dynamic power and dynamic energy
+    budgets stay incomplete, and the bound (loose as it is) names exactly those three."""
+    code, out, _ = lab_run
+    budgets = out["summary"]["uncertainty"]
+    unknown = {k: b["unknown"] for k, b in budgets.items() if not b["complete"]}
+    assert unknown == {
+        "idle_power_w": ["idle power: repeatability"],
+        "dynamic_power_w": ["idle power: repeatability"],
+        "dynamic_energy_per_inference_j": ["idle power: repeatability (x execution time)"]}
+    check = bound_check(out)
+    assert code == 1 and not check["ok"]
+    assert check["detail"].startswith("3 of 7 figures beyond U/|value| <= 0.05")
+    assert "active power" not in check["detail"].replace("dynamic power", "")
+
+
+def test_a_tight_bound_fails_the_complete_figures_too(tmp_path: Path) -> None:
+    code, out, _ = measure(lab_bench(tmp_path, "tight", "0.01"), tmp_path / "runs")
+    check = bound_check(out)
+    assert code == 1 and check["detail"].startswith("5 of 7 figures beyond U/|value| <= 0.01")
+    assert "active power: U/|value|" in check["detail"]
+
+
+def test_a_loose_bound_passes_where_every_figure_is_complete(tmp_path: Path) -> None:
+    """Latency only (no idle span): with the lab's sample clock both figures are complete, and
+    a loose bound passes (exit 0) where a tight one fails (exit 1)."""
+    code, out, _ = measure(lab_bench(tmp_path, "loose", "0.05"), tmp_path / "loose",
+                           "--scope", "performance")
+    assert code == 0 and bound_check(out) == {
+        "name": "uncertainty within bound", "ok": True,
+        "detail": "all 2 figures within U/|value| <= 0.05 (95 %)"}
+    code, out, _ = measure(lab_bench(tmp_path, "tight", "0.001"), tmp_path / "tight",
+                           "--scope", "performance")
+    assert code == 1 and bound_check(out)["detail"].startswith("2 of 2 figures beyond")
+
+
+@pytest.mark.parametrize(("lab", "dut_clock", "message"), [
+    (LAB.replace(f'source = "{CERT}"\n', ""), "",
+     "[emon.accuracy] source is missing: every figure a lab declares cites where it comes from"),
+    (LAB.replace("clock_ppm = 100", "clock_ppm = -100"), "",
+     "[emon.accuracy] clock_ppm: expected a number in [0, 1000000] ppm, found -100"),
+    ("", "clock_ppm = 50\n", "[dut] clock_ppm is given without clock_source"),
+])
+def test_a_figure_without_its_source_or_below_0_is_refused_in_one_line(
+        tmp_path: Path, lab: str, dut_clock: str, message: str) -> None:
+    bench = lab_bench(tmp_path, "refused", "0.05", lab=lab, dut_clock=dut_clock)
+    runs = tmp_path / "runs"
+    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"rig: error: {bench}: {message}")
+    assert not runs.exists() or not any(runs.iterdir())
