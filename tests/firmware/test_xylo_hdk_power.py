@@ -21,11 +21,9 @@ import pytest
 
 from firmware.xylo.shim import (
     DEFAULT_POWER_HZ,
-    HdkBackend,
     PowerUnavailable,
     XyloShim,
     build_parser,
-    encode_raster,
     main,
 )
 from firmware.xylo.spec import XyloSpec, load_spec
@@ -34,6 +32,7 @@ from rig.run.asc import rail_power
 from tests.requires import needs
 
 from .fake_samna import DeviceInfo, Firmware, Harness, MeasurementChannels, rockpool_hdk
+from .xylo_hdk import laps, open_hdk_shim
 
 pytestmark = needs("rockpool", "xylosim")
 
@@ -59,24 +58,13 @@ def spec() -> XyloSpec:
 
 def open_shim(harness: Harness, spec: XyloSpec, **board: Any) -> tuple[XyloShim, Any]:
     """A shim on HdkBackend.open at the default rail rate, one fake board, a raster loaded."""
-    harness.reset()
-    hdk = harness.samna.attach(idle_w=IDLE_W, active_w=ACTIVE_W, **board)
-    backend = HdkBackend.open(spec, DEFAULT_POWER_HZ, clock=harness.clock.time,
-                              sleep=harness.clock.sleep)
-    shim = XyloShim(spec, backend, port=None)
-    data = encode_raster(np.ones((STEPS, spec.n_input), dtype=np.uint8))
-    shim._buffer[: len(data)] = data
-    shim._expected = shim._loaded = len(data)
-    return shim, hdk
+    return open_hdk_shim(harness, spec, np.ones((STEPS, spec.n_input), dtype=np.uint8),
+                         DEFAULT_POWER_HZ, idle_w=IDLE_W, active_w=ACTIVE_W, **board)
 
 
 def messages(lines: list[str]) -> tuple[str, ...]:
     """The text after ``m-`` of each message line, as DutClient hands it to the rig."""
     return tuple(line[2:] for line in lines if line.startswith("m-"))
-
-
-def laps(lines: list[str]) -> list[int]:
-    return [int(line.rsplit("-", 1)[1]) for line in lines if line.startswith("m-lap-us-")]
 
 
 def test_rails_are_sampled_at_the_tutorials_20_hz() -> None:

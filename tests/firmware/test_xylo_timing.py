@@ -17,17 +17,16 @@ import numpy as np
 import pytest
 
 from firmware.xylo.shim import (
-    HdkBackend,
     HdkTimingError,
     ReadoutPoll,
     XyloShim,
-    encode_raster,
 )
 from firmware.xylo.spec import XyloSpec, load_spec
 from protocols.dut.codec import Results, parse_line
 from tests.requires import needs
 
 from .fake_samna import FakeClock, Harness, rockpool_hdk
+from .xylo_hdk import laps, open_hdk_shim
 
 pytestmark = needs("rockpool", "xylosim")
 
@@ -53,20 +52,9 @@ def raster(spec: XyloSpec) -> np.ndarray:
 
 
 def open_shim(harness: Harness, spec: XyloSpec, **board: Any) -> tuple[XyloShim, Any]:
-    """A shim on HdkBackend.open (the real path: find_xylo_hdks, config_from_specification,
-    XyloSamna) with one fake board attached, the raster loaded."""
-    harness.reset()
-    hdk = harness.samna.attach(**board)
-    backend = HdkBackend.open(spec, 20.0, clock=harness.clock.time, sleep=harness.clock.sleep)
-    shim = XyloShim(spec, backend, port=None)
-    data = encode_raster(raster(spec))
-    shim._buffer[: len(data)] = data
-    shim._expected = shim._loaded = len(data)
-    return shim, hdk
+    """A shim on Rockpool's HDK path, rails at 20 Hz, one fake board, the raster loaded."""
+    return open_hdk_shim(harness, spec, raster(spec), 20.0, **board)
 
-
-def laps(lines: list[str]) -> list[int]:
-    return [int(line.rsplit("-", 1)[1]) for line in lines if line.startswith("m-lap-us-")]
 
 
 def test_rockpools_own_read_never_reports_less_than_0_1_s(harness: Harness,
