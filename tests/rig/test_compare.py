@@ -97,7 +97,8 @@ def test_an_incomplete_budget_is_never_said_to_differ() -> None:
     b = _power(1.5, [1.4, 1.5, 1.6], extra=missing)
     c = compare_budgets("p", a, b, {}, {})
     u = math.hypot(0.1 / math.sqrt(3), 0.1 / math.sqrt(3))
-    assert not c.delta.complete and c.delta.k > 2
+    # incomplete: its U is 2·u_c, though the known terms alone (nu_eff = 4) would give 2.78
+    assert not c.delta.complete and c.delta.k == 2.0 and coverage_factor(c.delta.dof_eff) > 2.7
     assert c.k == 2.0 and c.expanded == pytest.approx(2 * u)
     assert c.verdict == UNDECIDED and "not published" in c.verdict_text
     assert "B: power: supply voltage" in c.to_json()["unknown"]
@@ -107,14 +108,17 @@ def test_an_incomplete_budget_is_never_said_to_differ() -> None:
     # between 2·u_c and the known terms' own k·u_c: still undecided, not "not distinguishable"
     mid = compare_budgets("p", a, _power(1.0 + 3 * u, [0.9 + 3 * u, 1.0 + 3 * u, 1.1 + 3 * u],
                                          extra=missing), {}, {})
-    assert mid.delta.k * mid.delta.u_c > 3 * u and mid.verdict == UNDECIDED
+    assert coverage_factor(mid.delta.dof_eff) * mid.delta.u_c > 3 * u
+    assert mid.verdict == UNDECIDED
 
 
 def test_a_budget_read_back_from_json_is_the_same() -> None:
     b = _power(1.0, [0.9, 1.0, 1.1], 0.02, extra=(unknown("v", source="x", group="supply"),))
     again = budget_from_json(b.to_json())
     assert again == b
-    assert coverage_factor(again.dof_eff) == again.k
+    assert not again.complete and again.k == 2.0  # incomplete: U = 2·u_c, a lower bound
+    complete = _power(1.0, [0.9, 1.0, 1.1], 0.02)
+    assert budget_from_json(complete.to_json()).k == coverage_factor(complete.dof_eff) > 2
 
 
 def test_runs_of_different_procedures_or_without_figures_are_refused() -> None:

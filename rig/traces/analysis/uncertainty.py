@@ -19,9 +19,12 @@ That is how one instrument's gain error is carried by a difference of two of its
 the active reading contributes +g·P_a/√3, the idle one −g·P_i/√3, and the group contributes
 g·|P_a − P_i|/√3, not √((g·P_a)² + (g·P_i)²)/√3.
 
-Incomplete budgets: where any component is unknown, ``u_c`` and ``U`` are computed from the
-known terms only and are a *lower bound* of the real uncertainty (every independent term
-adds a non-negative variance), ``complete`` is false and ``unknown`` names the missing terms.
+Incomplete budgets: where any component is unknown, ``u_c`` is computed from the known terms
+only and is a *lower bound* of the real combined uncertainty (every independent term adds a
+non-negative variance), ``complete`` is false and ``unknown`` names the missing terms. Its
+``U`` is 2·u_c, not k·u_c with the known terms' k: a missing term changes ν_eff, so the real
+k may be smaller than the known terms' (an unknown Type B term, ν = ∞, raises ν_eff), but never
+below 2, so only 2·u_c bounds the real U from below.
 A correlated group with an unknown member is left out of the sum entirely (its known members
 could be cancelled by the unknown one, so they bound nothing). Nothing is ever guessed.
 
@@ -203,8 +206,9 @@ def combine(figure: str, value: float, unit: str, components: Iterable[Component
             terms.append((total, min(m.dof for m in members)))
     u_c = math.sqrt(math.fsum(u * u for u, _ in terms))
     dof = welch_satterthwaite(terms)
-    k = coverage_factor(dof)
     missing = tuple(c.name for c in parts if not c.known)
+    # Incomplete: the real k is unknown but >= 2, so 2·u_c is what bounds U (module docstring).
+    k = 2.0 if missing else coverage_factor(dof)
     return Budget(figure=figure, value=value, unit=unit, components=parts, u_c=u_c,
                   dof_eff=dof, k=k, u_expanded=k * u_c, complete=not missing, unknown=missing)
 
