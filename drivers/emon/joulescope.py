@@ -269,17 +269,28 @@ _STREAMS = (
 )
 
 
+#: What every Joulescope search tried (2026-11-28), beside each model's own lead below.
+_SEARCHED_BOTH = (
+    "pages corpus: the JS220 User's Guide Rev 1.3 copies at manuals.online (joulescope/"
+    "measuring-instrument/js220/user-manual/vkim) and easymanua.ls (joulescope/js220/manual) "
+    "hold only the guide's opening pages and its page 35 ('GPI & GPO') as stored text; searches "
+    "'JS220 current range 18 µA accuracy offset nA', 'Joulescope specifications table shunt "
+    "resistance 1111', 'JS220 User's Guide Specifications Voltage measurement', 'Joulescope "
+    "User's Guide Current range Shunt resistance Offset Gain accuracy' found no other page; "
+    "docs corpus: PyPI and driver pages only; code corpus and find_string 'Current "
+    "measurement specifications': no Joulescope text; the jetperch repositories pyjoulescope, "
+    "joulescope_driver and pyjoulescope_ui (every revision) hold no accuracy table nor the "
+    "guide's source. The vendor's forum posts (forum.joulescope.com/t/388, /t/268) show or "
+    "describe the table but are not the guide: not taken")
 #: Where each model's accuracy figures were looked for (2026-11-28); none was read first-hand.
 _SEARCHED = {
-    "js110": "the Joulescope (JS110) User's Guide, 'Current measurement specifications' table "
-             "(its page 12, as the vendor's forum names it): not reachable here; the vendor's "
-             "forum post forum.joulescope.com/t/388 paraphrases its 2 A range only, not taken "
-             "(second-hand); docs/pages search 'Joulescope JS110 specifications current range "
-             "accuracy offset'",
-    "js220": "the Joulescope JS220 User's Guide (Rev 1.3, 2022-10-25), 'Current measurement "
-             "specifications' table: only its opening pages were reachable (a manuals.online "
-             "copy); docs/pages search 'Joulescope JS220 specifications current accuracy', "
-             "'JS220 Current measurement specifications'",
+    "js110": "2026-11-28: the Joulescope (JS110) User's Guide, 'Current measurement "
+             "specifications' table (its page 12, as the vendor's forum post t/388 names it, "
+             "showing it as an image and paraphrasing its 2 A range only): no copy of the JS110 "
+             "guide was found; " + _SEARCHED_BOTH,
+    "js220": "2026-11-28: the Joulescope JS220 User's Guide (Rev 1.3, 2022-10-25), 'Current "
+             "measurement specifications' table and its voltage and time-base figures: not "
+             "readable here; " + _SEARCHED_BOTH,
 }
 
 

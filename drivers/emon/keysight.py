@@ -155,15 +155,31 @@ EVERY_EDGE_SETUPS = ("an N6705 with an N6781A/N6785A SMU and its auxiliary input
 
 #: Where the N6705/N6781A figures were looked for (2026-11-28).
 N6781A_SEARCHED = (
-    "the N6700 Specifications Guide (N6700-90001): only its table 'Measurement Accuracy and "
-    "Resolution (with shorter measurement intervals)' was reachable (the noise to add to the "
-    "base accuracy below 1 NPLC, per range), not the base accuracy table of the N6781A; the "
-    "N6780 series SMU data sheet (5990-5829EN) was not reachable; docs/pages search 'N6781A "
-    "specifications current measurement accuracy'")
+    "2026-11-28: the N6781A base accuracy table (current measurement per range, voltage "
+    "measurement, voltage programming) of the 'N6731B-N6792A DC Power & Load Modules, "
+    "N6700C-N6705C Mainframes Specifications Guide' was not readable here: its only stored page "
+    "(38.142.81.21:8001, manual/keysight/n6775a/datasheet-english/page-52.html) is the table "
+    "'Measurement Accuracy and Resolution (with shorter measurement intervals)', the noise to "
+    "add to the base accuracy below 1 NPLC; the older Agilent N6700 specifications copy "
+    "(manual/agilent-technologies/n6705/specifications-english/page-18.html) holds the "
+    "N673xB/N674xB table only. Pages searches 'N6781A measurement accuracy current 3 A range "
+    "100 mA range 1 mA range 10 µA', 'N6781A programming accuracy voltage 20 V', 'N6731B-N6792A "
+    "Specifications Guide N6781A', 'N6781A N6782A N6784A Programming ranges Measurement "
+    "resolution temperature coefficient', the docs and code corpora, find_string 'N6781A', "
+    "'N6700-90001' (a link only) and '5990-5829' (the N6780 data sheet: nothing) found no "
+    "other page of it; the N6700/N6705C user and service guide pages reached give ranges, "
+    "sampling and histogram bins, no accuracy; no time base figure was found either")
 #: Where the 34465A figures were looked for (2026-11-28).
 K34465A_SEARCHED = (
-    "the Truevolt 34465A/34470A data sheet's DC current table was not reachable (pages found "
-    "were other meters' tables); docs/pages search '34465A DC current accuracy 1 year'")
+    "2026-11-28: the Truevolt data sheet (5991-1983EN, 34460A/61A/65A/70A) DC current table "
+    "was not readable here: no copy of it in the pages, docs or code corpora (searches "
+    "'34465A DC current 1 year accuracy % of reading % of range', 'Truevolt 34461A 34465A "
+    "34470A DC current accuracy 1 year Tcal shunt resistance burden voltage', '34465A 34470A "
+    "specifications DC current 1 µA 10 µA ... 24 hour 90 day 1 year', 'Truevolt Series Digital "
+    "Multimeters Data Sheet DC current specifications'); find_string '5991-1983' found links "
+    "to it and third parties' transcriptions only (not taken), find_files for the PDF by its "
+    "usual names found none; the Truevolt help and operating guide pages reached (command "
+    "reference, measurement tutorial) give ranges, not accuracy; nor a sample timer figure")
 #: The 34465A's DC current ranges the driver may select [A] (1 µA ... 3 A; its 10 A range
 #: needs the 10 A terminal, which the driver does not use: `ranges.KEYSIGHT_MAX_RANGE_A`).
 K34465A_RANGES_A = (1e-6, 10e-6, 100e-6, 1e-3, 10e-3, 100e-3, 1.0, 3.0)

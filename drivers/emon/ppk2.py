@@ -104,10 +104,14 @@ class ByteTransport(Protocol):
 
 #: Where the PPK2's figures were looked for (2026-11-28).
 PPK2_SEARCHED = (
-    "Nordic's 'Measurement accuracy' page of the PPK2 user guide (docs.nordicsemi.com, "
-    "ug_ppk2) was not reachable here; figures seen only second-hand (±10 % at 5-50 mA, ±15 % "
-    "at 50-1000 mA, plus offsets) are not taken; docs/pages search 'Power Profiler Kit II "
-    "measurement accuracy'")
+    "2026-11-28: Nordic's 'Measurement accuracy' page of the PPK2 user guide (docs.nordicsemi."
+    "com, ug_ppk2) is in neither the docs nor the pages corpus (searches 'Power Profiler Kit II "
+    "measurement accuracy', 'PPK2 user guide measurement accuracy resolution range current', "
+    "'infocenter nordicsemi ug_ppk2 PPK_user_guide Measurement accuracy', 'PPK2 current "
+    "measurement ranges accuracy table'); Nordic's pc-nrfconnect-ppk repository (doc/ and "
+    "the rest, newest commit) states no accuracy; figures seen only second-hand (±10 % at 5-50 mA, "
+    "±15 % at 50-1000 mA, plus offsets) are not taken; no sample clock or source-voltage "
+    "figure was found either")
 
 
 def ppk2_accuracy(mode: str) -> MonitorAccuracy:
