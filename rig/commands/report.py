@@ -2,7 +2,8 @@
 
 `rig report --template [RUN...]` prints a system.toml to fill in (with a table per system of the
 given runs). Exit codes: 0 written, 2 bad input (a folder that is not a run, an unfinished run
-without --allow-incomplete, a bad system.toml, --strict with unfilled fields).
+without --allow-incomplete, a run whose trace is damaged without --allow-damaged-traces, a bad
+system.toml, --strict with unfilled fields).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="refuse (exit 2) while a required system.toml field is empty")
     p.add_argument("--allow-incomplete", action="store_true",
                    help="report interrupted or failed runs too, marked as such")
+    p.add_argument("--allow-damaged-traces", action="store_true",
+                   help="report runs whose trace is missing, cut short or fails its CRC too, "
+                   "marked as not re-derivable (default: refuse them, exit 2)")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(run=run)
 
@@ -49,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.json or not sys.stderr.isatty()
     outcome = write_report(
         args.runs, args.out, system_file=args.system, formats=formats,
-        allow_incomplete=args.allow_incomplete, strict=args.strict,
+        allow_incomplete=args.allow_incomplete,
+        allow_damaged_traces=args.allow_damaged_traces, strict=args.strict,
         progress=None if quiet else (lambda text: err.print(f"[dim]{text}…[/]")),
     )
     if args.json:

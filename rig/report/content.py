@@ -84,6 +84,13 @@ def build_document(
                     "Reported with --allow-incomplete: " + "; ".join(
                         f"`{r.name}` ({r.status})" for r in _unique(incomplete))
                     + ". Their numbers are what they had measured; each is marked where shown."))
+    damaged = [r for r in _unique([r for s in systems for r in s.runs]) if r.trace_damaged]
+    if damaged:
+        doc.add(Box("incomplete", "Some figures cannot be re-derived from their traces",
+                    "Reported with --allow-damaged-traces: " + "; ".join(
+                        f"`{r.name}` ({r.trace_damaged})" for r in damaged)
+                    + ". Their figures are what the run stated when it ended; `rig analyze` "
+                    "cannot check them against the samples. Each is marked where shown."))
     doc.add(*_overview(systems))
     doc.add(*_differences(systems))
 
@@ -138,6 +145,8 @@ def _overview(systems: list[System]) -> list[Any]:
 
 def _status_mark(run: ReportRun, system: System) -> str:
     marks = [run.status]
+    if run.trace_damaged:
+        marks.append("figures not re-derivable (trace damaged)")
     if run.simulation:
         marks.append(f"SIMULATED ({run.simulation})")
     elif run.emulation:
@@ -233,6 +242,11 @@ def _system_section(number: int, system: System, info: SystemInfo, figures_dir: 
         if not run.complete:
             out.append(Box("incomplete", f"Run `{run.name}`: {run.status}",
                            _incomplete_text(run)))
+        if run.trace_damaged:
+            out.append(Box("incomplete", f"Run `{run.name}`: figures not re-derivable",
+                           f"Its trace {run.trace_damaged}. The run's figures below are what "
+                           "it stated when it ended; they cannot be re-derived from the "
+                           "samples, and no trace figure is drawn from it."))
     figures = make_figures(system, figures_dir) if make_figures else []
     stages = workflow_stages(system)
     sub = _Numbering(number)

@@ -45,6 +45,9 @@ class ReportRun:
     notes: list[str] = field(default_factory=list)
     #: Why its numbers are emulated ("emulated: QEMU mps2-an386, ..."), or None.
     emulation: str | None = None
+    #: What is wrong with a trace the run recorded ("traces/emon.jls is truncated: ..."), so
+    #: that its figures cannot be re-derived (`check_traces`); None when every trace reads.
+    trace_damaged: str | None = None
 
     @property
     def name(self) -> str:
@@ -160,6 +163,48 @@ def check_complete(runs: list[ReportRun], allow_incomplete: bool) -> None:
             f"{run.path} {why}; a report states finished, replicable results",
             hint="measure it again, or pass --allow-incomplete to report it marked as such",
         )
+
+
+def check_traces(runs: list[ReportRun], allow_damaged: bool) -> None:
+    """Read every trace an ASC run's manifest lists, whole, as `rig analyze RUN` would: one
+    that is missing, cut short or fails its CRC means the run's figures cannot be re-derived.
+    Refused by name (ConfigError, exit 2) unless `allow_damaged`; then the run is marked
+    (`trace_damaged`) and no figure is drawn from its trace. Runs are only read: the length
+    check comes before pyjls opens a file (it would repair a cut-short copy in place)."""
+    from rig.errors import AnalysisError
+    from rig.traces.integrity import check_jls_intact
+
+    for run in runs:
+        if run.task != ASC:
+            continue
+        for entry in run.manifest.get("traces") or []:
+            rel = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+            if not rel:
+                continue
+            path = run.path / rel
+            if not path.is_file():
+                damage = f"{rel} is missing"
+            else:
+                try:
+                    check_jls_intact(path)
+                    continue
+                except AnalysisError as exc:
+                    damage = _damage_text(exc.message, path, rel)
+            if not allow_damaged:
+                raise ConfigError(
+                    f"{run.path}: {damage}; the run's figures cannot be re-derived from it",
+                    hint="copy the run folder again from where it was recorded, leave the run "
+                         "out, or pass --allow-damaged-traces to report it marked as such")
+            run.trace_damaged = damage
+            run.trace = None
+            break
+
+
+def _damage_text(message: str, path: Path, rel: str) -> str:
+    """`check_jls_intact`'s message with the trace named by its path in the run folder."""
+    text = message.replace(f"JLS file {path}", rel).replace(str(path), rel)
+    prefix = f"cannot read {rel}: "
+    return f"{rel} is damaged: {text.removeprefix(prefix)}" if text.startswith(prefix) else text
 
 
 def group_systems(runs: list[ReportRun]) -> list[System]:

@@ -19,7 +19,15 @@ from rig import __version__
 from rig.errors import ConfigError
 from rig.report.content import build_document
 from rig.report.document import Document, to_html, to_markdown
-from rig.report.runs import ASC, ReportRun, System, check_complete, group_systems, read_run
+from rig.report.runs import (
+    ASC,
+    ReportRun,
+    System,
+    check_complete,
+    check_traces,
+    group_systems,
+    read_run,
+)
 from rig.report.system import SystemInfo, load_system
 
 FORMATS = ("md", "html", "pdf")
@@ -43,10 +51,13 @@ def write_report(
     system_file: Path | None = None,
     formats: tuple[str, ...] = FORMATS,
     allow_incomplete: bool = False,
+    allow_damaged_traces: bool = False,
     strict: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> ReportOutcome:
-    """Check everything first, then write the report files into `out_dir`."""
+    """Check everything first, then write the report files into `out_dir`. Every trace of the
+    runs is read whole first: a damaged one is refused by name (`check_traces`) unless
+    `allow_damaged_traces`, which reports its run marked."""
     say = progress or (lambda _text: None)
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -62,6 +73,8 @@ def write_report(
             raise ConfigError(f"{run.path} is given twice", hint="name each run folder once")
         seen.add(run.path)
     check_complete(runs, allow_incomplete)
+    say("reading the runs' traces")
+    check_traces(runs, allow_damaged_traces)
     systems = group_systems(runs)
     ids = [s.id for s in systems]
     info = load_system(system_file, ids) if system_file is not None else SystemInfo()
@@ -132,6 +145,7 @@ def results(doc: Document, systems: list[System], info: SystemInfo,
             {"path": str(path), "task": r.task, "status": r.status,
              "simulated": r.simulation if r.task == ASC else None,
              **({"emulated": r.emulation} if r.emulation else {}),
+             **({"trace_damaged": r.trace_damaged} if r.trace_damaged else {}),
              "settings": _settings(r), "show": r.show}
             for path, r in runs.items()
         ],
