@@ -26,6 +26,8 @@ COMMANDS += ["worker", "cluster"]
 COMMANDS += ["dashboard"]
 #: A lab's own folder of benches, and where each bench `--device NAME` finds comes from.
 COMMANDS += ["init", "benches"]
+#: A submission anyone can verify: signing keys, sealed bundles, their verification.
+COMMANDS += ["keys", "bundle", "verify"]
 
 
 class _VersionAction(argparse.Action):

@@ -5,6 +5,7 @@
     neurobench/<rig>/run/<run_id>/power      mean/min/max power over the last interval
     neurobench/<rig>/cmd                     commands to the rig (operators only, by ACL)
     neurobench/<rig>/cmd/reply               the rig's answer to each command
+    neurobench/<rig>/ledger                 retained: the head of the rig's run ledger
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def run_event(rig: str, run_id: str, kind: str) -> str:
 def power(rig: str, run_id: str) -> str:
     """Where the power summaries of run `run_id` go."""
     return run_event(rig, run_id, POWER)
+
+
+def ledger(rig: str) -> str:
+    """The retained topic of `rig`'s ledger head (`rig.submission.ledger`): a second party
+    subscribed to it holds every head the rig reached."""
+    return f"{ROOT}/{rig}/ledger"
 
 
 def cmd(rig: str) -> str:

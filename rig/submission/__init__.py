@@ -1,0 +1,1 @@
+"""A submission anyone can verify: the run ledger, signed bundles and their verification."""
