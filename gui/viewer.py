@@ -776,6 +776,8 @@ def render_png(view: TraceView, path: str | Path, *, range_s: tuple[float, float
             window.set_range(*range_s)
         window.refresh_now()
         app.processEvents()
+        if view.source.damaged is not None:  # a window shows the rest; a picture would not say
+            raise view.source.damaged
         return window.export_png(path)
     finally:
         window.close()

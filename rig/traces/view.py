@@ -27,7 +27,9 @@ from rig.traces.files import (
     JLS_GPIO,
     JLS_POWER,
     JLS_VOLTAGE,
+    captured_c_output,
     check_jls_length,
+    jls_error,
     open_jls_reader,
     read_trace,
     set_voltage_of,
@@ -92,6 +94,9 @@ class TraceSource:
     #: What the file lacks, one sentence each (shown in the window).
     missing: list[str]
     first_sample_id: int = 0
+    #: The first read the file refused (a chunk damaged after it was written), or None: the
+    #: window says it and shows the rest; `rig view --png` ends on it (exit 2).
+    damaged: AnalysisError | None = None
 
     def has(self, channel: str) -> bool:
         """Whether the channel can be shown (power needs current and voltage, or its own)."""
@@ -254,7 +259,7 @@ class JlsSource(TraceSource):
         if channel == "voltage" and self.set_voltage is not None:
             return np.full(stop - start, self.set_voltage[0])
         sig = self._sig(channel)
-        data = self._reader.fsr(sig.signal_id, start, stop - start)
+        data = self._pyjls(self._reader.fsr, sig.signal_id, start, stop - start)
         if channel == "gpio" and sig.data_type & 0xFF == 1:  # u1: packed bits
             data = np.unpackbits(data, bitorder="little")[: stop - start]
         return np.asarray(data, dtype=np.float64)
@@ -270,8 +275,21 @@ class JlsSource(TraceSource):
         if channel == "voltage" and self.set_voltage is not None:
             return np.full((bins, 3), self.set_voltage[0])
         sig = self._sig(channel)
-        stats = self._reader.fsr_statistics(sig.signal_id, start, incr, bins)
+        stats = self._pyjls(self._reader.fsr_statistics, sig.signal_id, start, incr, bins)
         return np.asarray(stats)[:, (0, 2, 3)].astype(np.float64)
+
+    def _pyjls(self, call: Any, *args: Any) -> Any:
+        """A pyjls read: what its C library prints caught, and a chunk it refuses (a CRC that
+        does not match: the file was damaged after it was written) raised as AnalysisError
+        naming the file, as `read_trace` does, instead of pyjls's bare RuntimeError."""
+        reading: list[str] = []
+        try:
+            with captured_c_output() as reading:
+                return call(*args)
+        except (RuntimeError, OSError, ValueError) as exc:
+            error = jls_error(self.path, exc, reading)
+            self.damaged = self.damaged or error
+            raise error from None
 
     def close(self) -> None:
         self._reader.close()

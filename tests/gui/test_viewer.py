@@ -255,6 +255,47 @@ def test_bad_input_is_one_line_at_the_terminal(tmp_path: Path, sim_run, capsys, 
     assert "Traceback" not in err and not out.exists()
 
 
+def _flipped_data_byte(tmp: Path, run: Path) -> Path:
+    """A copy of the run folder whose trace has one byte flipped inside a chunk of samples:
+    pyjls opens the file (the damage is not in what it reads on open), and refuses the chunk
+    (CRC) only when the viewer reads those samples."""
+    from rig.errors import AnalysisError
+    from rig.traces.files import open_jls_reader
+    from rig.traces.integrity import check_jls_intact
+
+    copy = Path(shutil.copytree(run, tmp / "flipped"))
+    trace = copy / "traces" / "emon.jls"
+    whole = trace.read_bytes()
+    for k in range(len(whole) // 5, len(whole) // 2, len(whole) // 50):
+        data = bytearray(whole)
+        data[k] ^= 0x01
+        trace.write_bytes(bytes(data))
+        try:
+            open_jls_reader(trace)[0].close()
+        except AnalysisError:
+            continue
+        with pytest.raises(AnalysisError, match="MESSAGE_INTEGRITY"):
+            check_jls_intact(trace)
+        return copy
+    pytest.fail("no byte of the trace's samples found to flip")
+
+
+@pytest.mark.parametrize("what", ["run", "trace"])
+def test_a_flipped_byte_in_the_samples_is_one_line_at_the_terminal(
+        tmp_path: Path, sim_run, capfd, what: str) -> None:
+    """Issue 38: exit 1 with a traceback (`RuntimeError: rd_fsr MESSAGE_INTEGRITY[9]`) and
+    pyjls's own lines before; now one line naming the file and what is wrong, exit 2."""
+    run = _flipped_data_byte(tmp_path, sim_run[0])
+    trace = run / "traces" / "emon.jls"
+    out = tmp_path / "out.png"
+    assert main(["view", str(run if what == "run" else trace), "--png", str(out)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"rig: error: cannot read JLS file {trace}: ")
+    assert "The message integrity check failed" in err and "crc32 mismatch" in err
+    assert "Traceback" not in err and not out.exists()
+
+
 @pytest.mark.parametrize("option, value", [("--range", "2:1"), ("--range", "a:b"),
                                             ("--range", "5"), ("--size", "800"),
                                             ("--size", "10x10"), ("--png", "x.jpg")])
