@@ -28,6 +28,12 @@ class StorageError(RigError):
     """The run folder cannot be written (a full disk, a file size limit): names the file."""
 
 
+class NonFiniteError(RigError):
+    """A figure that is NaN or infinite where only a finite number can be (read from a run
+    folder, or about to be written as JSON, which has neither): names the file, the record and
+    the field."""
+
+
 class MeasurementFailed(RigError):
     """A measurement ran but failed its own checks (exit code 1)."""
 

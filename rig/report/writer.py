@@ -8,7 +8,6 @@ page header that carries a section's SIMULATED label on every page of that secti
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from rig.report.runs import (
     read_run,
 )
 from rig.report.system import SystemInfo, load_system
+from rig.run.finite import finite_json
 
 FORMATS = ("md", "html", "pdf")
 CSS = Path(__file__).with_name("style.css")
@@ -101,6 +101,9 @@ def write_report(
     say("drawing figures")
     doc = build_document(systems, info, figures_dir, make_figures=_figures,
                          make_workflow=_workflow)
+    # Before any file: a NaN or an infinity is refused by name (JSON has neither).
+    results_json = finite_json(results(doc, systems, info, missing), "results.json", indent=2,
+                               default=str) + "\n"
     files: dict[str, Path] = {}
     css = CSS.read_text(encoding="utf-8")
     footer = (f"Made by neurobench-rig {__version__} from the run folders listed in the "
@@ -113,9 +116,7 @@ def write_report(
     if engine is not None:
         say("rendering the PDF")
         files["pdf"] = _write_pdf(engine, page, out_dir / "report.pdf")
-    files["json"] = _write_text(out_dir / "results.json",
-                                json.dumps(results(doc, systems, info, missing), indent=2,
-                                           default=str) + "\n")
+    files["json"] = _write_text(out_dir / "results.json", results_json)
     return ReportOutcome(out_dir, files, systems, missing)
 
 

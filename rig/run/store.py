@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from rig.errors import ConfigError, StorageError
+from rig.errors import ConfigError, NonFiniteError, StorageError
 from rig.run.events import (
     Event,
     IdleMeasured,
@@ -44,6 +44,7 @@ from rig.run.events import (
     TraceSaved,
     WindowMeasured,
 )
+from rig.run.finite import finite_json, first_non_finite, spelled
 from rig.traces.space import write_failure
 
 MANIFEST = "manifest.json"
@@ -210,7 +211,9 @@ class RunStore:
     def _write_manifest(self) -> None:
         self._writing = MANIFEST
         tmp = self.path / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(self.manifest, indent=2, default=_json_default) + "\n")
+        # Never a NaN or an infinity (JSON has neither): refused naming the field.
+        tmp.write_text(finite_json(self.manifest, str(self.path / MANIFEST), indent=2,
+                                   default=_json_default) + "\n")
         os.replace(tmp, self.path / MANIFEST)
 
     def close(self) -> None:
@@ -290,13 +293,17 @@ def load_run(path: str | Path) -> RunRecord:
     events: list[Event] = []
     bad = 0
     if (path / EVENTS).is_file():
-        for line in (path / EVENTS).read_text(encoding="utf-8", errors="replace").splitlines():
+        text = (path / EVENTS).read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
-                events.append(Event.from_record(json.loads(line)))
+                record = json.loads(line)
+                events.append(Event.from_record(record))
             except (json.JSONDecodeError, TypeError):
                 bad += 1
+                continue
+            _refuse_non_finite(path / EVENTS, number, record)
     started = next((e for e in events if isinstance(e, RunStarted)), None)
     finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
     status = finished.status if finished else INCOMPLETE
@@ -325,7 +332,28 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, f"{path.name} is truncated or not JSON ({exc})"
     if not isinstance(manifest, dict):
         return {}, f"{path.name} holds a JSON {type(manifest).__name__}, not an object"
+    found = first_non_finite(manifest)
+    if found is not None:  # JSON has no NaN: edited or damaged (the rig never writes one)
+        return {}, f"{path.name} holds {spelled(found[1])} at {found[0]}, not a finite number"
     return manifest, None
+
+
+def _refuse_non_finite(path: Path, number: int, record: dict[str, Any]) -> None:
+    """Raise NonFiniteError naming the line, the event and the field of the first NaN or
+    infinity in one events.jsonl record (JSON has neither: the file was edited or damaged)."""
+    found = first_non_finite({k: v for k, v in record.items() if k != "event"})
+    if found is None:
+        return
+    where, value = found
+    index = record.get("index")
+    event = f"{record.get('event', '?')} event" + (
+        f" (index {index})" if isinstance(index, int) and not isinstance(index, bool) else "")
+    raise NonFiniteError(
+        f"{path} line {number}: {event}: {where} is {spelled(value)}, not a finite number",
+        hint="JSON has no NaN or Infinity, so the file was edited or damaged: copy the run "
+             "folder again from where it was recorded, or measure again")
+
+
 
 
 def _first_event(path: Path) -> dict[str, Any]:

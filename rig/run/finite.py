@@ -1,0 +1,60 @@
+"""Non-finite numbers (NaN, ±infinity) where the rig reads or writes a figure.
+
+JSON has neither: Python's `json` module reads and writes them (`NaN`, `Infinity`) unless told
+not to, and other readers refuse such a file. So a run folder that holds one was edited or
+damaged, and is refused by name where it is read (`rig.run.store.load_run`, `read_manifest`);
+the rig writes its manifests and a report's results.json through `finite_json`, which refuses
+one naming the field instead of writing it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from numbers import Real
+from typing import Any
+
+from rig.errors import NonFiniteError
+
+
+def first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
+    """(path, number) of the first NaN or infinite number in `value` (dicts, lists, tuples,
+    numbers; numpy scalars too), depth first, or None. The path is `key.key[index]`."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return None
+    if isinstance(value, Real):
+        number = float(value)
+        return None if math.isfinite(number) else (where, number)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = first_non_finite(item, f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for k, item in enumerate(value):
+            found = first_non_finite(item, f"{where}[{k}]")
+            if found is not None:
+                return found
+    return None
+
+
+def spelled(number: float) -> str:
+    """How JSON readers that accept them spell a non-finite number: NaN, Infinity, -Infinity."""
+    return json.dumps(number)
+
+
+def finite_json(data: Any, name: str, **kwargs: Any) -> str:
+    """`json.dumps(data, allow_nan=False, **kwargs)`; a NaN or infinity in `data` raises
+    NonFiniteError naming `name` (the file) and the field instead."""
+    try:
+        return json.dumps(data, allow_nan=False, **kwargs)
+    except ValueError:
+        found = first_non_finite(data)
+        if found is None:
+            raise
+        where, number = found
+        raise NonFiniteError(
+            f"cannot write {name}: {where or 'the value'} is {spelled(number)}, not a finite "
+            "number (JSON has no NaN or Infinity)",
+            hint="a figure came out NaN or infinite: see the run's events for the measurement "
+                 "it comes from") from None
