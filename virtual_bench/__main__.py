@@ -1,7 +1,9 @@
 """`python -m virtual_bench BENCH.toml`: serve a virtual bench as a process of its own.
 
 Prints one JSON line on stdout, ``{"ports": {"dut": ..., "emon": ..., "io_manager": ...},
-"speed": ..., "dut": ..., "emon": ..., "powered": ..., "simulated": true}`` (or
+"speed": ..., "dut": ..., "emon": ..., "powered": ..., "images": {"dut": PATH, ...},
+"simulated": true}`` (images: the firmware files it runs, by role; the rig records their
+digests) (or
 ``{"error": ..., "hint": ...}`` and exit code 2), then serves until its stdin closes, SIGTERM or
 Ctrl-C. The rig starts it this way (`rig sim`, a run on a virtual bench) and knows it only so.
 """

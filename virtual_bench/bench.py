@@ -47,9 +47,13 @@ class VirtualBench:
         mode = bench.timestamp_mode
         binary, why_not = (find_host_shim(build=True) if bench.dut in ("auto", "c-shim")
                            else (None, ""))
+        #: The firmware files it runs, by role ("dut", "io_manager"): the rig records their
+        #: digests, so that two runs on different builds are told apart.
+        self.images: dict[str, str] = {}
         if binary is not None:
             self.dut: SimDut | HostShimDut = HostShimDut(self.world, binary, timestamp_mode=mode)
             self.dut_impl = f"c-shim ({binary})"
+            self.images["dut"] = str(binary)
         elif bench.dut == "c-shim":
             raise SetupError(
                 f"{bench.path}: [sim] dut = \"c-shim\" but the host shim is not built "
@@ -90,6 +94,7 @@ class VirtualBench:
             # Checked (and built) now, so that a missing toolchain is a clear error up front.
             self._avr = simavr_uno_binaries(build=True)
             self.dut_impl += ", behind io_manager.ino's AVR build on simavr"
+            self.images["io_manager"] = str(self._avr[1])
 
     @property
     def ports(self) -> dict[str, str]:
@@ -208,7 +213,7 @@ def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = Fals
             vb.world.power(True)
         print(json.dumps({"ports": vb.ports, "speed": vb.world.clock.speed, "dut": vb.dut_impl,
                           "emon": vb.emon_driver, "powered": vb.world.powered,
-                          "simulated": True}), flush=True)
+                          "images": vb.images, "simulated": True}), flush=True)
         while not stop.is_set():
             ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready and not os.read(sys.stdin.fileno(), 4096):

@@ -64,6 +64,8 @@ class VirtualBenchProcess:
                 raise ConfigError(str(started["error"]), hint=started.get("hint") or None)
             self.ports: dict[str, str] = started["ports"]
             self.dut_impl: str = started.get("dut", "?")
+            #: The files it runs as the DUT's and the IO manager's firmware, by role.
+            self.images: dict[str, str] = dict(started.get("images") or {})
             self.speed: float = float(started.get("speed", 0.0))
             self.emon_driver: str = started.get("emon", "")
             self.powered: bool = bool(started.get("powered", False))

@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"{data['procedure'] or '?'} on {data['device'] or '?'}{sim}, "
               f"started {data['started_at'] or 'unknown'}")
     out.print(f"measured by: neurobench-rig {data['rig_version'] or '(not recorded)'}")
+    for role, image in (data.get("images") or {}).items():
+        digest = (f"sha256 {image['sha256']}, {image['size_bytes']:,} bytes"
+                  if image.get("sha256") else f"not read ({image.get('error', '?')})")
+        out.print(f"{role}: {escape(str(image.get('path')))}, {digest}", soft_wrap=True)
     style = "green" if record.status == "complete" else "yellow"
     out.print(f"status: [{style}]{record.status}[/]")
     if record.status == INCOMPLETE:

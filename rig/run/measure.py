@@ -33,6 +33,7 @@ from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
 from protocols.io_manager import HOST_BAUD as IO_HOST_BAUD
 from protocols.io_manager import PASSTHROUGH_PREFIX as IO_PASSTHROUGH_PREFIX
 from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench, SimConfig
+from rig.bench.images import bench_images, file_digest
 from rig.datasets.synthetic import CLASSES
 from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
 from rig.run import asc
@@ -152,10 +153,13 @@ def measure_asc(
     bus.subscribe(events.append)
     for sub in subscribers:
         bus.subscribe(sub)
+    # The images the bench names for the DUT, by digest: a path alone does not tell two apart.
+    images = bench_images(bench)
     bus.publish(RunStarted(
         run_id=uuid.uuid4().hex, procedure="asc", device=device, simulated=bench.simulated,
         emulated=bench.emulated,
-        manifest={"bench": bench.snapshot(), "run_folder": store.path.name, "scope": scope},
+        manifest={"bench": bench.snapshot(), "run_folder": store.path.name, "scope": scope,
+                  **({"images": images} if images else {})},
     ))
     if space_warning:
         bus.publish(Note(level="warning", text=space_warning))
@@ -626,8 +630,10 @@ def connect_bench(
             io_port = ports["io_manager"]
         bus.publish(Note(text=f"virtual bench: DUT {parts.vbench.dut_impl} on {dut_port}, "
                               f"{bench.emon.driver} at {emon_port}"))
+        images = {role: file_digest(p) for role, p in parts.vbench.images.items()}
         bus.publish(InstrumentInfo(role="virtual_bench", info={
-            "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True}))
+            "dut": parts.vbench.dut_impl, "ports": ports, "simulated": True,
+            **({"images": images} if images else {})}))
 
     if bench.dut.kind == "xylo":
         _connect_xylo(bench, parts, bus, checkpoint)

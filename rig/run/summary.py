@@ -121,11 +121,26 @@ def asc_summary(record: RunRecord) -> dict[str, Any]:
         "summary": summary,
         "measurements": measurements(record),
     }
+    images = run_images(manifest)
+    if images:  # the firmware it ran, by SHA-256: runs on different images told apart
+        data["images"] = images
     if record.finished is not None and record.finished.error:
         data["error"] = record.finished.error
     if record.manifest_error is not None:
         data["manifest_error"] = record.manifest_error
     return data
+
+
+def run_images(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The firmware images a run ran, by role, each {"path", "sha256", "size_bytes"}: those its
+    bench names (`images`: "qemu firmware", "xylo network spec") and the virtual bench's own
+    ("virtual bench dut", "virtual bench io_manager"). {} for runs recorded before."""
+    out = {str(k): v for k, v in (manifest.get("images") or {}).items() if isinstance(v, dict)}
+    vb = (manifest.get("instruments") or {}).get("virtual_bench") or {}
+    for role, image in (vb.get("images") or {}).items():
+        if isinstance(image, dict):
+            out[f"virtual bench {role}"] = image
+    return out
 
 
 def run_simulated(record: RunRecord) -> bool:

@@ -3,6 +3,7 @@ simulated MLPerf Tiny DUT and a simulated LPM01A, and must measure the simulated
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -52,6 +53,22 @@ def test_results_equal_the_simulated_truth_within_0_1_percent(sim_run) -> None:
     assert s["latency_runs"] == 5 and s["energy_windows"] == 5
     assert s["latency_timer"] == "emon"
     assert all(c["ok"] for c in s["checks"]), s["checks"]
+
+
+def test_the_manifest_records_the_virtual_duts_image_by_digest(sim_run) -> None:
+    """Issue 38: the DUT the virtual bench ran (the host build of the C firmware) is recorded
+    with its SHA-256 and size, beside its path, and `rig show` prints them."""
+    _, run = sim_run
+    manifest = json.loads((run / "manifest.json").read_text())
+    vb = manifest["instruments"]["virtual_bench"]
+    binary = Path(vb["dut"].removeprefix("c-shim (").split(")")[0])
+    assert vb["images"] == {"dut": {"path": str(binary),
+                                    "sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
+                                    "size_bytes": binary.stat().st_size}}
+    shown = run_rig("show", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert (f"virtual bench dut: {binary}, sha256 {vb['images']['dut']['sha256']}"
+            in " ".join(shown.stdout.split()))
 
 
 def test_accuracy_is_the_dut_models_on_every_test_sample(sim_run) -> None:

@@ -4,7 +4,9 @@ accuracy over the test set, every figure labelled emulated; QEMU ended on every 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -125,3 +127,32 @@ def test_firmware_that_never_boots_is_an_error_and_qemu_is_ended(tmp_path: Path,
     assert error.startswith("rig: error: QEMU was ended by SIGABRT: qemu: fatal: Lockup")
     assert "make firmware-arm" in error and "Traceback" not in done.stderr
     assert qemu_processes(garbage) == []
+
+
+def test_two_firmware_images_are_told_apart_by_their_digest(tmp_path: Path, m4_elf: Path
+                                                            ) -> None:
+    """Issue 38: a run on an ELF with one byte more (it runs the same: same vendor, model and
+    figures) named the image by path only. Each manifest records its image's SHA-256 and
+    size, and `rig show` prints them."""
+    other = Path(shutil.copy(m4_elf, tmp_path / "dut-other.elf"))
+    other.write_bytes(other.read_bytes() + b"\0")  # past the ELF's segments: QEMU loads the same
+    seen = []
+    for elf in (m4_elf, other):
+        runs = tmp_path / f"runs-{elf.stem}"
+        done = run_rig("measure", "asc", "--bench", str(m4_bench(tmp_path, elf)), "--runs-dir",
+                       str(runs), "--scope", "performance", timeout=300)
+        assert done.returncode == 0, done.stderr
+        run = only_run(runs)
+        manifest = json.loads((run / "manifest.json").read_text())
+        image = manifest["images"]["qemu firmware"]
+        assert image == {"path": str(elf), "sha256": hashlib.sha256(elf.read_bytes()).hexdigest(),
+                         "size_bytes": elf.stat().st_size}
+        assert manifest["instruments"]["dut"]["vendor"] == "neurobench-rig mps2-an386 Cortex-M4"
+        shown = run_rig("show", str(run))
+        assert shown.returncode == 0, shown.stderr
+        assert f"qemu firmware: {elf}" in shown.stdout
+        assert f"sha256 {image['sha256']}, {image['size_bytes']:,} bytes" in shown.stdout
+        assert json.loads(run_rig("show", str(run), "--json").stdout)["images"] == \
+            manifest["images"]
+        seen.append(image["sha256"])
+    assert seen[0] != seen[1]

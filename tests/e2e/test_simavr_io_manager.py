@@ -9,6 +9,7 @@ harness outlives a run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ from rig.run.measure import measure_asc
 from rig.traces.files import read_trace
 from tests.e2e.runs import REPO, RIG
 from tests.firmware.simavr_uno import build_or_skip
-from virtual_bench.simavr_uno import DEFAULT_HARNESS
+from virtual_bench.simavr_uno import DEFAULT_ELF, DEFAULT_HARNESS
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +129,10 @@ def test_short_asc_accuracy_pass_through_the_emulated_uno(tmp_path: Path, monkey
     infos = {e.role: e.info for e in events if isinstance(e, InstrumentInfo)}
     assert infos["io_manager"]["name"] == "neurobench-rig IO manager"
     assert "simavr" in infos["virtual_bench"]["dut"]
+    # The UNO's firmware image, told apart by its digest (issue 38).
+    assert infos["virtual_bench"]["images"]["io_manager"] == {
+        "path": str(DEFAULT_ELF), "sha256": hashlib.sha256(DEFAULT_ELF.read_bytes()).hexdigest(),
+        "size_bytes": DEFAULT_ELF.stat().st_size}
     samples = [e for e in events if isinstance(e, SampleClassified)]
     assert len(samples) == 1 and outcome.summary["samples"] == 1
     sample = samples[0]
