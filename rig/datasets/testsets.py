@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +44,39 @@ class TestSet:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+
+def labels_sha256(labels: np.ndarray | Sequence[int]) -> str:
+    """SHA-256 (hex) of class labels as int64 little-endian, in test-set order: what a run's
+    manifest records as `test_set.sha256_labels` and `rig verify` recounts accuracy against."""
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"
+                         and not np.array_equal(arr, np.round(arr))):
+        raise ValueError(f"labels must be a 1-D array of class indices, got {arr.dtype} "
+                         f"{arr.shape}")
+    return hashlib.sha256(np.ascontiguousarray(arr, dtype="<i8").tobytes()).hexdigest()
+
+
+def test_set_digest(test_set: TestSet) -> dict[str, Any]:
+    """The test set's identity, recorded in the run's manifest (`test_set`) so a bundle can be
+    checked against the labels it carries: {description, samples, sha256_inputs,
+    sha256_labels, sha256}.
+
+    `sha256_inputs` hashes the inputs in order, each preceded by its length (uint64 LE) so that
+    no two different splits of the same bytes hash alike; `sha256_labels` is `labels_sha256`;
+    `sha256` hashes the two digests (32 bytes each, inputs first): the whole set."""
+    inputs = hashlib.sha256()
+    for x in test_set.inputs:
+        data = bytes(x)
+        inputs.update(len(data).to_bytes(8, "little"))
+        inputs.update(data)
+    labels = labels_sha256(test_set.labels)
+    whole = hashlib.sha256(inputs.digest() + bytes.fromhex(labels)).hexdigest()
+    return {"description": test_set.description, "samples": len(test_set),
+            "sha256_inputs": inputs.hexdigest(), "sha256_labels": labels, "sha256": whole}
+
+
+test_set_digest.__test__ = False  # type: ignore[attr-defined]  # pytest: not a test
 
 
 def cache_root() -> Path:

@@ -37,7 +37,7 @@ from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
 from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
-from rig.datasets.testsets import TestSet, load_test_set
+from rig.datasets.testsets import TestSet, load_test_set, test_set_digest
 from rig.errors import ConfigError, MeasurementFailed
 from rig.run.asc_uncertainty import asc_budgets, budgets_json
 from rig.run.events import (
@@ -50,6 +50,7 @@ from rig.run.events import (
     PhaseStarted,
     SampleClassified,
     SampleFailed,
+    TestSetLoaded,
     TraceSaved,
     WindowMeasured,
 )
@@ -175,6 +176,8 @@ class AscProcedure:
         if CAP_RESULT_CRC not in capabilities:
             self.publish(Note(level="warning", text=RESULTS_UNCHECKED))
         test = load_test_set(self.bench)
+        # Its identity in the manifest (`test_set`): accuracy is recounted against its labels.
+        self.publish(TestSetLoaded(test_set=test_set_digest(test)))
         self.publish(Note(text=f"test set: {test.description}"
                           + (f"; pre-processing: {test.preprocess_method}"
                              if test.preprocess_method else "")))

@@ -96,6 +96,17 @@ class InstrumentInfo(Event):
 
 
 @dataclass(frozen=True)
+class TestSetLoaded(Event):
+    """The test set the procedure sends through the DUT: its identity (`rig.datasets.testsets.
+    test_set_digest`: description, samples, SHA-256 of inputs and labels), which the run store
+    keeps as the manifest's `test_set`, so accuracy can be recounted against its labels."""
+
+    kind: ClassVar[str] = "test_set"
+    __test__: ClassVar[bool] = False  # pytest: not a test class
+    test_set: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Note(Event):
     """Something the user should know (`level`: info or warning)."""
 

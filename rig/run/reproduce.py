@@ -22,7 +22,7 @@ from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.run.store import load_run
 from rig.run.summary import run_simulated
 from rig.traces.analysis import falling_edges, span_power, window_energies
-from rig.traces.files import read_trace
+from rig.traces.files import Trace, read_trace
 
 #: Relative difference allowed between a stored figure and its recomputation (float rounding).
 TOLERANCE = 1e-9
@@ -64,6 +64,11 @@ class Reproduction:
     #: The GUM budget of each figure, re-derived from the recomputed figures (the summary's
     #: ``uncertainty``, `rig.run.asc_uncertainty`).
     uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The whole summary `asc.summarize` gives from the re-derived events, and those events
+    #: (windows and idle spans integrated again from the trace, the rest as recorded): what
+    #: `rig verify` compares figure by figure and event by event (`rig.submission.rederive`).
+    summary: dict[str, Any] = dataclasses.field(default_factory=dict)
+    events: list[Event] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -94,9 +99,10 @@ def relative_difference(a: float, b: float) -> float:
     return 0.0 if scale == 0 else abs(a - b) / scale
 
 
-def reproduce_run(path: str | Path) -> Reproduction:
+def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproduction:
     """Recompute the run's energy figures from its trace; `ConfigError` (exit 2) for a folder
-    that is not a finished run with a trace and energy windows."""
+    that is not a finished run with a trace and energy windows. `trace`: the run's trace when
+    the caller has read it already (`rig verify` reads each trace once)."""
     record = load_run(path)
     run = record.path
     if record.finished is None:
@@ -117,7 +123,8 @@ def reproduce_run(path: str | Path) -> Reproduction:
             "accuracy run, or power from a DUT's rails): nothing to reproduce from a trace",
             hint=_FOLDER_HINT)
     trace_path = _trace_file(run, record.events)
-    trace = read_trace(trace_path)
+    if trace is None:
+        trace = read_trace(trace_path)
     fs = trace.sample_rate
 
     spans = np.array([[w.start_sample, w.end_sample] for w in windows], dtype=np.int64)
@@ -153,7 +160,8 @@ def reproduce_run(path: str | Path) -> Reproduction:
     off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
     simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
-                        figures, off_edge, recomputed.get("uncertainty", {}))
+                        figures, off_edge, recomputed.get("uncertainty", {}), recomputed,
+                        events)
 
 
 def _trace_file(run: Path, events: list[Event]) -> Path:

@@ -41,6 +41,7 @@ from rig.run.events import (
     RunStarted,
     SampleClassified,
     TelemetryReport,
+    TestSetLoaded,
     TraceSaved,
     WindowMeasured,
 )
@@ -183,6 +184,9 @@ class RunStore:
             self.manifest.setdefault("instruments", {})[event.role] = event.info
             if event.info.get("simulated"):  # an instrument said it is a simulator (XyloSim)
                 self.manifest["simulated"] = True
+            self._write_manifest()
+        elif isinstance(event, TestSetLoaded):  # what accuracy is recounted against
+            self.manifest["test_set"] = event.test_set
             self._write_manifest()
         elif isinstance(event, TelemetryReport):
             self.manifest.setdefault("telemetry", {})[event.sink] = {
