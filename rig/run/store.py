@@ -206,7 +206,8 @@ class RunStore:
             if event.error:
                 self.manifest["error"] = event.error
             self._writing = RESULTS_PARQUET
-            write_results(self.path, self._rows, simulated=bool(self.manifest.get("simulated")))
+            write_results(self.path, self._rows, simulated=bool(self.manifest.get("simulated")),
+                          emulated=bool(self.manifest.get("emulated")))
             self._write_manifest()
         row = result_row(event)
         if row is not None:
@@ -245,8 +246,11 @@ def result_row(event: Event) -> dict[str, Any] | None:
     return row
 
 
-def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool) -> None:
-    """results.parquet and results.csv: one row per measurement, union of columns."""
+def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool,
+                  emulated: bool = False) -> None:
+    """results.parquet and results.csv: one row per measurement, union of columns, and on every
+    row whether the run's numbers are `simulated` (a virtual bench, a simulator DUT) and whether
+    they are `emulated` (the DUT's firmware on an emulator: QEMU), two different things."""
     # Imported here: pyarrow costs ~0.1 s of CPU to import, and most `rig` commands that read
     # run folders never write a table.
     import pyarrow as pa
@@ -258,6 +262,7 @@ def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool) ->
         columns += [k for k in row if k not in columns]
     data = {c: [row.get(c) for row in rows] for c in columns}
     data["simulated"] = [simulated] * len(rows)
+    data["emulated"] = [emulated] * len(rows)
     table = pa.table(data) if rows else pa.table({"kind": pa.array([], pa.string())})
     pq.write_table(table, path / RESULTS_PARQUET)
     pacsv.write_csv(table, path / RESULTS_CSV)

@@ -4,6 +4,7 @@ accuracy over the test set, every figure labelled emulated; QEMU ended on every 
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import shutil
@@ -11,6 +12,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.m4_image import build_m4_elf
@@ -74,6 +76,13 @@ def test_measure_asc_on_the_emulated_cortex_m4_is_complete_and_labelled_emulated
     manifest = json.loads((run / "manifest.json").read_text())
     assert (manifest["emulated"], manifest["simulated"]) == (LABEL, False)
     assert manifest["instruments"]["emulator"]["machine"] == "mps2-an386"
+    # Each row of the results table says it: emulated, not simulated (issue 38).
+    rows = pq.read_table(run / "results.parquet").to_pylist()
+    assert rows and all(r["emulated"] is True and r["simulated"] is False for r in rows)
+    with open(run / "results.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows)
+    assert {(r["emulated"], r["simulated"]) for r in table} == {("true", "false")}
     assert manifest["instruments"]["dut"]["vendor"] == "neurobench-rig mps2-an386 Cortex-M4"
     shown = run_rig("show", str(run))
     text = " ".join(shown.stdout.split())

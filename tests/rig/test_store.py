@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from rig.run.events import (
     Event,
@@ -69,6 +71,27 @@ def test_finished_run_writes_results_and_status(tmp_path: Path) -> None:
     assert record.status == "complete"
     assert record.manifest["instruments"]["emon"]["freq"] == "1k"
     assert record.manifest["summary"] == {"accuracy": 1.0}
+
+
+@pytest.mark.parametrize(("simulated", "emulated"), [
+    (False, "emulated: QEMU mps2-an386, -icount shift=5, 32 ns per instruction"),
+    (True, ""), (False, "")])
+def test_results_rows_say_simulated_and_emulated_apart(tmp_path: Path, simulated: bool,
+                                                       emulated: str) -> None:
+    """Issue 38: an emulated run's rows said simulated=false and nothing else; `emulated` is
+    its own column (true on QEMU), and `simulated` keeps its meaning."""
+    store = RunStore.create(tmp_path, "asc", "qemu")
+    store(RunStarted(run_id="r1", procedure="asc", device="qemu", simulated=simulated,
+                     emulated=emulated, manifest={"bench": {"name": "b"}}))
+    store(LatencyRun(index=0, iterations=38, elapsed_s=2.09, time_per_inference_s=0.055,
+                     inferences_per_s=18.2, timer="dut"))
+    store(RunFinished(status="complete", summary={}))
+    [row] = pq.read_table(store.path / "results.parquet").to_pylist()
+    assert (row["simulated"], row["emulated"]) == (simulated, bool(emulated))
+    with open(store.path / "results.csv", newline="") as f:
+        [columns] = list(csv.DictReader(f))
+    assert (columns["simulated"], columns["emulated"]) == (
+        str(simulated).lower(), str(bool(emulated)).lower())
 
 
 def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
