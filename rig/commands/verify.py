@@ -32,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", type=Path, metavar="NAME.pub",
                    help="the lab's public key, got from the lab (without it, the bundle's own "
                         "signer.pub is used: integrity only, not who signed)")
+    p.add_argument("--head", metavar="SEQ:DIGEST",
+                   help="the ledger head the lab's broker holds (retained on "
+                        "neurobench/<rig>/ledger): the bundle's ledger must agree with it")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(run=run)
 
@@ -39,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rig.submission.verify import verify_bundle
 
-    result = verify_bundle(args.bundle, key=args.key,
+    result = verify_bundle(args.bundle, key=args.key, head=args.head,
                            progress=None if args.json else
                            (lambda t: print(f"rig: {t}", file=sys.stderr)))
     if args.json:

@@ -271,15 +271,20 @@ def _label_bytes(labels: list[int]) -> bytes:
 
 
 def _load_labels(folder: Path, manifest: dict[str, Any]) -> list[int]:
-    from rig.bench.config import parse_bench
+    """The labels of the test set the run's bench snapshot names (its ``dataset`` table: the
+    loader reads nothing else of the bench but its path, for messages)."""
+    import types
+    from typing import cast
+
+    from rig.bench.config import Bench, DatasetConfig
     from rig.datasets.testsets import load_test_set
 
     try:
-        bench = parse_bench(dict(manifest.get("bench") or {}), folder / MANIFEST)
-        test = load_test_set(bench)
+        fields = dict((manifest.get("bench") or {}).get("dataset") or {})
+        bench = types.SimpleNamespace(dataset=DatasetConfig(**fields), path=folder / MANIFEST)
+        test = load_test_set(cast(Bench, bench))
     except Exception as exc:  # any reason the dataset cannot be loaded here, said by name
         raise ConfigError(f"{folder}: cannot load the run's test set from its bench snapshot "
                           f"({exc})", hint="bundle on the machine that has the run's "
                           "dataset") from None
     return [int(x) for x in test.labels]
-

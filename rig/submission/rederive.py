@@ -638,6 +638,11 @@ def _account(r: _Run) -> None:
     expected = _expected_windows(r)
     r.made = Counter(w.kind for w in expected)
     edges = r.edges.tolist()
+    if len(edges) % 2 and r.trace is not None and not (r.trace.gpio[edges[-1]:] & 1).any():
+        # The line fell and stayed low to the trace's end: the DUT powered off (its GPIO
+        # drops with its supply) as the run ended, not a window: set apart, said.
+        r.made["DUT powered off (line low to the trace's end)"] = 1
+        edges = edges[:-1]
     pairs = list(zip(edges[0::2], edges[1::2], strict=False))
     if len(edges) % 2:
         r.unaccounted.append(f"an odd number of edges ({len(edges)}): sample {edges[-1]} "

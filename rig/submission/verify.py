@@ -70,9 +70,10 @@ class Verification:
                 "left_out": self.left_out, "checks": [c.to_json() for c in self.checks]}
 
 
-def verify_bundle(path: Path, *, key: Path | None = None,
+def verify_bundle(path: Path, *, key: Path | None = None, head: str | None = None,
                   progress: Callable[[str], None] | None = None) -> Verification:
-    """Verify the bundle at `path` (module docstring)."""
+    """Verify the bundle at `path` (module docstring). `head`: a ledger head as the rig's
+    broker holds it ("SEQ:DIGEST"), which the bundle's span must agree with."""
     say = progress or (lambda _t: None)
     out = Verification(Path(path), key_given=key is not None)
     try:
@@ -106,7 +107,9 @@ def verify_bundle(path: Path, *, key: Path | None = None,
         runs = sorted({PurePosixPath(n).parts[1] for n in subjects
                        if n and n.startswith(f"{RUNS}/") and len(PurePosixPath(n).parts) > 2})
         out.runs = runs
-        _ledgers(out, root, predicate, runs)
+        entries = _ledgers(out, root, predicate, runs)
+        if head is not None:
+            out.checks.append(_head(entries, head))
 
         labels = _labels(root)
         for run in runs:
@@ -187,18 +190,19 @@ def _safe(name: str) -> bool:
 
 
 # -- the ledger -----------------------------------------------------------------------------
-def _ledgers(out: Verification, root: Path, predicate: dict[str, Any], runs: list[str]) -> None:
+def _ledgers(out: Verification, root: Path, predicate: dict[str, Any], runs: list[str]
+             ) -> list[Entry]:
     files = sorted((root / LEDGERS).glob("*.jsonl")) if (root / LEDGERS).is_dir() else []
     if not files:
         out.checks.append(Check("ledger chain", False, "the bundle holds no ledger span"))
-        return
+        return []
     entries: list[Entry] = []
     for f in files:
         try:
             span = list(read_entries(f.read_bytes(), f"{LEDGERS}/{f.name}"))
         except LedgerError as exc:
             out.checks.append(Check("ledger chain", False, str(exc)))
-            return
+            return entries
         problems = verify_chain(span)
         out.checks.append(Check(
             "ledger chain", not problems,
@@ -219,6 +223,30 @@ def _ledgers(out: Verification, root: Path, predicate: dict[str, Any], runs: lis
             "figures": end.data.get("figures", {}) if end else {},
             "procedure": (end.data if end else next(e.data for e in entries if e.run == name)
                           ).get("procedure")})
+    return entries
+
+
+def _head(entries: list[Entry], head: str) -> Check:
+    """The bundle's span against a head the broker holds: the entry of that sequence number
+    must have that digest (a ledger rewritten after the head was published does not)."""
+    seq_text, _, digest = head.partition(":")
+    try:
+        seq = int(seq_text)
+    except ValueError:
+        raise BundleError(f"--head {head!r} is not SEQ:DIGEST",
+                          hint="copy seq and digest from the rig's retained "
+                               "neurobench/<rig>/ledger message") from None
+    found = [e for e in entries if e.seq == seq]
+    if not found:
+        seqs = sorted(e.seq for e in entries)
+        return Check("ledger head from the broker", None,
+                     f"entry {seq} is outside the bundle's span "
+                     f"({seqs[0] if seqs else '-'}..{seqs[-1] if seqs else '-'}): not compared")
+    ok = found[0].digest == digest.strip().lower()
+    return Check("ledger head from the broker", ok,
+                 f"entry {seq} has digest {found[0].digest[:16]}…"
+                 + ("" if ok else f", the broker holds {digest[:16]}…: the ledger was "
+                    "rewritten after that head was published"))
 
 
 def _run_in_ledger(folder: Path, run: str, entries: list[Entry]) -> Check:
