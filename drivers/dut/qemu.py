@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from drivers.dut.elf import EM_ARM, ElfError, read_header, read_segments, word_at
 from drivers.errors import PortError
 from drivers.transport import SerialTransport
 
@@ -41,6 +42,17 @@ _KILL_WAIT_S = 5.0
 EXIT_WAIT_S = 0.5
 #: The Debian package that has the emulator (facts.md; `make system-deps` installs it).
 QEMU_PACKAGE = "qemu-system-arm"
+#: The memory of each emulated board an image may be loaded into, as QEMU models it (its
+#: hw/arm/mps2.c): (name, first address, size). QEMU's `-kernel` loads each ELF segment at its
+#: load address, and the core boots from the vector table at 0 (initial SP, reset handler).
+BOARD_MEMORY: dict[str, tuple[tuple[str, int, int], ...]] = {
+    "mps2-an386": (("SSRAM1, the image's 'flash'", 0x0000_0000, 4 << 20),
+                   ("block RAM", 0x0100_0000, 16 << 10),
+                   ("SSRAM2/3, the RAM", 0x2000_0000, 4 << 20),
+                   ("PSRAM", 0x2100_0000, 16 << 20)),
+}
+_IMAGE_HINT = ("give the DUT shim's Cortex-M4 image that `make firmware-arm` builds "
+               "(build/firmware/arm/dut-mps2-an386.elf)")
 
 
 def _die_with_parent() -> None:
@@ -57,6 +69,47 @@ def emulated_label(machine: str, icount_shift: int) -> str:
     """How every figure of such a run is labelled: emulated, not simulated, not hardware."""
     return (f"emulated: QEMU {machine}, -icount shift={icount_shift}, {2 ** icount_shift} ns per "
             "instruction")
+
+
+def _image_fault(data: bytes, machine: str) -> str | None:
+    """What makes `data` an image the emulated `machine` cannot run, or None."""
+    try:
+        header = read_header(data)
+    except ElfError as exc:
+        return str(exc)
+    if header.bits != 32:
+        return (f"is a {header.bits}-bit ELF for {header.machine_name} (machine "
+                f"{header.machine}), not a 32-bit ARM image for the emulated {machine}")
+    if not header.little_endian:
+        return f"is a big-endian ELF; the emulated {machine} runs little-endian code"
+    if header.machine != EM_ARM:
+        return (f"is an ELF for machine {header.machine} ({header.machine_name}), not ARM "
+                f"(40): the emulated {machine} is a Cortex-M4")
+    try:
+        _, segments = read_segments(data)
+    except ElfError as exc:
+        return str(exc)
+    memory = BOARD_MEMORY.get(machine, ())
+
+    def region(start: int, size: int) -> str | None:
+        return next((name for name, first, length in memory
+                     if first <= start and start + size <= first + length), None)
+
+    for s in segments:
+        for what, address in (("load", s.paddr), ("run", s.vaddr)):
+            if s.memsz and region(address, s.memsz) is None:
+                spans = ", ".join(f"0x{first:08x}-0x{first + length - 1:08x} ({name})"
+                                  for name, first, length in memory)
+                return (f"has segment {s.index} ({s.memsz} B to {what} at 0x{address:08x}) "
+                        f"outside the emulated {machine}'s memory: {spans}")
+    reset = word_at(data, segments, 4)
+    if word_at(data, segments, 0) is None or reset is None:
+        return ("loads no vector table at 0x00000000, where the Cortex-M core reads its "
+                "initial stack pointer and reset handler")
+    if not reset & 1 or not any(s.paddr <= reset - 1 < s.paddr + s.memsz for s in segments):
+        return (f"has reset vector 0x{reset:08x}, not a Thumb address (odd) inside a "
+                "segment of the image: the core would lock up at reset")
+    return None
 
 
 class QemuBoard:
@@ -109,6 +162,22 @@ class QemuBoard:
             raise PortError(f"no firmware image at {elf}",
                             hint="build it with `make firmware-arm`")
         return exe
+
+    @staticmethod
+    def check_image(elf: str | os.PathLike[str], *, machine: str = "mps2-an386") -> None:
+        """PortError unless `elf` is a 32-bit little-endian ARM ELF whose loadable segments lie
+        in the board's memory (`BOARD_MEMORY`), with a vector table at 0 whose reset handler is
+        a Thumb address the image loads. Reads the file only, so a run refuses before its
+        folder exists: QEMU would load a cut-short, foreign or random image and abort
+        ("Lockup") once the guest runs."""
+        try:
+            data = Path(elf).read_bytes()
+        except OSError as exc:
+            raise PortError(f"cannot read the firmware image {elf}: {exc.strerror or exc}",
+                            hint=_IMAGE_HINT) from exc
+        why = _image_fault(data, machine)
+        if why:
+            raise PortError(f"{elf} {why}", hint=_IMAGE_HINT)
 
     @property
     def label(self) -> str:

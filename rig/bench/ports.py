@@ -7,6 +7,9 @@ injectable because ptys (a virtual bench's ports) are not in the OS's port list.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -49,6 +52,24 @@ def port_fault(exc: PortError) -> str:
     if "does not exist" in text or "cannot open" in text or "No such file" in text:
         return "missing"
     return "error"
+
+
+def device_fault(port: str) -> str | None:
+    """Why `port` cannot be a serial port, from its name alone (nothing is opened): "does not
+    exist", or "is not a serial device (a directory)"; None for a character device (a UART, a
+    pty, a /dev/serial/by-id link to one), a pyserial URL ("socket://HOST:PORT") or, on
+    Windows, a COM port (which only opening tells)."""
+    if "://" in port or (os.name == "nt" and re.fullmatch(r"(\\\\\.\\)?COM\d+", port, re.I)):
+        return None
+    try:
+        mode = os.stat(port).st_mode
+    except (OSError, ValueError):  # no such path, a broken link, a NUL in the name
+        return "does not exist"
+    if stat.S_ISCHR(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a character device")
+    return f"is not a serial device ({kind})"
 
 
 def probe(port: str, timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from protocols.io_manager import HOST_BAUD as IO_HOST_BAUD
 from protocols.io_manager import PASSTHROUGH_PREFIX as IO_PASSTHROUGH_PREFIX
 from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench, SimConfig
 from rig.bench.images import bench_images, file_digest
+from rig.bench.ports import device_fault
 from rig.datasets.synthetic import CLASSES
 from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
 from rig.run import asc
@@ -639,6 +640,7 @@ def connect_bench(
         _connect_xylo(bench, parts, bus, checkpoint)
         return
     if bench.qemu is not None:
+        check_emulator(bench)
         q = bench.qemu
         parts.qemu = QemuBoard(q.firmware, machine=q.machine, icount_shift=q.icount_shift)
         dut_port = parts.qemu.port
@@ -732,10 +734,11 @@ def check_bench_setup(bench: Bench) -> None:
     sample rate no such instrument gives (its driver's `check_setup`), or a monitor that does
     not see every timestamp edge for ASC energy. Called before any run folder or port exists;
     what needs the instrument itself is refused in `connect_bench` (status "refused"). An
-    emulated board's QEMU and firmware image are checked here too."""
+    emulated board's QEMU and firmware image are checked here too, and the serial port the
+    rig opens for the DUT (or its IO manager) must be a device."""
     bench.require_dut()
-    if bench.qemu is not None:
-        QemuBoard.check_setup(bench.qemu.firmware, machine=bench.qemu.machine)
+    check_serial_ports(bench)
+    check_emulator(bench)
     if not records_trace(bench):
         return
     check_timestamp_edges(bench)
@@ -746,6 +749,41 @@ def check_bench_setup(bench: Bench) -> None:
             voltage_limit_v=bench.voltage_limit_v, **options)
     except BENCH_ERRORS as exc:
         raise _in_emon_table(bench, exc) from None
+
+
+def check_serial_ports(bench: Bench) -> None:
+    """Refuse a `[dut] port` (or `[io_manager] port`) the rig would open that is no serial
+    device: a name that does not exist ("none", "abc", "12", an unplugged board's path) or a
+    file that is not one (`rig.bench.ports.device_fault`). Nothing is opened."""
+    if bench.io_manager is not None:
+        table, port = "io_manager", bench.io_manager.port
+    elif bench.dut.kind == "xylo" or bench.qemu is not None:
+        return  # the Xylo shim and the emulated board are started, not opened
+    else:
+        table, port = "dut", bench.dut.port
+    if port == VIRTUAL_PORT and bench.sim is not None:
+        return
+    why = device_fault(port)
+    if why:
+        raise ConfigError(f"{bench.path}: [{table}] port {port!r} {why}",
+                          hint="check the cable and the port name (`rig devices` lists serial "
+                               'ports); port = "virtual" with a [sim] table is the virtual '
+                               "bench's")
+
+
+def check_emulator(bench: Bench) -> None:
+    """Refuse, before QEMU starts, an emulated board without QEMU, without its image or with an
+    image it cannot run (`QemuBoard.check_image`: not a 32-bit ARM ELF, cut short, a segment
+    outside the board's memory, no vector table): QEMU would abort with "Lockup" later."""
+    if bench.qemu is None:
+        return
+    q = bench.qemu
+    QemuBoard.check_setup(q.firmware, machine=q.machine)
+    try:
+        QemuBoard.check_image(q.firmware, machine=q.machine)
+    except PortError as exc:
+        raise ConfigError(f"{bench.path}: [qemu] firmware: {exc.message}",
+                          hint=exc.hint) from None
 
 
 def check_timestamp_edges(bench: Bench) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.m4_image import build_m4_elf
+from tests.m4_image import LOCKUP_CODE, arm_elf, build_m4_elf
 
 from .runs import REPO, RIG, bench_variant, events, only_run, run_rig, wait_for_event
 
@@ -126,7 +126,9 @@ def test_a_missing_firmware_image_is_a_one_line_error(tmp_path: Path, m4_elf: Pa
 def test_firmware_that_never_boots_is_an_error_and_qemu_is_ended(tmp_path: Path,
                                                                   m4_elf: Path) -> None:
     garbage = tmp_path / "not-the-shim.elf"
-    garbage.write_bytes(bytes(4096))  # QEMU runs it: a board with the wrong image
+    # An ARM image that passes every check of the file (tests/e2e/test_bench_refusals.py) and
+    # faults at its first instruction: a board with the wrong image
+    garbage.write_bytes(arm_elf([(0, LOCKUP_CODE, len(LOCKUP_CODE))]))
     mode = 'timestamp_mode = "performance"'
     bench = m4_bench(tmp_path, garbage, boot=(mode, f"{mode}\nboot_timeout_s = 1.0"))
     done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
