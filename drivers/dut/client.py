@@ -27,6 +27,7 @@ from protocols.dut.codec import (
     CAP_POWER,
     CAP_QUBO,
     CAP_RESULT_CRC,
+    CAPABILITY_WORDS,
     DEFAULT_HEX_PER_COMMAND,
     TIMESTAMP_MODES,
     BloadDone,
@@ -63,6 +64,7 @@ from protocols.dut.codec import (
     ResultCrcMismatch,
     Results,
     TimestampMode,
+    Unparsed,
     WarmupStart,
     cmd_bload,
     cmd_caps,
@@ -88,6 +90,10 @@ from protocols.errors import ProtocolError
 
 #: Deadline for a command that does no real work (name, profile, db, results, timestamp).
 COMMAND_TIMEOUT_S = 5.0
+#: How many more times an idempotent exchange whose reply came back garbled on the line is
+#: asked before the client gives up (``name``, ``profile``, ``caps``, ``db crc``, ``results``,
+#: ...): each ask costs one short reply.
+ASK_AGAIN = 3
 #: The DUT's lap counter is 32 bits of microseconds.
 _LAP_MASK = 0xFFFFFFFF
 #: Bytes per write of a binary payload: pyserial's write timeout covers one write call, so a
@@ -181,6 +187,9 @@ class DutStats:
     bytes_loaded: int = 0
     #: Result replies re-asked after a CRC mismatch (rig extension ``rcrc``).
     result_retries: int = 0
+    #: Idempotent exchanges asked again because their reply came back garbled on the line:
+    #: command -> how many times (``caps``, ``name``, ``results``, ...).
+    asked_again: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -282,6 +291,10 @@ class DutClient:
         #: Called while waiting for a reply; may raise to abandon the wait (a Stop button's
         #: check: the run then ends as after Ctrl-C).
         self.checkpoint: Callable[[], None] | None = None
+        #: Called with one sentence each time a garbled reply is asked again (a run's note).
+        self.on_retry: Callable[[str], None] | None = None
+        #: The timestamp mode of the last boot banner seen (None: no banner seen).
+        self._banner_mode: str | None = None
 
     # -- boot ---------------------------------------------------------------------------------
     def wait_for_boot(self, timeout_s: float = 5.0) -> str:
@@ -303,7 +316,7 @@ class DutClient:
             elif isinstance(event, InitDone):
                 init_done = mode is not None
             elif isinstance(event, Ready) and init_done and mode is not None:
-                self.timestamp_mode = mode
+                self.timestamp_mode = self._banner_mode = mode
                 self._out_of_sync = False
                 # A reboot empties the DUT's memory (and may follow a flash): ask again.
                 self._qubo = None
@@ -350,15 +363,67 @@ class DutClient:
         """Ask ``caps``: the extensions the DUT speaks (empty for plain MLPerf Tiny firmware).
 
         The reply also carries the timestamp mode, so the mode is known without a reboot.
+        ``caps`` changes nothing but switching ``rcrc`` on, so a reply garbled on the line is
+        asked again (at most `ASK_AGAIN` more times): one that does not parse, whose mode
+        disagrees with the boot banner's, or that names a word the rig does not know unless
+        the DUT says the same words twice. Nothing is guessed: a reply garbled every time
+        raises `DeviceError`; only a refusal naming the unknown command is plain firmware,
+        and any other refusal is the DUT's word (`DutError`) once it has said it twice alike.
         """
         text = cmd_caps()
-        events = self._exchange(text)
-        errors = _refusals(events)
-        if errors and not any("unknown command" in e.lower() for e in errors):
-            raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
-        words = [w for e in events if isinstance(e, Capabilities) for w in e.words]
-        self.capabilities = frozenset() if errors else frozenset(words)
-        return self.capabilities
+        mode_before = self.timestamp_mode
+        previous: tuple[str, ...] | None = None
+        problems: list[str] = []
+        for ask in range(1 + ASK_AGAIN):
+            if ask:
+                self._asked_again(text, problems[-1], ask)
+            events = self._exchange(text)
+            refusals = [e for e in events if isinstance(e, DutErrorLine)]
+            found = [e for e in events if isinstance(e, Capabilities)]
+            modes = [e.mode for e in events if isinstance(e, TimestampMode)]
+            odd = _unreadable(events)
+            if refusals and not found:
+                if any("unknown command" in e.text.lower() for e in refusals):
+                    self.capabilities = frozenset()  # plain MLPerf Tiny firmware
+                    self.timestamp_mode = mode_before
+                    return self.capabilities
+                errors = "; ".join(e.text for e in refusals)
+                if not odd and previous == (errors,):  # the same refusal twice: its word
+                    raise DutError(f"{self.name} refused {text!r}: {errors}", command=text)
+                previous = (errors,)
+                problems.append(f"an unreadable line {odd[0]!r}" if odd
+                                else f"a refusal {errors[:48]!r}")
+                continue
+            if len(found) != 1 or odd:
+                problems.append(f"an unreadable line {odd[0]!r}" if odd
+                                else f"{len(found)} m-caps lines")
+                continue
+            words = found[0].words
+            unknown = [w for w in words if w not in CAPABILITY_WORDS]
+            mode = modes[-1] if modes else None
+            if self._banner_mode is not None and mode not in (None, self._banner_mode):
+                problems.append(f"its mode is {mode}, the boot banner said {self._banner_mode}")
+                continue
+            if unknown and words != previous:
+                previous = words
+                problems.append(f"words the rig does not know: {', '.join(unknown)}")
+                continue
+            self.capabilities = frozenset(words)
+            return self.capabilities
+        self.timestamp_mode = mode_before
+        raise DeviceError(
+            f"{self.name}: the reply to {text!r} came back garbled {len(problems)} times "
+            f"({'; '.join(problems)}); its extensions are unknown",
+            hint="bytes are corrupted on the DUT's line: check the cable, ground and baud "
+            "rate; firmware whose caps disagrees with its banner needs reflashing",
+        )
+
+    def _asked_again(self, command: str, problem: str, ask: int) -> None:
+        """Count and say that `command` is asked again (the `ask`-th time) after `problem`."""
+        self.stats.asked_again[command] = self.stats.asked_again.get(command, 0) + 1
+        if self.on_retry is not None:
+            self.on_retry(f"{self.name}'s reply to {command!r} came back garbled ({problem}); "
+                          f"asked again ({ask} of at most {ASK_AGAIN})")
 
     # -- the MLPerf Tiny commands -------------------------------------------------------------
     def identify(self) -> DutInfo:
@@ -957,6 +1022,21 @@ def _qresult_problem(events: list[DutEvent], n_bytes: int | None,
 def _value(event: DutEvent | None, field_name: str) -> int | None:
     """The number an optional reply line carried, None when the DUT did not send it."""
     return None if event is None else int(getattr(event, field_name))
+
+
+def _unreadable(events: list[DutEvent]) -> list[str]:
+    """The lines of a reply the rig could not read as the protocol's (garbled on the line, or
+    not protocol at all): `Unparsed`, any ``m-`` line it does not know, an ``e-`` line without
+    brackets, a result line that failed its CRC; their text, shortened."""
+    out: list[str] = []
+    for e in events:
+        if isinstance(e, Unparsed | Message):
+            out.append(e.text[:48])
+        elif isinstance(e, DutErrorLine) and not e.bracketed:
+            out.append(f"e-{e.text[:46]}")
+        elif isinstance(e, ResultCrcMismatch):
+            out.append(e.line[:48])
+    return out
 
 
 def _refusals(events: list[DutEvent]) -> list[str]:

@@ -63,6 +63,10 @@ CAP_SIMPOWER = "simpower"
 CAP_RESULT_CRC = "rcrc"
 #: What joins a result line to its CRC-32.
 RESULT_CRC_MARK = "-crc-"
+#: Every capability word this rig knows. A word outside it in a ``caps`` reply is new firmware,
+#: or a word garbled on the line: the client takes it only when the DUT says it twice alike.
+CAPABILITY_WORDS: tuple[str, ...] = (CAP_BLOAD, CAP_DB_CRC, CAP_QUBO, CAP_ELAP, CAP_SIMTIME,
+                                     CAP_POWER, CAP_SIMPOWER, CAP_RESULT_CRC)
 #: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
 QUBO_HEADER_BYTES = 8
 QUBO_TERM_BYTES = 12
@@ -310,9 +314,14 @@ class Qpower:
 # -- generic lines ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DutErrorLine:
-    """``e-[<text>]``: the DUT refused the command; `text` is what is inside the brackets."""
+    """``e-[<text>]``: the DUT refused the command; `text` is what is inside the brackets.
+
+    `bracketed` is False for an ``e-`` line without them (its whole text): some firmware
+    prints such lines, and one flipped bit makes one of any ``m-`` line ('m' -> 'e').
+    """
 
     text: str
+    bracketed: bool = dataclasses.field(default=True, compare=False)
 
 
 @dataclass(frozen=True)
@@ -674,7 +683,7 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
     (re.compile(rf"m-qpower-uw-{_U}"), lambda m: Qpower(int(m.group(1)))),
     # Generic lines.
     (re.compile(r"e-\[(.*)\]"), lambda m: DutErrorLine(m.group(1))),
-    (re.compile(r"e-(.*)"), lambda m: DutErrorLine(m.group(1))),
+    (re.compile(r"e-(.*)"), lambda m: DutErrorLine(m.group(1), bracketed=False)),
     (re.compile(r"m-(.*)"), lambda m: Message(m.group(1))),
 ]
 

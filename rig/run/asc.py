@@ -129,6 +129,8 @@ class AscProcedure:
         self.dut = dut
         self.recorder = recorder
         self.publish = publish
+        # Each reply garbled on the line that the client asks again is said in the run's notes.
+        dut.on_retry = lambda text: publish(Note(text=text))
         #: Called once the calibration has timed an inference (seconds each) and downloaded
         #: the first input (how): the run's trace is projected again from them (measure.py);
         #: what it returns is published.

@@ -171,7 +171,9 @@ def test_negotiate_with_plain_firmware_gives_no_capabilities() -> None:
 
 
 def test_negotiate_other_refusal_is_an_error() -> None:
-    client, _ = booted([(b"caps%", b"e-[caps disabled]\r\nm-ready\r\n")])
+    # said twice alike: not a refusal garbled on the line (tests/drivers/
+    # test_dut_client_garbled_caps.py)
+    client, _ = booted([(b"caps%", b"e-[caps disabled]\r\nm-ready\r\n")] * 2)
     with pytest.raises(DutError, match="caps disabled"):
         client.negotiate()
 
@@ -558,7 +560,7 @@ def test_qubo_state_spans_several_lines() -> None:
         + b"m-qstate-0-[" + raw[:32].hex().encode() + b"]\r\n"
         + b"m-qstate-32-[" + raw[32:].hex().encode() + b"]\r\nm-ready\r\n"
     )
-    client, _ = booted([CAPS_QUBO, (b"qresult%", reply)])
+    client, _ = booted([CAPS_QUBO, (b"qresult%", reply)], banner=BANNER_PERF)
     result = client.qubo_result()  # no graph loaded by this client: no cost check
     np.testing.assert_array_equal(result.state[:n], bits)
     assert result.improvements == []
@@ -566,7 +568,8 @@ def test_qubo_state_spans_several_lines() -> None:
 
 def test_qubo_load_crc_mismatch_is_retried() -> None:
     client, transport = booted(
-        [CAPS_QUBO, *qload(b"e-[qload crc mismatch: expected 1 got 2]\r\n"), RESYNC, *qload()]
+        [CAPS_QUBO, *qload(b"e-[qload crc mismatch: expected 1 got 2]\r\n"), RESYNC, *qload()],
+        banner=BANNER_PERF,
     )
     client.qubo_load(5, QUBO_TERMS)
     assert client.stats.retries == 1
@@ -575,7 +578,7 @@ def test_qubo_load_crc_mismatch_is_retried() -> None:
 
 def test_qubo_load_wrong_echo_fails_after_the_retry() -> None:
     bad = b"m-qload-done-5-8\r\n"
-    client, _ = booted([CAPS_QUBO, *qload(bad), RESYNC, *qload(bad)])
+    client, _ = booted([CAPS_QUBO, *qload(bad), RESYNC, *qload(bad)], banner=BANNER_PERF)
     with pytest.raises(DownloadError, match="8 terms, not 5 and 9") as exc:
         client.qubo_load(5, QUBO_TERMS)
     assert exc.value.method == "qload"
@@ -594,7 +597,7 @@ def test_qubo_load_wrong_echo_fails_after_the_retry() -> None:
     ],
 )
 def test_qubo_result_is_checked_against_the_loaded_graph(reply: bytes, match: str) -> None:
-    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", reply)])
+    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", reply)], banner=BANNER_PERF)
     client.qubo_load(5, QUBO_TERMS)
     with pytest.raises(DeviceError, match=match):
         client.qubo_result()
@@ -626,13 +629,15 @@ def test_qubo_solve_deadline_and_refusal() -> None:
         [
             CAPS_QUBO,
             (b"qsolve 1000000 1%", b"m-qsolve-start\r\n"),  # never finishes
-        ]
+        ],
+        banner=BANNER_PERF,
     )
     with pytest.raises(DeviceTimeout, match=r"'qsolve 1000000 1' within 0.05 s \(got: "
                        r"QsolveStart\)"):
         client.qubo_solve(1_000_000, 1, deadline_s=0.05)
     client, _ = booted(
-        [CAPS_QUBO, (b"qsolve 10 1%", b"e-[no QUBO loaded]\r\nm-ready\r\n")]
+        [CAPS_QUBO, (b"qsolve 10 1%", b"e-[no QUBO loaded]\r\nm-ready\r\n")],
+        banner=BANNER_PERF,
     )
     with pytest.raises(DutError, match="no QUBO loaded"):
         client.qubo_solve(10, 1)

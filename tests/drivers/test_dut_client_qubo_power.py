@@ -7,7 +7,7 @@ import pytest
 
 from drivers.errors import DeviceError
 
-from .test_dut_client import CAPS_QUBO, QRESULT, QUBO_TERMS, booted, qload
+from .test_dut_client import BANNER_PERF, CAPS_QUBO, QRESULT, QUBO_TERMS, booted, qload
 
 EXTRA = b"m-qload-us-215301\r\nm-qsteps-66\r\nm-qenergy-uj-62500\r\nm-qpower-uw-1250000\r\n"
 
@@ -17,7 +17,8 @@ def with_lines(lines: bytes) -> bytes:
 
 
 def test_qubo_result_carries_load_steps_energy_and_power() -> None:
-    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", with_lines(EXTRA))])
+    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", with_lines(EXTRA))],
+                       banner=BANNER_PERF)
     client.qubo_load(5, QUBO_TERMS)
     result = client.qubo_result()
     assert (result.load_us, result.steps, result.energy_uj, result.power_uw) == (
@@ -26,7 +27,7 @@ def test_qubo_result_carries_load_steps_energy_and_power() -> None:
 
 
 def test_a_dut_without_the_lines_reports_none() -> None:
-    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", QRESULT)])
+    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", QRESULT)], banner=BANNER_PERF)
     client.qubo_load(5, QUBO_TERMS)
     result = client.qubo_result()
     assert (result.load_us, result.steps, result.energy_uj, result.power_uw) == (None,) * 4
@@ -37,7 +38,8 @@ def test_a_dut_without_the_lines_reports_none() -> None:
     (b"m-qpower-uw-1250000\r\n", "power without energy"),
 ])
 def test_energy_and_power_come_together(lines: bytes, match: str) -> None:
-    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", with_lines(lines))])
+    client, _ = booted([CAPS_QUBO, *qload(), (b"qresult%", with_lines(lines))],
+                       banner=BANNER_PERF)
     client.qubo_load(5, QUBO_TERMS)
     with pytest.raises(DeviceError, match=match):
         client.qubo_result()
