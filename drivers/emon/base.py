@@ -26,17 +26,35 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Chunk:
-    """Consecutive samples: current [A], voltage [V], and GPIO bits (bit 0 = the timestamp line)."""
+    """Consecutive samples: current [A], voltage [V], and GPIO bits (bit 0 = the timestamp line).
+
+    Where the instrument tells the current range each sample was taken in (a PPK2's sample
+    words, a Joulescope's range stream), `current_range` holds it per sample: an index into
+    `range_names`, whose names are those of the driver's `accuracy()` declaration ("R0",
+    "18 mA"; a name it does not declare, such as "off", has no figure). None where the
+    instrument does not tell it (the range is then the configured one, in `settings()`)."""
 
     first_sample_id: int
     current: np.ndarray
     voltage: np.ndarray
     gpio: np.ndarray
+    #: The range of each sample: uint8 indices into `range_names`; None: not told.
+    current_range: np.ndarray | None = None
+    #: The names of the `current_range` indices, index 0 first.
+    range_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.current)
         if len(self.voltage) != n or len(self.gpio) != n:
             raise ValueError("chunk arrays differ in length")
+        if self.current_range is not None:
+            if len(self.current_range) != n:
+                raise ValueError("chunk arrays differ in length")
+            if not self.range_names:
+                raise ValueError("a chunk's current ranges need their names")
+            if n and int(self.current_range.max()) >= len(self.range_names):
+                raise ValueError(f"a chunk's current range index {int(self.current_range.max())}"
+                                 f" has no name (names: {self.range_names})")
 
     def __len__(self) -> int:
         return len(self.current)
@@ -202,6 +220,8 @@ class EnergyMonitor(ABC):
     sees_every_edge: bool = True
     #: False for monitors that set (or are given) the supply voltage instead of measuring it.
     measures_voltage: bool = True
+    #: True for monitors whose chunks carry each sample's current range (`Chunk.current_range`).
+    records_range: bool = False
 
     #: Every driver's constructor, a classmethod: ``open(address, *, voltage_limit_v,
     #: simulated=False, ...)`` with options of its own (`drivers.emon.open_monitor` calls it).
@@ -225,6 +245,13 @@ class EnergyMonitor(ABC):
         store a voltage signal) rather than setting it (`set_voltage`); known before opening,
         for the disk-space projection."""
         return cls.measures_voltage
+
+    @classmethod
+    def records_range_with(cls, **options: Any) -> bool:
+        """Whether a driver opened with `options` delivers each sample's current range
+        (`Chunk.current_range`; its traces then store a range signal); known before opening,
+        for the disk-space projection."""
+        return cls.records_range
 
     @classmethod
     def sees_every_edge_with(cls, **options: Any) -> bool:

@@ -24,7 +24,13 @@ connecting the DUT through the current shunt: the JS220 uses ``s/i/range/mode`` 
 ``s/i/range/select`` = the range, then ``s/i/range/mode`` = ``manual``; the JS110
 ``s/i/range/select`` = the range. `power_off` is ``off`` either way. A fixed range clips a
 current above its full scale (and its larger shunt drops more of the DUT's supply): samples at
-full scale are counted (`over_range_samples`) and noted.
+full scale are counted (`over_range_samples`) and noted. Auto-ranging, the driver also streams
+each sample's range (``s/i/range/!data``, `_RANGE_STREAM`; `RANGE_STREAM_NAMES` says what its
+values mean) and hands it over in `Chunk.current_range`: a fifth stream aligned like the others,
+reduced like a GPI stream where it comes faster (a JS220's at 2 MS/s): the minimum value of an
+output period, which is its largest range. Where none of it comes while the other streams do
+(an instrument or firmware that does not stream it), the acquisition goes on without it, noted
+(`range_stream_missing`): no sample is lost for it.
 
 Because it cannot limit the supply, the driver checks the MEASURED voltage: above the bench
 limit the DUT is disconnected and `VoltageLimitError` is raised (by `stop()` and any later call;
@@ -121,6 +127,9 @@ class _Stream:
     #: Input samples per output sample (a JS220's 2 MS/s GPI at a lower ``h/fs``); 1 for the
     #: analog streams. Ids in `add`, `end`, `tail` count input samples; `blocks` output ones.
     ratio: int = 1
+    #: A stream whose rate follows the analog streams' (the GPI, the current range: at ``h/fs``
+    #: or a whole multiple of it, reduced to it by the minimum of each output period).
+    follows: bool = False
     blocks: deque[tuple[int, np.ndarray]] = field(default_factory=deque)
     first_id: int | None = None
     first_out: int | None = None  # output id of the first sample buffered
@@ -267,6 +276,21 @@ _STREAMS = (
     ("gpi0", "s/gpi/0/!data", "s/gpi/0/ctrl", True),
     ("gpi1", "s/gpi/1/!data", "s/gpi/1/ctrl", True),
 )
+#: The current range of each sample, streamed while auto-ranging (`Joulescope.record_range`):
+#: field RANGE, u4 elements (joulescope_driver 2.2.12 ``js110_usb.c`` FIELDS and ``js220_usb.c``
+#: PORT_MAP), which the binding hands over unpacked, one uint8 per sample (``binding.pyx``
+#: "uint4 -> uint8"). A JS110's comes at ``h/fs`` (decimated with the analog streams), a
+#: JS220's at 2 MS/s (PORT_MAP decimate_min 1, never decimated on the host) like its GPI.
+_RANGE_STREAM = ("range", "s/i/range/!data", "s/i/range/ctrl", False)
+#: What a range stream's values mean, per model, index = value: the Joulescope UI's labels of
+#: its current-range trace (pyjoulescope_ui ``widgets/waveform/waveform_widget.py``
+#: ``_JS110_AXIS_R`` and ``_JS220_AXIS_R``; pyjoulescope ``v1/stream_buffer.py``: "0 = 10A,
+#: 6 = 18 uA, 7=off" on a JS110). A value past the table is "off" too (the DUT disconnected).
+#: The names are `drivers.emon.ranges`' (and the accuracy declaration's) but "off".
+RANGE_STREAM_NAMES = {
+    "js110": ("10 A", "2 A", "180 mA", "18 mA", "1.8 mA", "180 µA", "18 µA", "off"),
+    "js220": ("10 A", "180 mA", "18 mA", "1.8 mA", "180 µA", "18 µA", "off"),
+}
 
 
 #: What every Joulescope search tried (2026-11-28), beside each model's own lead below.
@@ -313,9 +337,13 @@ def joulescope_accuracy(model: str) -> MonitorAccuracy:
         clock=NotPublished(what=f"{label} sample clock tolerance",
                            searched=_SEARCHED[model]),
         notes="A fixed range is the settings' current_range (the reading's range). Auto "
-              "(the default) ranges per sample and the driver does not subscribe the range "
-              "stream (s/i/range/!data): an auto-ranged reading is taken to be in the smallest "
-              "range whose full scale holds it (what the instrument's autoranging picks).",
+              "(the default) ranges per sample: the driver streams each sample's range "
+              "(s/i/range/!data; a JS220's at 2 MS/s, an output sample taking the largest "
+              "range of its period), the rig records it (the trace's current_range signal) and "
+              "counts each window's samples per range, so that a budget takes each range's "
+              "figure for its share of the readings. Without that record (record_range off, "
+              "or older runs) a reading is taken to be in the smallest range whose full scale "
+              "holds it (what the instrument's autoranging picks).",
     )
 
 
@@ -326,15 +354,21 @@ class Joulescope(EnergyMonitor):
 
     def __init__(self, jsdrv: JoulescopeDriverLike, device_path: str, *, voltage_limit_v: float,
                  simulated: bool = False, own_driver: bool = True,
-                 current_range: str = ranges.AUTO) -> None:
+                 current_range: str = ranges.AUTO, record_range: bool = True) -> None:
         super().__init__(voltage_limit_v=voltage_limit_v)
         self.jsdrv = jsdrv
         self.device_path = device_path
         self.model = _model_of(device_path)
         #: "auto" or the fixed range (a name of `ranges.JOULESCOPE_RANGES`) `power_on` selects.
         self.current_range = _check_range(current_range, self.model)
+        #: Whether auto-ranging streams each sample's range too (`_RANGE_STREAM`; a fixed range
+        #: is the settings' `current_range` and needs no stream).
+        self.record_range = record_range
+        self._stream_defs = _STREAMS + ((_RANGE_STREAM,) if self._records_range else ())
         #: Samples at or above a fixed range's full scale (clipped by the instrument).
         self.over_range_samples = 0
+        #: True once an acquisition went on without the range stream (none of it came).
+        self.range_stream_missing = False
         self.simulated = simulated
         self._own_driver = own_driver
         self._opened = False
@@ -372,6 +406,7 @@ class Joulescope(EnergyMonitor):
         simulated: bool = False,
         driver_factory: Callable[[], JoulescopeDriverLike] | None = None,
         current_range: str = ranges.AUTO,
+        record_range: bool = True,
     ) -> Joulescope:
         """Open the Joulescope at device path `address` ("" for the only one attached).
 
@@ -398,7 +433,8 @@ class Joulescope(EnergyMonitor):
             device_path = _pick_device(_call(lambda: jsdrv.device_paths(COMMAND_TIMEOUT_S),
                                              "device_paths"), address)
             monitor = cls(jsdrv, device_path, voltage_limit_v=voltage_limit_v,
-                          simulated=simulated, current_range=current_range)
+                          simulated=simulated, current_range=current_range,
+                          record_range=record_range)
         except BaseException:
             _finalize(jsdrv)
             raise
@@ -442,6 +478,21 @@ class Joulescope(EnergyMonitor):
             raise DeviceError("Joulescope: sample rate asked before configure()",
                               hint="call configure(voltage, sample_rate) first")
         return self._sample_rate_hz
+
+    @classmethod
+    def records_range_with(cls, *, current_range: str = ranges.AUTO, record_range: bool = True,
+                           **options: Any) -> bool:
+        """Auto-ranging streams each sample's range (unless `record_range` is off)."""
+        try:
+            auto = ranges.normalize("joulescope", current_range) == ranges.AUTO
+        except ranges.RangeError:
+            return False  # refused when opened
+        return auto and record_range
+
+    @property
+    def _records_range(self) -> bool:
+        """Whether this acquisition streams each sample's current range."""
+        return self.record_range and self.current_range == ranges.AUTO
 
     @property
     def _range_topic(self) -> str:
@@ -532,8 +583,10 @@ class Joulescope(EnergyMonitor):
             raise DeviceError("Joulescope: start() while already acquiring", hint="stop() first")
         self._raise_fault()
         with self._lock:
-            self._streams = [_Stream(name, packed) for name, _, _, packed in _STREAMS]
+            self._streams = [_Stream(name, packed, follows=packed or name == "range")
+                             for name, _, _, packed in self._stream_defs]
             self._base = None
+            self.range_stream_missing = False
             self._cursor = 0
             self._rate_seen = None
             self._early_gpi.clear()
@@ -542,11 +595,11 @@ class Joulescope(EnergyMonitor):
             self._on_chunk = on_chunk
         self._running = True
         try:
-            for _, data, _, _ in _STREAMS:
+            for _, data, _, _ in self._stream_defs:
                 topic = f"{self.device_path}/{data}"
                 self._call(f"subscribe {topic}", partial(
                     self.jsdrv.subscribe, topic, ["pub"], self._on_data_cbk, COMMAND_TIMEOUT_S))
-            for _, _, ctrl, _ in _STREAMS:
+            for _, _, ctrl, _ in self._stream_defs:
                 self._publish(f"{self.device_path}/{ctrl}", 1)
         except BaseException:
             self._running = False
@@ -571,6 +624,8 @@ class Joulescope(EnergyMonitor):
                 if analog_end is not None:
                     for stream in self._streams[2:]:
                         stream.settle_tail(analog_end * stream.ratio)
+                    if self._streams[-1].name == "range" and self._streams[-1].first_id is None:
+                        self._drop_range_stream()  # never came: the rest must not be lost
                 self._emit()
                 leftover = sum(sum(len(d) for _, d in s.blocks) for s in self._streams)
                 if leftover and self._base is not None:
@@ -583,12 +638,12 @@ class Joulescope(EnergyMonitor):
     def _teardown_streams(self) -> None:
         """Disable every stream, then unsubscribe (each step tried, first failure raised)."""
         first: BaseException | None = None
-        for _, _, ctrl, _ in _STREAMS:
+        for _, _, ctrl, _ in self._stream_defs:
             try:
                 self._publish(f"{self.device_path}/{ctrl}", 0)
             except Exception as exc:
                 first = first or exc
-        for _, data, _, _ in _STREAMS:
+        for _, data, _, _ in self._stream_defs:
             topic = f"{self.device_path}/{data}"
             try:
                 self._call(f"unsubscribe {topic}", partial(
@@ -613,7 +668,13 @@ class Joulescope(EnergyMonitor):
             "current_range": self.current_range,
             "current_range_full_scale_a": self._full_scale_a,
             "over_range_samples": self.over_range_samples,
-            "streams": [data for _, data, _, _ in _STREAMS],
+            "streams": [data for _, data, _, _ in self._stream_defs],
+            # Per sample while auto-ranging (the range stream), else the fixed current_range.
+            "current_range_recorded": (
+                "no: the instrument sent no range stream" if self.range_stream_missing
+                else "per sample (s/i/range/!data)" if self._records_range
+                else "no: the fixed current_range" if self.current_range != ranges.AUTO
+                else "no"),
             "open_mode": OPEN_MODE,
             "accuracy": self.accuracy().to_json(),
         }
@@ -659,7 +720,7 @@ class Joulescope(EnergyMonitor):
                 if self._on_chunk is None or self.fault is not None:
                     return
                 index = self._stream_index(topic)
-                if index is None:
+                if index is None or index >= len(self._streams):  # a dropped range stream
                     return
                 self._take_block(index, value)
                 self._emit()
@@ -673,7 +734,7 @@ class Joulescope(EnergyMonitor):
         stream = self._streams[index]
         base_rate = int(value["sample_rate"])
         decimate = int(value["decimate_factor"]) or 1
-        if stream.packed:
+        if stream.follows:
             if self._rate_seen is None:  # the output rate is not known yet
                 if len(self._early_gpi) >= _EARLY_GPI_MAX:
                     self._early_gpi.clear()
@@ -689,7 +750,9 @@ class Joulescope(EnergyMonitor):
                                       "streaming", hint="restart the acquisition")
                 stream.ratio = ratio
             start = int(value["sample_id"]) // decimate
-            if ratio == 1:
+            if not stream.packed:  # the range: one uint8 per sample, as the binding unpacks it
+                known = None
+            elif ratio == 1:
                 known = self._block_lengths.get(start)
             elif decimate == 1:
                 # Full-rate GPI blocks (a JS220's) hold whole bytes: 8 samples per byte received
@@ -739,7 +802,7 @@ class Joulescope(EnergyMonitor):
         return analog_decimate // decimate
 
     def _stream_index(self, topic: str) -> int | None:
-        for i, (_, data, _, _) in enumerate(_STREAMS):
+        for i, (_, data, _, _) in enumerate(self._stream_defs):
             if topic.endswith(data):
                 return i
         return None
@@ -790,6 +853,9 @@ class Joulescope(EnergyMonitor):
         if max(buffered) <= limit:
             return
         silent = [s.name for s, n in zip(self._streams, buffered, strict=True) if n == 0]
+        if silent == ["range"] and self._streams[-1].first_id is None:
+            self._drop_range_stream()  # an instrument that never streams its range
+            return
         self.stats.dropped += max(buffered)
         self._callback_errors.keep(DeviceError(
             f"Joulescope: stream(s) {', '.join(silent) or '?'} stopped arriving while others "
@@ -798,12 +864,30 @@ class Joulescope(EnergyMonitor):
         for stream in self._streams:
             stream.blocks.clear()
 
+    def _drop_range_stream(self) -> None:
+        """Go on without the range stream when none of it ever came while the others did (an
+        instrument or firmware that does not stream it): the chunks then tell no range, and the
+        budget takes the range from the current, as without a record (under the lock)."""
+        if not self._streams or self._streams[-1].name != "range":
+            return
+        self._streams.pop()
+        self.range_stream_missing = True
+        self.stats.note("the instrument sent no current range (s/i/range/!data) while the "
+                        "other streams came: each sample's range is not recorded")
+        log.warning("Joulescope: no range stream; going on without each sample's range")
+        self._emit()
+
     def _deliver(self, first: int, pieces: list[list[np.ndarray]]) -> None:
         if self.fault is not None:  # the DUT was cut off: the rest of the run is void
             return
-        cur, volt, g0, g1 = (p[0] if len(p) == 1 else np.concatenate(p) for p in pieces)
+        cur, volt, g0, g1, *rng = (p[0] if len(p) == 1 else np.concatenate(p) for p in pieces)
         gpio = (g0.astype(np.uint8) & 1) | ((g1.astype(np.uint8) & 1) << 1)
-        chunk = Chunk(first, cur.astype(np.float64), volt.astype(np.float64), gpio)
+        names = RANGE_STREAM_NAMES[self.model]
+        chunk = Chunk(first, cur.astype(np.float64), volt.astype(np.float64), gpio,
+                      # A value past the model's table is off (the last name).
+                      current_range=(np.minimum(rng[0], len(names) - 1).astype(np.uint8)
+                                     if rng else None),
+                      range_names=names if rng else ())
         self.stats.samples += len(chunk)
         self._count_over_range(chunk)
         if self._check_measured_voltage(chunk):

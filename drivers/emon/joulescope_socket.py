@@ -18,6 +18,14 @@ but ``off`` connects the DUT (`SampleSource.set_power`). A fixed range (JS220: `
 ``s/i/range/select``) clips the current at its full scale, as a saturated range does on the
 instrument; the larger shunt's drop of the DUT's supply (burden voltage) is not modelled.
 
+The range stream (``s/i/range/!data``, field RANGE): one uint8 per sample, as the binding
+hands over the instrument's u4 values unpacked; value k names the model's k-th range, largest
+first (JS110: 10 A, 2 A, 180 mA, 18 mA, 1.8 mA, 180 µA, 18 µA; JS220 without 2 A), `RANGE_OFF`
+while the DUT is disconnected (`range_values`). Auto-ranging picks the smallest range whose full
+scale holds the sample's current: the instrument's choice without its switching hysteresis and
+settling (simplified). At 2 MS/s on a JS220 (each value repeated over the output period, as the
+GPI), at ``h/fs`` on a JS110.
+
 What it does as the real driver (joulescope_driver 2.2.12) does:
 
 - `unsubscribe` matches the very callback object given to `subscribe` (the binding passes the
@@ -71,8 +79,8 @@ from protocols.joulescope_bridge import (
 log = logging.getLogger(__name__)
 
 _RATE_LABELS = ((1_000_000, "MHz"), (1_000, "kHz"), (1, "Hz"))
-#: jsdrv field ids of the streams
-FIELD_CURRENT, FIELD_VOLTAGE, FIELD_GPI = 1, 2, 5
+#: jsdrv field ids of the streams (``jsdrv_field_e`` in ``include/jsdrv.h``: RANGE is 4)
+FIELD_CURRENT, FIELD_VOLTAGE, FIELD_RANGE, FIELD_GPI = 1, 2, 4, 5
 #: Rate the sample ids count at, both models (``SAMPLING_FREQUENCY``, js110_usb.c, js220_usb.c).
 SAMPLE_ID_RATE_HZ = 2_000_000
 #: ``Driver.open`` modes (binding.pyx ``_DEVICE_OPEN_MODES``): defaults 0, restore 1, raw 0xff.
@@ -117,6 +125,14 @@ def _rates(model: str) -> list[int]:
 _FULL_SCALE_A = {"10 A": 10.0, "2 A": 2.0, "180 mA": 0.18, "18 mA": 0.018, "1.8 mA": 1.8e-3,
                  "180 µA": 180e-6, "18 µA": 18e-6}
 _JS220_RANGES = {name for name in _FULL_SCALE_A if name != "2 A"}
+#: What the range stream's values name, per model, value = index (the Joulescope UI's labels
+#: of its current-range trace, pyjoulescope_ui ``waveform_widget.py`` ``_JS110_AXIS_R`` and
+#: ``_JS220_AXIS_R``): largest range first.
+_RANGE_VALUES = {"js110": ("10 A", "2 A", "180 mA", "18 mA", "1.8 mA", "180 µA", "18 µA"),
+                 "js220": ("10 A", "180 mA", "18 mA", "1.8 mA", "180 µA", "18 µA")}
+#: The range stream's value while the DUT is disconnected: "off" on both models (7 on a
+#: JS110, pyjoulescope ``v1/stream_buffer.py``; 6..8 read "off" in the UI's JS220 labels).
+RANGE_OFF = 7
 #: model -> (the topic that connects/disconnects the DUT, {range topic: values it takes}, the
 #: values those topics take when the device is opened with "defaults")
 _RANGE_TOPICS = {
@@ -136,6 +152,8 @@ _DATA_TOPICS = {
     "s/v/!data": ("s/v/ctrl", FIELD_VOLTAGE, 0, False),
     "s/gpi/0/!data": ("s/gpi/0/ctrl", FIELD_GPI, 0, True),
     "s/gpi/1/!data": ("s/gpi/1/ctrl", FIELD_GPI, 1, True),
+    # One value per sample, unpacked (the binding's "uint4 -> uint8"): see `range_values`.
+    "s/i/range/!data": ("s/i/range/ctrl", FIELD_RANGE, 0, False),
 }
 
 
@@ -363,6 +381,26 @@ class FakeJoulescopeDriver:
                 return _FULL_SCALE_A[self._retained["s/i/range/select"]]
             return _FULL_SCALE_A.get(self._retained.get("s/i/range/select", "off"))
 
+    def range_values(self, current: np.ndarray) -> np.ndarray:
+        """The range stream's value for each sample (uint8): `RANGE_OFF` while the DUT is
+        disconnected, the selected range when fixed, else the smallest range whose full scale
+        holds the sample's current (the instrument's autoranging, without its hysteresis)."""
+        table = _RANGE_VALUES[self.model]
+        with self._state:
+            power_topic, _, _ = _RANGE_TOPICS[self.model]
+            power = self._retained.get(power_topic, "off")
+            select = self._retained.get("s/i/range/select")
+        if power == "off":
+            return np.full(len(current), RANGE_OFF, dtype=np.uint8)
+        fixed = select if self.model == "js220" and power == "manual" else (
+            power if self.model == "js110" and power != "auto" else None)
+        if fixed is not None:
+            return np.full(len(current), table.index(fixed), dtype=np.uint8)
+        # Full scales smallest first: the number of them below |I| counts back from the end.
+        scales = np.array([_FULL_SCALE_A[name] for name in reversed(table)])
+        above = np.searchsorted(scales, np.abs(current.astype(np.float64)), side="left")
+        return (len(table) - 1 - np.minimum(above, len(table) - 1)).astype(np.uint8)
+
     def _gpi_block(self, suffix: str, sample_id: int, levels: np.ndarray,
                    repeat: int) -> tuple[int, np.ndarray]:
         """(first id, packed little-endian bits) of one GPI block: each level repeated
@@ -404,6 +442,8 @@ class FakeJoulescopeDriver:
             "s/gpi/0/!data": block.gpi0,
             "s/gpi/1/!data": block.gpi1,
         }
+        if enabled["s/i/range/!data"]:
+            signals["s/i/range/!data"] = self.range_values(block.current)
         with self._dispatch:
             for suffix, data in signals.items():
                 if not enabled[suffix]:
@@ -411,17 +451,21 @@ class FakeJoulescopeDriver:
                 _, field_id, index, packed = _DATA_TOPICS[suffix]
                 topic = f"{self.device_path}/{suffix}"
                 sample_id = first * decimate
+                # The range, like the GPI, at 2 MS/s on a JS220 (js220_usb.c PORT_MAP).
+                follows = packed or field_id == FIELD_RANGE
                 if packed:
                     sample_id, data = self._gpi_block(suffix, sample_id, data, gpi_repeat)
                     if not len(data):
                         continue
+                elif follows:
+                    data = np.repeat(data, gpi_repeat)
                 value = {
                     "sample_id": sample_id,
                     "utc": utc,
                     "field_id": field_id,
                     "index": index,
                     "sample_rate": SAMPLE_ID_RATE_HZ,
-                    "decimate_factor": gpi_decimate if packed else decimate,
+                    "decimate_factor": gpi_decimate if follows else decimate,
                     "time_map": {"offset_time": utc, "offset_counter": first * decimate,
                                  "counter_rate": float(SAMPLE_ID_RATE_HZ)},
                     "data": data,

@@ -591,6 +591,9 @@ class _ScpiMonitor(EnergyMonitor):
             "current_range_requested": (ranges.AUTO if requested_a is None
                                         else format_number(requested_a)),
             "autorange": False,
+            # Fixed for the capture: every reading's range (the uncertainty budget's words).
+            "current_range_source": "reported by the instrument (its range query, once per "
+                                    "capture)",
         }
         if requested_a is None:
             out["autorange_note"] = (

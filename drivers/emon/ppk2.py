@@ -91,6 +91,9 @@ METADATA_TIMEOUT_S = 3.0
 #: Bytes asked for per read while streaming (100 kS/s is 400 kB/s).
 READ_BYTES = 1 << 20
 _CABLE_HINT = "check the USB cable (the PPK2's USB DATA/POWER port) and that it is switched on"
+#: The names of the five ranges as `Chunk.current_range` and the accuracy declaration give them:
+#: the range bits' value k (bits 14-16 of a sample word) is "Rk", R0 the most sensitive.
+RANGE_NAMES = tuple(f"R{k}" for k in range(RANGES))
 
 
 class ByteTransport(Protocol):
@@ -129,7 +132,10 @@ def ppk2_accuracy(mode: str) -> MonitorAccuracy:
                                   searched=PPK2_SEARCHED) if mode == "source" else None),
         clock=NotPublished(what="PPK2 sample clock tolerance", searched=PPK2_SEARCHED),
         notes="Every sample carries its range (R0-R4, bits 14-16 of its word, "
-              "protocols/ppk2.py); the rig does not record it per sample or per window yet. "
+              "protocols/ppk2.py): the rig records it per sample (the trace's current_range "
+              "signal) and counts each window's samples per range, so that a budget takes "
+              "each range's figure for its share of the readings; a host-side average takes "
+              "the largest range of its samples. "
               "Readings are the spike-filtered currents (settings' spike_filter).",
     )
 
@@ -139,6 +145,7 @@ class Ppk2(EnergyMonitor):
 
     driver = "ppk2"
     measures_voltage = False  # current only: the rail is set (source) or given (ampere)
+    records_range = True  # every sample word carries its range (R0-R4)
 
     def __init__(self, transport: ByteTransport, *, voltage_limit_v: float,
                  simulated: bool = False, mode: str = "source",
@@ -170,7 +177,8 @@ class Ppk2(EnergyMonitor):
         #: Samples kept in place although their counter was out of sequence (this acquisition).
         self.out_of_sequence = 0
         self._raw_next = 0  # raw sample id of the next word
-        self._carry: tuple[int, np.ndarray, np.ndarray] | None = None  # a partial block
+        #: A partial block: (first id, current, logic, range) of its samples.
+        self._carry: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -454,8 +462,9 @@ class Ppk2(EnergyMonitor):
             return []
         words = split_words(seq.words)
         gaps = seq.lost_before
-        current = self.calibration.current(words.adc, words.rng, self._vdd_mv / 1000)
-        current = self._spike.apply(current, words.rng)
+        rng = words.rng
+        current = self.calibration.current(words.adc, rng, self._vdd_mv / 1000)
+        current = self._spike.apply(current, rng)
         ids = self._raw_next + np.arange(n, dtype=np.int64) + np.cumsum(gaps)
         self._raw_next = int(ids[-1]) + 1
         lost_at = np.flatnonzero(gaps)
@@ -473,13 +482,16 @@ class Ppk2(EnergyMonitor):
         cuts = [0, *(k for k in lost_at.tolist() if k > 0), n]
         chunks = []
         for a, b in itertools.pairwise(cuts):
-            chunk = self._block(int(ids[a]), current[a:b], words.logic[a:b])
+            chunk = self._block(int(ids[a]), current[a:b], words.logic[a:b], rng[a:b])
             if chunk is not None:
                 chunks.append(chunk)
         return chunks
 
-    def _block(self, first: int, current: np.ndarray, logic: np.ndarray) -> Chunk | None:
-        """A chunk of consecutive raw samples, averaged `_decimation` at a time."""
+    def _block(self, first: int, current: np.ndarray, logic: np.ndarray,
+               rng: np.ndarray) -> Chunk | None:
+        """A chunk of consecutive raw samples, averaged `_decimation` at a time; each sample
+        with the range it was taken in (an average: the largest range of its raw samples, so
+        that its accuracy is never taken as better than its worst part's)."""
         n_avg = self._decimation
         if n_avg > 1:
             carry = self._carry
@@ -487,19 +499,26 @@ class Ppk2(EnergyMonitor):
                 first = carry[0]
                 current = np.concatenate((carry[1], current))
                 logic = np.concatenate((carry[2], logic))
+                rng = np.concatenate((carry[3], rng))
             else:  # start on a whole block of the delivered rate (after a loss, too)
                 if carry is not None:
                     self.stats.note(f"a partial {n_avg}-sample average before sample "
                                     f"{first} was left out (samples lost after it)")
                 skip = (-first) % n_avg
                 first, current, logic = first + skip, current[skip:], logic[skip:]
+                rng = rng[skip:]
             m = len(current) // n_avg * n_avg
-            self._carry = (first + m, current[m:], logic[m:]) if m < len(current) else None
+            self._carry = ((first + m, current[m:], logic[m:], rng[m:]) if m < len(current)
+                           else None)
             if m == 0:
                 return None
             current = current[:m].reshape(-1, n_avg).mean(axis=1)
             logic = np.bitwise_and.reduce(logic[:m].reshape(-1, n_avg), axis=1)
+            rng = rng[:m].reshape(-1, n_avg).max(axis=1)
             first //= n_avg
         self.stats.samples += len(current)
         voltage = np.full(len(current), self._vdd_mv / 1000 if self._vdd_mv else np.nan)
-        return Chunk(first, current, voltage, logic.astype(np.uint8, copy=False))
+        # Range bits above R4 (not sent by a PPK2) read as R4, as `Calibration.current` reads them.
+        ranges = np.minimum(rng, RANGES - 1).astype(np.uint8)
+        return Chunk(first, current, voltage, logic.astype(np.uint8, copy=False),
+                     current_range=ranges, range_names=RANGE_NAMES)

@@ -113,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
     # A trace that cannot fit is refused before the instrument is opened, not when it fills up.
     measured = monitor_class(args.driver).measures_voltage_with(
         timestamp_input=args.timestamp_input)
+    ranged = monitor_class(args.driver).records_range_with(
+        timestamp_input=args.timestamp_input, current_range=args.current_range)
     warning = check_trace_space(
         args.out.parent, args.duration, args.rate, voltage_measured=measured,
+        range_recorded=ranged,
         hint="lower --rate, shorten --duration, or give an --out on another disk",
     )
     if warning:

@@ -371,6 +371,7 @@ class AscProcedure:
         self._emon.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
                                   duration_s=(end - start) / fs, power_w=power,
+                                  current_ranges=self._emon.range_occupancy(start, end),
                                   simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))
 
@@ -410,7 +411,7 @@ class AscProcedure:
             index=index, iterations=t.iterations, start_sample=start, end_sample=end,
             start_s=start / fs, end_s=end / fs, duration_s=(end - start) / fs, energy_j=energy,
             mean_power_w=power, energy_per_inference_j=energy / t.iterations,
-            simulated=self.simulated,
+            current_ranges=self._emon.range_occupancy(start, end), simulated=self.simulated,
         ))
 
     def _require_finite(self, power: float, start: int, end: int, what: str) -> None:

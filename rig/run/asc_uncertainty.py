@@ -2,9 +2,9 @@
 summary's ``uncertainty``, so it reaches the manifest, `rig show --json` and `rig analyze RUN`).
 
 Inputs, all from the events: the energy monitor's declared accuracy (its `InstrumentInfo`'s
-``accuracy``, `drivers.emon.accuracy`), the range it recorded (``current_range``), the trace's
-voltage (``trace_voltage``: measured, or the value the monitor set), the sample rate; the idle
-spans, the energy windows, the timed runs and the test samples.
+``accuracy``, `drivers.emon.accuracy`), the range each reading was taken in (see below), the
+trace's voltage (``trace_voltage``: measured, or the value the monitor set), the sample rate;
+the idle spans, the energy windows, the timed runs and the test samples.
 
 The model, figure by figure (P = I·V, each power a mean over samples of current × voltage):
 
@@ -12,6 +12,15 @@ The model, figure by figure (P = I·V, each power a mean over samples of current
   at I = P/V in its range (gain part and offset part), and the voltage's (measured, or the
   set supply's; ∂P/∂V = I). A mean power is a ratio of a sum to a sample count, so the sample
   clock and the window edges do not enter it.
+
+  Which range: where the instrument told each sample's range (a PPK2, an auto-ranging
+  Joulescope), the spans record how their samples spread over the ranges
+  (``current_ranges``); with f_r the readings' fraction in range r and I_r their mean current
+  there (P = V·Σ f_r·I_r), range r adds a gain term g_r·f_r·|I_r|·V and an offset term
+  f_r·o_r·V (`range_shares`). Otherwise every reading is taken in one range: the settings'
+  ``current_range`` (the configured one, or the one the instrument reported: its
+  ``current_range_source``), else the smallest declared range whose full scale holds I = P/V
+  (what autoranging would pick: inferred). Each term's source says which.
 - energy per inference (P·T/N per window, the median of the windows): Type A over the windows
   (the standard deviation of the mean, used for the median too); the power's Type B terms
   carried by T/N; the sample clock's relative tolerance on T; each window edge placed within ±
@@ -101,6 +110,28 @@ class Monitor:
     #: The DUT timer's oscillator tolerance (relative), from the bench's ``[dut] clock_ppm``
     #: and ``clock_source``; None: not declared.
     dut_clock: Spec | None = None
+    #: Where `range_name` came from, in the budget's words ("reported by the instrument ...",
+    #: "the configured range"); "" with no range name.
+    range_source: str = ""
+
+
+@dataclass(frozen=True)
+class RangeShare:
+    """One current range's part of a figure's readings, from the spans' recorded occupancy
+    (`IdleMeasured.current_ranges`, `WindowMeasured.current_ranges`). The figure is the mean of
+    its spans' mean powers, so each span weighs the same: `fraction` is the mean over the spans
+    of the part of each span's samples taken in this range, and `current_a` the mean over the
+    spans of (samples in this range x their mean current) / the span's samples: the range's
+    contribution to the figure's mean current (P = V x the sum of every range's `current_a`)."""
+
+    name: str
+    fraction: float
+    current_a: float
+
+    @property
+    def mean_current_a(self) -> float:
+        """The mean current of this range's readings [A]."""
+        return self.current_a / self.fraction if self.fraction else 0.0
 
 
 def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
@@ -123,6 +154,9 @@ def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
                  if isinstance(e, TraceSaved) and e.sample_rate_hz > 0), None) \
         or info.get("sample_rate_hz") or emon.get("sample_rate_hz")
     rng = info.get("current_range")
+    fixed = rng not in (None, "", "auto")
+    range_source = (str(info.get("current_range_source") or "the configured range") if fixed
+                    else "")
     dut = bench.get("dut", {}) if isinstance(bench.get("dut"), dict) else {}
     dut_clock = None
     try:
@@ -133,7 +167,8 @@ def monitor_of(events: Sequence[Event], bench: dict[str, Any]) -> Monitor:
         dut_clock = None  # a damaged snapshot declares nothing
     return Monitor(
         accuracy=accuracy,
-        range_name=None if rng in (None, "", "auto") else str(rng),
+        range_name=str(rng) if fixed else None,
+        range_source=range_source,
         voltage_v=float(voltage) if voltage else None,
         voltage_measured=measured,
         sample_rate_hz=float(rate) if rate else None,
@@ -158,7 +193,7 @@ def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[st
         p_i = float(summary["idle_power_w"])
         idle_terms = [type_a("idle power: repeatability", [i.power_w for i in idles],
                              source=f"the {len(idles)} idle span(s)"),
-                      *_power_terms(mon, p_i, "idle")]
+                      *_power_terms(mon, p_i, "idle", range_shares(idles))]
         out["idle_power_w"] = combine("idle power", p_i, "W", idle_terms)
 
     active_terms: list[Component] = []
@@ -166,7 +201,7 @@ def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[st
         p_a = float(summary["active_power_w"])
         active_terms = [type_a("active power: repeatability", [w.mean_power_w for w in windows],
                                source=f"the {len(windows)} energy windows"),
-                        *_power_terms(mon, p_a, "active")]
+                        *_power_terms(mon, p_a, "active", range_shares(windows))]
         out["active_power_w"] = combine("active power", p_a, "W", active_terms)
         out["energy_per_inference_j"] = _energy_budget(mon, summary, windows, active_terms)
 
@@ -193,9 +228,47 @@ def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[st
 
 
 # -- power ------------------------------------------------------------------------------------
-def _power_terms(mon: Monitor, power: float, what: str) -> list[Component]:
+def range_shares(spans: Sequence[IdleMeasured | WindowMeasured]) -> list[RangeShare] | None:
+    """Each recorded range's share of the spans' readings (`RangeShare`), largest first; None
+    when any span has no record of its ranges (a monitor that does not tell them, an older
+    run) or a record that does not add up."""
+    if not spans:
+        return None
+    fraction: dict[str, float] = {}
+    current: dict[str, float] = {}
+    for span in spans:
+        record = span.current_ranges
+        try:
+            counts = {str(k): int(v["samples"]) for k, v in record.items()}
+            means = {str(k): float(v["mean_current_a"]) for k, v in record.items()}
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None  # a damaged record tells nothing
+        total = sum(counts.values())
+        if not record or total <= 0 or not all(math.isfinite(m) for m in means.values()):
+            return None
+        for name, count in counts.items():
+            fraction[name] = fraction.get(name, 0.0) + count / total / len(spans)
+            current[name] = current.get(name, 0.0) + count * means[name] / total / len(spans)
+    return sorted((RangeShare(name, fraction[name], current[name]) for name in fraction),
+                  key=lambda r: -r.fraction)
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.3g} %"
+
+
+def _occupancy_text(shares: Sequence[RangeShare]) -> str:
+    """'97 % of samples in 18 mA, 3 % in 180 mA'."""
+    parts = [f"{_percent(r.fraction)} in {r.name}" for r in shares]
+    parts[0] = parts[0].replace(" in ", " of samples in ", 1)
+    return ", ".join(parts)
+
+
+def _power_terms(mon: Monitor, power: float, what: str,
+                 shares: Sequence[RangeShare] | None = None) -> list[Component]:
     """Type B terms of a mean power P = I·V read by the monitor: the current's gain and offset
-    in its range (at I = P/V), and the voltage (∂P/∂V = I)."""
+    in its range (at I = P/V; with `shares`, the range each reading was recorded in: each
+    range's figure for its share), and the voltage (∂P/∂V = I)."""
     if mon.accuracy is None:
         return [unknown(f"{what} power: instrument accuracy", source=NO_DECLARATION)]
     if mon.voltage_v is None or mon.voltage_v <= 0:
@@ -204,12 +277,17 @@ def _power_terms(mon: Monitor, power: float, what: str) -> list[Component]:
                                "power stands for is not known")]
     volts = mon.voltage_v
     current = power / volts
-    terms = [*_current_terms(mon, current, volts, what)]
+    if shares:
+        terms = _recorded_range_terms(mon, shares, volts, what)
+    else:
+        terms = _current_terms(mon, current, volts, what)
     terms.append(_voltage_term(mon, current, volts, what))
     return terms
 
 
 def _current_terms(mon: Monitor, current: float, volts: float, what: str) -> list[Component]:
+    """The current's terms with every reading in one range: the configured (or reported)
+    one, else the smallest declared range whose full scale holds the mean current."""
     acc = mon.accuracy
     assert acc is not None
     label = f"{what} power: {mon.driver} current"
@@ -225,16 +303,57 @@ def _current_terms(mon: Monitor, current: float, volts: float, what: str) -> lis
         return [unknown(label, source=message)]
     if isinstance(rng.current, NotPublished):
         return [unknown(f"{label} ({rng.name} range)", source=rng.current.message)]
-    spec: Spec = rng.current
-    at = f"at {current:.4g} A in the {rng.name} range"
+    where = (f"range: {mon.range_source}" if mon.range_name is not None
+             else "range: inferred from the mean current (the smallest declared range whose "
+                  "full scale holds it; the instrument did not record it)")
+    return _range_terms(mon, rng.name, rng.current, 1.0, current, volts, what,
+                        f"at {current:.4g} A in the {rng.name} range ({where})")
+
+
+def _recorded_range_terms(mon: Monitor, shares: Sequence[RangeShare], volts: float,
+                          what: str) -> list[Component]:
+    """The current's terms from the range each reading was recorded in: per range r, with a
+    fraction f_r of the readings at a mean current I_r, the gain term g_r·f_r·|I_r|·V (one
+    instrument's gain in one range: correlated) and the offset term f_r·o_r·V; P = V·Σ f_r·I_r.
+    A range with no published figure (or one the declaration lacks, "off") is unknown."""
+    acc = mon.accuracy
+    assert acc is not None
+    label = f"{what} power: {mon.driver} current"
+    said = f"recorded per sample by the instrument: {_occupancy_text(shares)}"
+    if isinstance(acc.current_ranges, NotPublished):
+        return [unknown(label, source=f"{acc.current_ranges.message} ({said})")]
+    terms: list[Component] = []
+    for share in shares:
+        try:
+            rng = acc.range_for(share.mean_current_a, share.name)
+        except KeyError as exc:
+            terms.append(unknown(f"{label} ({share.name} range)", source=(
+                f"instrument accuracy not published: {exc.args[0]} ({said})")))
+            continue
+        assert rng is not None  # found by name
+        if isinstance(rng.current, NotPublished):
+            terms.append(unknown(f"{label} ({share.name} range)",
+                                 source=f"{rng.current.message} ({said})"))
+            continue
+        terms += _range_terms(
+            mon, share.name, rng.current, share.fraction, share.mean_current_a, volts, what,
+            f"at {share.mean_current_a:.4g} A mean in the {share.name} range, "
+            f"{_percent(share.fraction)} of the readings ({said})")
+    return terms
+
+
+def _range_terms(mon: Monitor, name: str, spec: Spec, fraction: float, current: float,
+                 volts: float, what: str, at: str) -> list[Component]:
+    """Gain and offset terms of the part `fraction` of a mean power read in range `name` at
+    a mean current `current`: g·f·|I|·V (correlated per instrument and range) and f·o·V."""
     terms = [rectangular(
-        f"{what} power: current gain ({rng.name} range)", spec.gain * abs(current) * volts,
+        f"{what} power: current gain ({name} range)", spec.gain * fraction * abs(current) * volts,
         source=f"{spec.source}: ±{spec.gain:.3g} of reading {at}, rectangular; the same error "
                "for every reading in this range (correlated)",
-        group=f"{mon.driver} current gain, {rng.name} range")]
+        group=f"{mon.driver} current gain, {name} range")]
     if spec.offset > 0:
         terms.append(rectangular(
-            f"{what} power: current offset ({rng.name} range)", spec.offset * volts,
+            f"{what} power: current offset ({name} range)", spec.offset * fraction * volts,
             source=f"{spec.source}: ±{spec.offset:.3g} A {at}, rectangular"))
     return terms
 

@@ -148,6 +148,11 @@ class IdleMeasured(Event):
     end_sample: int = 0
     duration_s: float = 0.0
     power_w: float = 0.0
+    #: How the span's samples spread over the current ranges, where the monitor told each
+    #: sample's range: {range name: {"samples": n, "mean_current_a": I}} (the recorder's
+    #: `range_occupancy`).
+    #: Empty for a monitor that does not tell, and for runs recorded before it was kept.
+    current_ranges: dict[str, dict[str, float]] = field(default_factory=dict)
     #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
     simulated: bool = False
 
@@ -167,6 +172,8 @@ class WindowMeasured(Event):
     energy_j: float = 0.0
     mean_power_w: float = 0.0
     energy_per_inference_j: float = 0.0
+    #: How the window's samples spread over the current ranges (as `IdleMeasured`'s).
+    current_ranges: dict[str, dict[str, float]] = field(default_factory=dict)
     #: The numbers come from a simulation (virtual bench, simulated monitor or DUT).
     simulated: bool = False
 

@@ -285,12 +285,20 @@ def measures_voltage(bench: Bench) -> bool:
     return monitor_class(bench.emon.driver).measures_voltage_with(**_monitor_options(bench))
 
 
+def records_range(bench: Bench) -> bool:
+    """Whether the bench's monitor tells each sample's current range (its trace then stores a
+    range signal: `trace_space.bytes_per_sample`)."""
+    return monitor_class(bench.emon.driver).records_range_with(
+        current_range=bench.emon.current_range, **_monitor_options(bench))
+
+
 def asc_trace_bytes(bench: Bench, scope: str = "all") -> int:
     """Projected size [bytes] of an ASC run's trace (0 when the bench records none)."""
     if not records_trace(bench):
         return 0
     return projected_trace_bytes(asc_trace_seconds(bench, scope), bench.emon.sample_rate_hz,
-                                 voltage_measured=measures_voltage(bench))
+                                 voltage_measured=measures_voltage(bench),
+                                 range_recorded=records_range(bench))
 
 
 def asc_phase_seconds(bench: Bench, scope: str = "all") -> dict[str, float]:
@@ -494,6 +502,7 @@ def _check_trace_space(bench: Bench, runs_root: Path, scope: str = "all") -> str
     seconds, rate = asc_trace_seconds(bench, scope), bench.emon.sample_rate_hz
     return check_trace_space(
         runs_root, seconds, rate, voltage_measured=measures_voltage(bench),
+        range_recorded=records_range(bench),
         what=f"an ASC run's trace (about {seconds:.0f} s at {rate:g} Hz, "
         f"{asc_trace_basis(bench)})",
         hint=_space_hint(bench),
@@ -515,13 +524,15 @@ def _reproject(bench: Bench, runs_root: Path, scope: str, recorder: EmonRecorder
         return None
     rest_s = asc_rest_trace_seconds(bench, scope, inference_s=per_inference_s, loaded=loaded)
     rate, voltage = recorder.sample_rate, measures_voltage(bench)
+    ranged = records_range(bench)
     warning = check_trace_space(
-        runs_root, rest_s, rate, voltage_measured=voltage,
+        runs_root, rest_s, rate, voltage_measured=voltage, range_recorded=ranged,
         what=f"the rest of this ASC run's trace (about {rest_s:.0f} s at {rate:g} Hz, "
         "projected from the calibration)",
         hint=_space_hint(bench))
     so_far_s = recorder.samples / rate
-    total = projected_trace_bytes(so_far_s + rest_s, rate, voltage_measured=voltage)
+    total = projected_trace_bytes(so_far_s + rest_s, rate, voltage_measured=voltage,
+                                  range_recorded=ranged)
     text = (f"trace projected after calibration: {total} B = {binary_size(total)} "
             f"({so_far_s:.1f} s recorded and "
             f"{rest_s:.1f} s to come at {rate:g} Hz, from {per_inference_s * 1e3:.4g} ms per "

@@ -10,6 +10,12 @@ products i*v are summed pairwise by numpy, and the chunk sums are added with the
 carried in `lo`. The difference of two cumulative values is thus as accurate as one dot product
 over the window, however far into the run the window lies.
 
+Where the monitor tells the current range of each sample (`Chunk.current_range`: a PPK2, an
+auto-ranging Joulescope), each edge also keeps the cumulative sample count and current sum per
+range, so that `range_occupancy` says how many of a window's samples were in each range and
+their mean current there (for the uncertainty budget: each range's accuracy for its share),
+and the trace stores the range signal. Memory grows with edges x ranges, never with samples.
+
 Lost samples (sample-id gaps) and non-finite samples are remembered as sample ranges; any window
 that overlaps one has NaN energy, so the procedure fails it instead of reporting it short.
 
@@ -108,6 +114,15 @@ class EmonRecorder:
         self._edge_at = np.empty(_EDGE_CAPACITY, dtype=np.int64)
         self._edge_hi = np.empty(_EDGE_CAPACITY, dtype=np.float64)
         self._edge_lo = np.empty(_EDGE_CAPACITY, dtype=np.float64)
+        # Where the monitor tells each sample's current range (`Chunk.current_range`): the
+        # range names met so far (the columns below), the running sample count and current sum
+        # [A] per range, and both at every edge (memory: edges x ranges, never samples).
+        self._range_names: list[str] = []
+        self._range_maps: dict[tuple[str, ...], np.ndarray] = {}
+        self._rcount = np.zeros(0, dtype=np.int64)
+        self._rsum = np.zeros(0, dtype=np.float64)
+        self._edge_rcount = np.zeros((_EDGE_CAPACITY, 0), dtype=np.int64)
+        self._edge_rsum = np.zeros((_EDGE_CAPACITY, 0), dtype=np.float64)
         #: Sample-id gaps seen in the stream: (expected id, id received).
         self.gaps: list[tuple[int, int]] = []
         # Sample ranges [a, b) with no valid energy: lost samples and non-finite samples.
@@ -129,6 +144,7 @@ class EmonRecorder:
 
     def _take(self, chunk: Chunk) -> None:
         current, voltage, gpio = chunk.current, chunk.voltage, chunk.gpio
+        ranges = chunk.current_range
         first = int(chunk.first_sample_id)
         n = len(current)
         if n == 0:
@@ -148,10 +164,12 @@ class EmonRecorder:
                 self._cond.notify_all()
             elif gap < 0:  # overlap: keep what we already have
                 current, voltage, gpio = current[-gap:], voltage[-gap:], gpio[-gap:]
+                ranges = None if ranges is None else ranges[-gap:]
                 first, n = self._n, n + gap
             if self.stop_after is not None:
                 n = min(n, self.stop_after - first)
                 current, voltage, gpio = current[:n], voltage[:n], gpio[:n]
+                ranges = None if ranges is None else ranges[:n]
             if n <= 0:
                 return
             if self.trace_path is not None:
@@ -163,7 +181,11 @@ class EmonRecorder:
             if self.set_voltage is not None:
                 # What `read_trace` gives back for such a file: the set value, in float64.
                 voltage = np.broadcast_to(np.float64(self.set_voltage[0]), (n,))
+            edges_before = self._edge_count
             self._integrate(first, current, voltage, gpio)
+            if ranges is not None:
+                ranges = self._range_map(chunk.range_names)[ranges]
+                self._count_ranges(first, current, ranges, edges_before)
             self._n = first + n
             self._received += n
             self._cond.notify_all()
@@ -172,11 +194,11 @@ class EmonRecorder:
         if self._writer is not None:
             with self._writer_lock:
                 if self._writer is not None:
-                    self._write(self._writer, first, current, voltage, gpio)
+                    self._write(self._writer, first, current, voltage, gpio, ranges)
 
     def _write(
         self, writer: TraceWriter, first: int, current: np.ndarray, voltage: np.ndarray,
-        gpio: np.ndarray,
+        gpio: np.ndarray, ranges: np.ndarray | None = None,
     ) -> None:
         """Append to the trace (writer lock held), or stop it before the disk is full."""
         now = time.monotonic()
@@ -190,7 +212,8 @@ class EmonRecorder:
                 self._stop_trace(writer, f"the disk is full ({binary_size(free)} left, "
                                  f"{binary_size(reserve)} kept for finishing the run folder)")
         try:
-            writer.append(first, current, voltage, gpio)
+            writer.append(first, current, voltage, gpio, current_range=ranges,
+                          range_names=tuple(self._range_names))
         except OSError as exc:
             self._stop_trace(writer, write_failure(exc))
         except RuntimeError as exc:  # pyjls's own error (it rarely says anything)
@@ -240,6 +263,50 @@ class EmonRecorder:
             self._edge_count = i + 1
         self._add(prod[lo:], first + lo)
 
+    def _range_map(self, names: tuple[str, ...]) -> np.ndarray:
+        """The recorder's column of each of a chunk's range indices (lock held): a name met
+        for the first time gets a new column, zero up to here."""
+        found = self._range_maps.get(names)
+        if found is not None:
+            return found
+        new = [name for name in dict.fromkeys(names) if name not in self._range_names]
+        if new:
+            self._range_names.extend(new)
+            width = len(self._range_names)
+            self._rcount = np.concatenate((self._rcount, np.zeros(len(new), np.int64)))
+            self._rsum = np.concatenate((self._rsum, np.zeros(len(new))))
+            for name in ("_edge_rcount", "_edge_rsum"):
+                old = getattr(self, name)
+                grown = np.zeros((len(old), width), dtype=old.dtype)
+                grown[:, : old.shape[1]] = old
+                setattr(self, name, grown)
+        mapped = np.array([self._range_names.index(name) for name in names], dtype=np.intp)
+        self._range_maps[names] = mapped
+        return mapped
+
+    def _count_ranges(self, first: int, current: np.ndarray, column: np.ndarray,
+                      since_edge: int) -> None:
+        """Add a chunk's samples to the running count and current sum of their ranges
+        (`column`: each sample's column), and set both at the chunk's edges (those from number
+        `since_edge` on, which `_integrate` just found). One bincount per chunk."""
+        n, width = len(current), len(self._range_names)
+        at = self._edge_at[since_edge : self._edge_count] - first
+        # Segment s: the samples after s of this chunk's edges (an edge starts a segment).
+        starts = np.zeros(n, dtype=np.intp)
+        starts[at] = 1
+        key = np.cumsum(starts) * width + column
+        size = (len(at) + 1) * width
+        amps = np.asarray(current, dtype=np.float64)
+        amps = np.where(np.isfinite(amps), amps, 0.0)  # such a sample fails its window anyway
+        counts = np.bincount(key, minlength=size).reshape(-1, width)
+        sums = np.bincount(key, weights=amps, minlength=size).reshape(-1, width)
+        cum_count = self._rcount + np.cumsum(counts, axis=0)
+        cum_sum = self._rsum + np.cumsum(sums, axis=0)
+        # Edge j comes before segment j + 1: the sums through segment j.
+        self._edge_rcount[since_edge : self._edge_count] = cum_count[:-1]
+        self._edge_rsum[since_edge : self._edge_count] = cum_sum[:-1]
+        self._rcount, self._rsum = cum_count[-1], cum_sum[-1]
+
     def _add(self, prod: np.ndarray, first: int) -> None:
         """Add a segment's products to the running sum (Neumaier compensation)."""
         if prod.size == 0:
@@ -273,9 +340,9 @@ class EmonRecorder:
         if size <= len(self._edge_at):
             return
         cap = max(size, 2 * len(self._edge_at))
-        for name in ("_edge_at", "_edge_hi", "_edge_lo"):
+        for name in ("_edge_at", "_edge_hi", "_edge_lo", "_edge_rcount", "_edge_rsum"):
             old = getattr(self, name)
-            new = np.empty(cap, dtype=old.dtype)
+            new = np.zeros((cap, *old.shape[1:]), dtype=old.dtype)
             new[: self._edge_count] = old[: self._edge_count]
             setattr(self, name, new)
 
@@ -391,6 +458,23 @@ class EmonRecorder:
             # hi - hi is exact for nearby values (Sterbenz); lo carries what hi rounded off.
             total = (self._edge_hi[b] - self._edge_hi[a]) + (self._edge_lo[b] - self._edge_lo[a])
             return float(total) / (stop - start)
+
+    def range_occupancy(self, start: int, stop: int) -> dict[str, dict[str, float]]:
+        """How the samples [start, stop) (both timestamp edges) spread over the current ranges
+        the monitor told: {range name: {"samples": count, "mean_current_a": their mean
+        current}} for each range holding any. Empty where the monitor tells no range, or not
+        for every sample of the span."""
+        with self._cond:
+            if not self._range_names:
+                return {}
+            a, b = self._edge_index(start), self._edge_index(stop)
+            counts = self._edge_rcount[b] - self._edge_rcount[a]
+            sums = self._edge_rsum[b] - self._edge_rsum[a]
+            if int(counts.sum()) != stop - start:
+                return {}
+            return {name: {"samples": int(c), "mean_current_a": float(s) / int(c)}
+                    for name, c, s in zip(self._range_names, counts.tolist(), sums.tolist(),
+                                          strict=True) if c}
 
     def _edge_index(self, sample: int) -> int:
         edges = self._edge_at[: self._edge_count]

@@ -4,6 +4,9 @@ The windows and idle spans (sample ranges) and iteration counts come from the ru
 their energy and power are integrated again from the trace file with `rig.traces.analysis`, and the
 run's summary function (`asc.summarize`) derives the figures from them, so the manifest's idle,
 active and dynamic power and energy per inference must come back to `TOLERANCE` (relative).
+Where the trace holds each sample's current range, how every window and idle span spread over
+the ranges is counted again from it too (their uncertainty budgets take each range's share);
+a trace without it keeps what the events recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.run.store import load_run
 from rig.run.summary import run_simulated
 from rig.traces.analysis import falling_edges, span_power, window_energies
+from rig.traces.analysis.energy import span_range_occupancy
 from rig.traces.files import Trace, read_trace
 
 #: Relative difference allowed between a stored figure and its recomputation (float rounding).
@@ -138,6 +142,13 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproducti
     for i in idles:
         replaced[id(i)] = dataclasses.replace(
             i, power_w=span_power(trace.current, trace.voltage, i.start_sample, i.end_sample))
+    if trace.current_range is not None:  # the ranges' shares too, where the trace holds them
+        for e in (*windows, *idles):
+            span = replaced[id(e)]
+            assert isinstance(span, WindowMeasured | IdleMeasured)
+            replaced[id(e)] = dataclasses.replace(span, current_ranges=span_range_occupancy(
+                trace.current, trace.current_range, trace.range_names, span.start_sample,
+                span.end_sample))
     events = [replaced.get(id(e), e) for e in record.events]
     recomputed = asc.summarize(events, bench=manifest.get("bench"),
                                scope=manifest.get("scope", "all"))

@@ -13,6 +13,11 @@ output, an Otii recording mv). Where the monitor sets it (an LPM01A, a PPK2) the
 voltage signal: its user data names the set value and where it came from (`voltage_set_v`,
 `voltage_source`), and `read_trace` gives a constant voltage array of that value, so every
 reader takes both kinds (4 + 1 raw bytes per sample instead of 9).
+
+Where the instrument tells each sample's current range (a PPK2, an auto-ranging Joulescope),
+the file also holds a u4 signal `JLS_RANGE` (half a raw byte per sample): an index into the
+names its user data lists (`RANGE_NAMES_KEY`), so that `rig analyze` re-derives how a window's
+samples spread over the ranges. Files without it (other monitors, older rigs) read as before.
 """
 
 from __future__ import annotations
@@ -47,6 +52,11 @@ _CSV_HINT = ("every data line needs a finite number in each of the columns "
 #: JLS signal names: current and voltage, and the GPIO bit field. `JLS_POWER` is no longer
 #: written (power = current x voltage); older files may still hold it, as an optional signal.
 JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "gpi0"
+#: The current range of each sample, where the instrument tells it (u4: an index into the user
+#: data's `RANGE_NAMES_KEY` list; `RANGE_NOT_TOLD` where a sample's range is not known).
+JLS_RANGE = "current_range"
+RANGE_NAMES_KEY = "current_range_names"
+RANGE_NOT_TOLD = 15
 #: The Joulescope UI names its first general-purpose input this way (1-bit samples).
 _JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
 #: Samples moved per pyjls call when reading and when filling gaps (bounds memory).
@@ -63,6 +73,9 @@ _SOURCE_ID = 1
 # Signal 3 was power in files written before power was dropped; new files leave it unused so
 # the ids of current, voltage and gpi0 stay the same in old and new files.
 _SIG_CURRENT, _SIG_VOLTAGE, _SIG_GPIO = 1, 2, 4
+#: The range signal, defined when the first chunk that tells its ranges comes (files without it
+#: still read: a monitor that does not tell, or a rig before it was recorded).
+_SIG_RANGE = 5
 #: pyjls `signal_def` layout options of every rig trace: a summary entry per 256 samples (pyjls:
 #: 128), x20 per level above, 8192-sample data blocks. Picked by `benchmarks/trace_size.py`:
 #: 9.22 bytes/sample with voltage (9.30 at 128) and 5.14 without (5.16), zoom as fast; per
@@ -72,13 +85,17 @@ JLS_SIGNAL_OPTIONS: dict[str, int] = {"sample_decimate_factor": 256, "entries_pe
 
 @dataclass
 class Trace:
-    """Samples of one capture: current [A] and voltage [V] as float64, GPIO bits as uint8."""
+    """Samples of one capture: current [A] and voltage [V] as float64, GPIO bits as uint8;
+    the current range of each sample where the instrument told it (uint8 indices into
+    `range_names`, `RANGE_NOT_TOLD` for a sample whose range is not known), else None."""
 
     sample_rate: float
     current: np.ndarray
     voltage: np.ndarray
     gpio: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    current_range: np.ndarray | None = None
+    range_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.current)
@@ -399,14 +416,38 @@ def _read_jls_signals(
         voltage = np.broadcast_to(np.float64(set_v[0]), (n,))
         meta["voltage_set"] = {"volts": set_v[0], "source": set_v[1]}
     gpio = _read_gpio(reader, gpi, n, path)
+    rng = by_name.get(JLS_RANGE)
+    names = meta["user_data"].get(RANGE_NAMES_KEY)
+    current_range = None
+    if rng is not None and isinstance(names, list) and names:
+        current_range = _read_range(reader, rng, cur, n)
     meta["samples_by_signal"] = {
         JLS_CURRENT: cur.length,
         **({JLS_VOLTAGE: vol.length} if vol is not None else {}),
         gpio_name: gpi.length,
+        **({JLS_RANGE: rng.length} if current_range is not None and rng is not None else {}),
     }
     if said:  # e.g. a recording cut off before it was closed, which pyjls recovered
         meta["reader_messages"] = list(said)
-    return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta)
+    return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta,
+                 current_range=current_range,
+                 range_names=tuple(str(x) for x in names) if current_range is not None
+                 else ())
+
+
+def _read_range(reader: Any, sig: Any, cur: Any, n: int) -> np.ndarray:
+    """The range signal (u4, two a byte, low nibble first) for the current's `n` samples:
+    `RANGE_NOT_TOLD` where it holds none (it may start later than the current)."""
+    out = np.full(n, RANGE_NOT_TOLD, dtype=np.uint8)
+    shift = int(sig.sample_id_offset or 0) - int(cur.sample_id_offset or 0)
+    begin, end = max(0, shift), min(n, shift + int(sig.length))
+    for lo in range(begin, end, _BLOCK):  # blocks start on a byte of the signal (even)
+        length = min(_BLOCK, end - lo)
+        packed = np.asarray(reader.fsr(sig.signal_id, lo - shift, length), dtype=np.uint8)
+        values = np.empty(2 * len(packed), dtype=np.uint8)
+        values[0::2], values[1::2] = packed & 0x0F, packed >> 4
+        out[lo : lo + length] = values[:length]
+    return out
 
 
 def check_jls_length(path: Path) -> bool:
@@ -517,7 +558,9 @@ class TraceWriter:
     and its source, and `append` ignores the chunks' voltage.
     Chunks must come in sample-id order. A gap (dropped samples) is written as NaN current (and
     voltage) with the GPIO level held, and marked by an annotation, so it can never
-    fake a timestamp edge or a zero-energy stretch.
+    fake a timestamp edge or a zero-energy stretch. Chunks that tell each sample's current
+    range add the u4 range signal (`JLS_RANGE`, from the first such chunk on; `RANGE_NOT_TOLD`
+    in a gap).
     """
 
     def __init__(
@@ -561,6 +604,11 @@ class TraceWriter:
         self.dropped_samples = 0
         self._next_id: int | None = None
         self._last_gpio = 0
+        #: The range signal (`JLS_RANGE`), once a chunk told its ranges: the names its values
+        #: index, the next sample id it holds, and a value waiting for its byte's other half.
+        self.range_names: tuple[str, ...] = ()
+        self._range_next: int | None = None
+        self._range_half: int | None = None
         self._jls = pyjls
         self._writer: Any = pyjls.Writer(str(self.path))
         try:
@@ -612,10 +660,12 @@ class TraceWriter:
 
     def append(
         self, first_sample_id: int, current: np.ndarray, voltage: np.ndarray | None,
-        gpio: np.ndarray
+        gpio: np.ndarray, *, current_range: np.ndarray | None = None,
+        range_names: tuple[str, ...] = (),
     ) -> None:
         """Write consecutive samples starting at `first_sample_id` (`voltage` is not stored,
-        and may be None, when the writer has a `set_voltage`)."""
+        and may be None, when the writer has a `set_voltage`); with `current_range`, each
+        sample's current range (indices into `range_names`, which may only grow)."""
         if self._writer is None:
             raise ValueError(f"trace writer for {self.path} is closed")
         i = np.ascontiguousarray(current, dtype=np.float32)
@@ -638,9 +688,57 @@ class TraceWriter:
         if v is not None:
             w.fsr(_SIG_VOLTAGE, first, v)
         w.fsr(_SIG_GPIO, first, g)
+        if current_range is not None or self._range_next is not None:
+            self._append_range(first, len(i), current_range, range_names)
         self._last_gpio = int(g[-1])
         self._next_id = first + len(i)
         self.samples_written += len(i)
+
+    def _append_range(self, first: int, n: int, current_range: np.ndarray | None,
+                      range_names: tuple[str, ...]) -> None:
+        """The range signal's next samples (u4, two a byte, the earlier in the low nibble, as
+        pyjls packs them): defined with the first chunk that tells its ranges, names in the
+        user data; samples before it, in a gap or in a chunk that tells none read
+        `RANGE_NOT_TOLD`."""
+        if current_range is not None and (self._range_next is None
+                                          or range_names != self.range_names):
+            grows = range_names[: len(self.range_names)] == self.range_names
+            if not range_names or len(range_names) > RANGE_NOT_TOLD or not grows:
+                raise ValueError(f"range names {range_names} do not extend "
+                                 f"{self.range_names} within {RANGE_NOT_TOLD} names")
+            if self._range_next is None:
+                self._writer.signal_def(_SIG_RANGE, _SOURCE_ID, self._jls.SignalType.FSR,
+                                        self._jls.DataType.U4, self.sample_rate,
+                                        name=JLS_RANGE, units="", **self._jls_options)
+                self._range_next = first
+            self.range_names = tuple(range_names)
+            self._writer.user_data(_USER_DATA_META, {RANGE_NAMES_KEY: list(range_names)})
+        assert self._range_next is not None
+        values = (np.full(n, RANGE_NOT_TOLD, dtype=np.uint8) if current_range is None
+                  else np.asarray(current_range, dtype=np.uint8))
+        if first > self._range_next:  # a gap (filled in the other signals too)
+            values = np.concatenate((np.full(first - self._range_next, RANGE_NOT_TOLD,
+                                             dtype=np.uint8), values))
+        self._write_range(values)
+
+    def _write_range(self, values: np.ndarray, *, final: bool = False) -> None:
+        """Pack `values` (after a held half byte) and write the whole bytes; an odd last value
+        waits for the next call (`final`: written with `RANGE_NOT_TOLD` beside it)."""
+        assert self._range_next is not None
+        if self._range_half is not None:
+            values = np.concatenate(([self._range_half], values)).astype(np.uint8)
+            self._range_next -= 1
+            self._range_half = None
+        if len(values) % 2:
+            if final:
+                values = np.append(values, np.uint8(RANGE_NOT_TOLD))
+            else:
+                self._range_half = int(values[-1])
+                values = values[:-1]
+        if len(values):
+            packed = (values[0::2] & 0x0F) | ((values[1::2] & 0x0F) << 4)
+            self._writer.fsr(_SIG_RANGE, self._range_next, packed.astype(np.uint8))
+        self._range_next += len(values) + (self._range_half is not None)
 
     def _fill_gap(self, start: int, stop: int) -> None:
         count = stop - start
@@ -664,8 +762,12 @@ class TraceWriter:
     def close(self) -> None:
         """Finish the file (writes its summaries and index). Safe to call twice."""
         if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.close()
+            try:
+                if self._range_half is not None:  # the range's last value, half a byte
+                    self._write_range(np.zeros(0, dtype=np.uint8), final=True)
+            finally:
+                writer, self._writer = self._writer, None
+                writer.close()
 
     def __enter__(self) -> TraceWriter:
         return self

@@ -26,6 +26,10 @@ RAW_BYTES_PER_SAMPLE_SET_VOLTAGE = 5
 #: without. Rounded up.
 BYTES_PER_SAMPLE = 9.22
 BYTES_PER_SAMPLE_SET_VOLTAGE = 5.15
+#: What the u4 current-range signal adds where the monitor tells each sample's range (a PPK2,
+#: an auto-ranging Joulescope): half a raw byte and its summaries, 0.567 in the same benchmark
+#: (5.709 - 5.142 without voltage, 9.783 - 9.216 with). Rounded up.
+RANGE_BYTES_PER_SAMPLE = 0.57
 #: A trace's fixed part (file header, source and signal definitions, user data, annotations,
 #: index, end): 3.3-4.4 KiB in the benchmark, 4.2-5.1 KB (up to ~5.2 KiB with a Joulescope's
 #: annotations) in short virtual-bench runs. Rounded up.
@@ -47,21 +51,24 @@ WARN_FRACTION = 0.5
 DEFAULT_HINT = "lower the sample rate, record for a shorter time, or write to another disk"
 
 
-def bytes_per_sample(voltage_measured: bool = True) -> float:
-    """Bytes per sample on disk of a trace with (or without) a voltage signal."""
-    return BYTES_PER_SAMPLE if voltage_measured else BYTES_PER_SAMPLE_SET_VOLTAGE
+def bytes_per_sample(voltage_measured: bool = True, range_recorded: bool = False) -> float:
+    """Bytes per sample on disk of a trace with (or without) a voltage signal, and with (or
+    without) a current-range signal."""
+    base = BYTES_PER_SAMPLE if voltage_measured else BYTES_PER_SAMPLE_SET_VOLTAGE
+    return base + (RANGE_BYTES_PER_SAMPLE if range_recorded else 0.0)
 
 
 def projected_trace_bytes(duration_s: float, sample_rate_hz: float, *,
-                          voltage_measured: bool = True) -> int:
+                          voltage_measured: bool = True, range_recorded: bool = False) -> int:
     """Size [bytes] of a JLS trace of `duration_s` seconds at `sample_rate_hz`, with a voltage
-    signal when the monitor measures the voltage (`EnergyMonitor.measures_voltage_with`)."""
+    signal when the monitor measures the voltage (`EnergyMonitor.measures_voltage_with`) and a
+    range signal when it tells each sample's range (`EnergyMonitor.records_range_with`)."""
     if not (math.isfinite(duration_s) and duration_s >= 0):
         raise ValueError(f"duration must be a finite number of seconds >= 0, got {duration_s}")
     if not (math.isfinite(sample_rate_hz) and sample_rate_hz > 0):
         raise ValueError(f"sample rate must be a positive number of Hz, got {sample_rate_hz}")
     samples = math.ceil(duration_s * sample_rate_hz)
-    return math.ceil(FIXED_BYTES + samples * bytes_per_sample(voltage_measured))
+    return math.ceil(FIXED_BYTES + samples * bytes_per_sample(voltage_measured, range_recorded))
 
 
 def check_trace_space(
@@ -72,6 +79,7 @@ def check_trace_space(
     hint: str = DEFAULT_HINT,
     what: str = "",
     voltage_measured: bool = True,
+    range_recorded: bool = False,
 ) -> str | None:
     """Refuse (ConfigError) a trace that will not fit in `folder`'s disk with the reserve kept;
     return a warning text when it would take more than half of the free space, else None.
@@ -80,7 +88,8 @@ def check_trace_space(
     `what` names the recording in the messages (default: 'a trace of D s at R Hz').
     """
     projected = projected_trace_bytes(duration_s, sample_rate_hz,
-                                      voltage_measured=voltage_measured)
+                                      voltage_measured=voltage_measured,
+                                      range_recorded=range_recorded)
     where = _existing(Path(folder))
     usage = shutil.disk_usage(where)
     reserve = int(min(RESERVE_BYTES, RESERVE_FRACTION * usage.total))

@@ -23,7 +23,8 @@ from typing import Any
 from drivers.emon.joulescope import Joulescope
 from drivers.errors import DeviceError
 
-DATA = ["s/i/!data", "s/v/!data", "s/gpi/0/!data", "s/gpi/1/!data"]
+#: Every stream an auto-ranging acquisition subscribes (the range stream last).
+DATA = ["s/i/!data", "s/v/!data", "s/gpi/0/!data", "s/gpi/1/!data", "s/i/range/!data"]
 
 
 class DeviceEndpoint:

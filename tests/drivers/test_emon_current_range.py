@@ -3,6 +3,7 @@ topics (Joulescope) and SCPI commands (Keysight) a fixed range or "auto" sends."
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from drivers.emon import open_monitor, ranges
@@ -142,6 +143,7 @@ def test_auto_never_counts_over_range() -> None:
     js.configure(3.3, 1000)
     js.start(lambda chunk: None)
     emit_all(drv, 0, [10.0] * 8, [3.3] * 8, [1] * 8)
+    drv.emit("s/i/range/!data", 0, np.zeros(8, np.uint8))  # auto-ranging: in the 10 A range
     js.stop()
     assert js.over_range_samples == 0 and js.stats.notes == []
     js.close()

@@ -17,6 +17,9 @@ DEV = "u/js220/000415"
 DEV110 = "u/js110/001234"
 DATA = ["s/i/!data", "s/v/!data", "s/gpi/0/!data", "s/gpi/1/!data"]
 CTRL = ["s/i/ctrl", "s/v/ctrl", "s/gpi/0/ctrl", "s/gpi/1/ctrl"]
+#: The range stream an auto-ranging acquisition adds (the tests of alignment, drops and GPI
+#: open without it: `record_range=False`; it has tests of its own below).
+RANGE_DATA, RANGE_CTRL = "s/i/range/!data", "s/i/range/ctrl"
 RATES = [1_000_000, 100_000, 10_000, 1_000]
 
 
@@ -82,14 +85,17 @@ class ScriptedDriver:
         })
 
 
-def opened(paths: list[str] | None = None, limit: float = 3.6) -> tuple[Joulescope, ScriptedDriver]:
+def opened(paths: list[str] | None = None, limit: float = 3.6, *, record_range: bool = False,
+           **options: Any) -> tuple[Joulescope, ScriptedDriver]:
     drv = ScriptedDriver(paths)
-    js = Joulescope.open("", voltage_limit_v=limit, driver_factory=lambda: drv)
+    js = Joulescope.open("", voltage_limit_v=limit, driver_factory=lambda: drv,
+                         record_range=record_range, **options)
     return js, drv
 
 
-def started(limit: float = 3.6) -> tuple[Joulescope, ScriptedDriver, list[Chunk]]:
-    js, drv = opened(limit=limit)
+def started(limit: float = 3.6, *, record_range: bool = False
+            ) -> tuple[Joulescope, ScriptedDriver, list[Chunk]]:
+    js, drv = opened(limit=limit, record_range=record_range)
     js.configure(3.3, 1000)
     chunks: list[Chunk] = []
     js.start(chunks.append)
@@ -119,7 +125,8 @@ def joined(chunks: list[Chunk]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
 @pytest.mark.parametrize(("path", "range_topic"), [(DEV, "s/i/range/mode"),
                                                    (DEV110, "s/i/range/select")])
 def test_open_configure_power_start_stop_close_conversation(path: str, range_topic: str) -> None:
-    js, drv = opened([path])
+    drv = ScriptedDriver([path])
+    js = Joulescope.open("", voltage_limit_v=3.6, driver_factory=lambda: drv)  # the defaults
     assert drv.calls == [("device_paths",), ("open", path, "restore"),
                          ("publish", f"{path}/{range_topic}", "off")]
     drv.calls.clear()
@@ -128,9 +135,10 @@ def test_open_configure_power_start_stop_close_conversation(path: str, range_top
     assert js.sample_rate == 10_000
     drv.calls.clear()
     js.start(lambda chunk: None)
+    # Auto-ranging (the default): the range stream too, after the four others.
     assert drv.calls == (
-        [("subscribe", f"{path}/{d}", ("pub",)) for d in DATA]
-        + [("publish", f"{path}/{c}", 1) for c in CTRL]
+        [("subscribe", f"{path}/{d}", ("pub",)) for d in [*DATA, RANGE_DATA]]
+        + [("publish", f"{path}/{c}", 1) for c in [*CTRL, RANGE_CTRL]]
     )
     drv.calls.clear()
     js.power_on()
@@ -139,8 +147,8 @@ def test_open_configure_power_start_stop_close_conversation(path: str, range_top
                          ("publish", f"{path}/{range_topic}", "off")]
     drv.calls.clear()
     js.stop()
-    assert drv.calls == ([("publish", f"{path}/{c}", 0) for c in CTRL]
-                         + [("unsubscribe", f"{path}/{d}") for d in DATA])
+    assert drv.calls == ([("publish", f"{path}/{c}", 0) for c in [*CTRL, RANGE_CTRL]]
+                         + [("unsubscribe", f"{path}/{d}") for d in [*DATA, RANGE_DATA]])
     drv.calls.clear()
     js.close()
     js.close()  # idempotent: nothing more is sent
@@ -445,3 +453,74 @@ def test_rates_from_json_metadata_and_a_js220_stops_at_1_mhz() -> None:
     assert drv.calls == [("query", f"{DEV}/h/fs%")]
     js.configure(3.3, 1_000_000)
     assert drv.calls[-1] == ("publish", f"{DEV}/h/fs", 1_000_000)
+
+
+# -- the current range of each sample (auto-ranging) ---------------------------------------------
+def test_js220_range_stream_at_2_msps_gives_each_output_sample_its_largest_range() -> None:
+    js, drv, chunks = started(record_range=True)  # h/fs = 1000 Hz, the default auto range
+    k = JS220_ID_RATE // 1000
+    n_out = 10
+    # Range values per 2 MS/s input sample (0 = 10 A ... 5 = 18 µA, 6.. = off on a JS220).
+    per_output = [[2], [2], [2], [2], [2, 1], [3], [7], [6], [5, 0], [5]]
+    values = np.concatenate([np.resize(np.array(v, np.uint8), k) for v in per_output])
+    drv.emit("s/i/!data", 0, np.full(n_out, 1e-3, np.float32), k, JS220_ID_RATE)
+    drv.emit("s/v/!data", 0, np.full(n_out, 3.3, np.float32), k, JS220_ID_RATE)
+    drv.emit("s/gpi/0/!data", 0, packed(np.ones(n_out)), k, JS220_ID_RATE)
+    drv.emit("s/gpi/1/!data", 0, packed(np.ones(n_out)), k, JS220_ID_RATE)
+    for at in range(0, len(values), 3001):  # blocks that end inside an output period
+        drv.emit(RANGE_DATA, at, values[at : at + 3001], 1, JS220_ID_RATE)
+    js.stop()
+    assert sum(len(c) for c in chunks) == n_out
+    got = [c.range_names[int(i)] for c in chunks for i in c.current_range]
+    assert got == ["18 mA"] * 4 + ["180 mA", "1.8 mA", "off", "off", "10 A", "18 µA"]
+    assert js.settings()["current_range_recorded"] == "per sample (s/i/range/!data)"
+
+
+def test_js110_range_stream_at_the_output_rate_names_its_seven_ranges() -> None:
+    js, drv = opened([DEV110], record_range=True)
+    js.configure(3.3, 1000)
+    chunks: list[Chunk] = []
+    js.start(chunks.append)
+    n = 9
+    emit_all(drv, 0, np.zeros(n), np.full(n, 3.3), np.ones(n))
+    drv.emit(RANGE_DATA, 0, np.array([0, 1, 2, 3, 4, 5, 6, 7, 9], np.uint8))
+    js.stop()
+    assert [chunks[0].range_names[int(i)] for i in chunks[0].current_range] == [
+        "10 A", "2 A", "180 mA", "18 mA", "1.8 mA", "180 µA", "18 µA", "off", "off"]
+
+
+def test_a_fixed_range_streams_no_range_and_its_chunks_tell_none() -> None:
+    js, drv = opened(record_range=True, current_range="18 mA")
+    js.configure(3.3, 1000)
+    chunks: list[Chunk] = []
+    drv.calls.clear()
+    js.start(chunks.append)
+    assert [c for c in drv.calls if c[0] == "subscribe"] == [
+        ("subscribe", f"{DEV}/{d}", ("pub",)) for d in DATA]
+    emit_all(drv, 0, np.zeros(4), np.full(4, 3.3), np.ones(4))
+    js.stop()
+    assert chunks[0].current_range is None and chunks[0].range_names == ()
+    assert js.settings()["current_range_recorded"] == "no: the fixed current_range"
+    assert Joulescope.records_range_with(current_range="18 mA") is False
+    assert Joulescope.records_range_with(current_range="auto") is True
+    assert Joulescope.records_range_with(record_range=False) is False
+
+
+def test_an_instrument_that_never_streams_its_range_loses_no_sample() -> None:
+    # A short capture: the range stream never came; stop() goes on without it.
+    js, drv, chunks = started(record_range=True)
+    emit_all(drv, 0, np.arange(6, dtype=np.float32), np.full(6, 3.3), np.ones(6))
+    assert chunks == []  # waiting for the range stream to cover these ids
+    js.stop()
+    ids, cur, _, _ = joined(chunks)
+    assert ids.tolist() == list(range(6)) and cur.tolist() == list(range(6))
+    assert all(c.current_range is None for c in chunks)
+    assert js.settings()["current_range_recorded"] == "no: the instrument sent no range stream"
+    assert "the instrument sent no current range" in js.stats.notes[-1]
+    # A long one: once the others buffered UNALIGNED_MAX_S, the run goes on without it.
+    js, drv, chunks = started(record_range=True)
+    block = 100_000
+    for k in range(2):
+        emit_all(drv, k * block, np.zeros(block), np.full(block, 3.3), np.ones(block))
+    assert sum(len(c) for c in chunks) == 2 * block and js.stats.dropped == 0
+    js.stop()

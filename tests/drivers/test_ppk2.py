@@ -29,6 +29,7 @@ from protocols.ppk2 import (
     set_power_mode,
     split_words,
 )
+from rig.run.recording import EmonRecorder
 from tests.deadline import wait_until as _wait_until
 from virtual_bench.ppk2 import SIM_CALIBRATION, SIM_METADATA, SimPpk2
 from virtual_bench.world import NS, PowerParams, World
@@ -433,6 +434,49 @@ def test_a_lower_rate_averages_blocks_and_keeps_a_pulse() -> None:
     assert current == pytest.approx([2e-3, 0.9e-3], rel=2e-4)
     assert gpio.tolist() == [1, 0]
     assert "2 sample(s) after the last whole 4-sample average" in monitor.stats.notes[0]
+    close(monitor, port)
+
+
+def test_each_sample_carries_its_range_and_the_recorder_counts_each_window_s() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 100_000)
+    chunks = collect(monitor)
+    n = 80
+    # The range bits of each word (bits 14-16), and D0 falling at samples 10, 40 and 70: the
+    # windows [10, 40) and [40, 70).
+    rng = np.repeat([0, 1, 2, 3, 4], [25, 10, 5, 20, 20])
+    logic = np.ones(n, np.uint8)
+    logic[[10, 40, 70]] = 0
+    port.feed(encode_words(np.full(n, 1000), rng, np.arange(n) % 64, logic))
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    assert {c.range_names for c in chunks} == {("R0", "R1", "R2", "R3", "R4")}
+    assert np.concatenate([c.current_range for c in chunks]).tolist() == rng.tolist()
+    recorder = EmonRecorder(100_000)
+    for chunk in chunks:
+        recorder.on_chunk(chunk)
+    current = np.concatenate([c.current for c in chunks])
+    expected = {(10, 40): {"R0": (10, 25), "R1": (25, 35), "R2": (35, 40)},
+                (40, 70): {"R3": (40, 60), "R4": (60, 70)}}
+    for (start, stop), spans in expected.items():
+        got = recorder.range_occupancy(start, stop)
+        assert {name: r["samples"] for name, r in got.items()} == {
+            name: b - a for name, (a, b) in spans.items()}
+        for name, (a, b) in spans.items():
+            assert got[name]["mean_current_a"] == pytest.approx(current[a:b].mean(), rel=1e-12)
+    close(monitor, port)
+
+
+def test_an_averaged_sample_takes_the_largest_range_of_its_block() -> None:
+    monitor, port = connected([*SOURCE_1V8, (b"\x06", b"")])
+    monitor.configure(1.8, 25_000)  # 4 samples per delivered sample
+    chunks = collect(monitor)
+    rng = np.array([0, 0, 0, 0, 0, 1, 0, 0, 3, 2, 2, 2, 4, 4])  # the last two: left over
+    port.feed(encode_words(np.full(len(rng), 1000), rng, np.arange(len(rng)) % 64,
+                           np.ones(len(rng), np.uint8)))
+    port.expect((b"\x07", b""))
+    monitor.stop()
+    assert np.concatenate([c.current_range for c in chunks]).tolist() == [0, 1, 3]
     close(monitor, port)
 
 

@@ -55,6 +55,10 @@ FAMILIES: dict[str, tuple[str, bool, dict[str, tuple[str, str]] | None]] = {
 }
 
 
+#: The families whose monitor tells each sample's current range (a range signal in the trace).
+RANGED = {"sim-ppk2 (source)", "sim-ppk2 (ampere)", "sim-joulescope"}
+
+
 def speed_one(base: str) -> tuple[str, str]:
     """The replacement that sets the bench's `[sim] speed` to 1."""
     line = re.search(r"^speed = .*$", (REPO / "benches" / f"{base}.toml").read_text(), re.M)
@@ -71,6 +75,8 @@ def test_the_preflight_projection_is_within_20_percent_of_a_real_run(tmp_path, f
                              **{**SHORT, **replace})
     bench = load_bench(path)
     assert runner.measures_voltage(bench) is voltage_measured
+    ranged = family in RANGED
+    assert runner.records_range(bench) is ranged
     # What the preflight projects from the bench alone, before anything is opened.
     preflight = runner.asc_trace_bytes(bench)
     done = run_rig("measure", "asc", "--bench", str(path), "--runs-dir", str(tmp_path / "runs"),
@@ -79,9 +85,11 @@ def test_the_preflight_projection_is_within_20_percent_of_a_real_run(tmp_path, f
     trace_path = only_run(tmp_path / "runs") / "traces" / "emon.jls"
     trace = read_trace(trace_path)
     assert ("voltage" in trace.meta["samples_by_signal"]) is voltage_measured
+    assert ("current_range" in trace.meta["samples_by_signal"]) is ranged
     real = trace_path.stat().st_size
     for_real_length = projected_trace_bytes(trace.duration_s, trace.sample_rate,
-                                            voltage_measured=voltage_measured)
+                                            voltage_measured=voltage_measured,
+                                            range_recorded=ranged)
     estimated_s = runner.asc_trace_seconds(bench)
     print(f"{family}: {trace.duration_s:.3f} s real, {estimated_s:.3f} s "
           f"estimated; real {real} B, preflight {preflight} B ({preflight / real - 1:+.1%}); "

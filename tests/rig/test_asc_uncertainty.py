@@ -187,3 +187,131 @@ def test_unpublished_accuracy_never_passes_a_bound() -> None:
 def test_no_bound_no_check() -> None:
     s = asc.summarize(events(FULL))
     assert not [c for c in s["checks"] if c["name"] == "uncertainty within bound"]
+
+
+# -- the range each reading was recorded in (a PPK2, an auto-ranging Joulescope) -------------------
+#: Three ranges with made-up figures (not an instrument's).
+RANGED = MonitorAccuracy(
+    current_ranges=(RangeAccuracy("1.8 mA", 1.8e-3, Spec(0.002, 0.2e-6, "sheet, 1.8 mA")),
+                    RangeAccuracy("18 mA", 18e-3, Spec(0.003, 2e-6, "sheet, 18 mA")),
+                    RangeAccuracy("180 mA", 0.18, Spec(0.005, 20e-6, "sheet, 180 mA"))),
+    voltage=None,
+    voltage_set=Spec(0.005, 0.005, "sheet, supply"),
+    clock=Spec(50e-6, 0.0, "sheet, clock"),
+)
+I_LOW, I_MID, I_HIGH = 1.2e-3, 5e-3, 50e-3  # the mean current of the readings in each range
+#: Each window's part of its 10 000 samples in 18 mA (the rest in 180 mA); each idle span's
+#: part in 1.8 mA (the rest in 18 mA).
+ACTIVE_MID = (0.97, 0.95, 0.96)
+IDLE_LOW = (0.8, 0.7)
+
+
+def ranged_events() -> list[Event]:
+    out: list[Event] = [InstrumentInfo(role="emon", info={
+        "driver": "ppk2", "accuracy": RANGED.to_json(), "current_range": "auto",
+        "trace_voltage": {"measured": False, "set_v": V, "source": "set"},
+        "sample_rate_hz": FS})]
+    for k, f in enumerate(IDLE_LOW):
+        n_low = round(10_000 * f)
+        out.append(IdleMeasured(
+            start_sample=100_000 * k, end_sample=100_000 * k + 10_000, duration_s=10.0,
+            power_w=V * (f * I_LOW + (1 - f) * I_MID),
+            current_ranges={"1.8 mA": {"samples": n_low, "mean_current_a": I_LOW},
+                            "18 mA": {"samples": 10_000 - n_low, "mean_current_a": I_MID}}))
+    for i, f in enumerate(ACTIVE_MID):
+        start = 10_000 * (i + 1)
+        n_mid = round(10_000 * f)
+        p = V * (f * I_MID + (1 - f) * I_HIGH)
+        out.append(LatencyRun(index=i, iterations=N, elapsed_s=T, time_per_inference_s=T / N,
+                              inferences_per_s=N / T, timer="emon"))
+        out.append(WindowMeasured(
+            index=i, iterations=N, start_sample=start, end_sample=start + int(T * FS),
+            duration_s=T, energy_j=p * T, mean_power_w=p, energy_per_inference_j=p * T / N,
+            current_ranges={"18 mA": {"samples": n_mid, "mean_current_a": I_MID},
+                            "180 mA": {"samples": 10_000 - n_mid, "mean_current_a": I_HIGH}}))
+    return out
+
+
+def test_active_power_takes_each_recorded_range_for_its_share_by_hand() -> None:
+    b = asc.summarize(ranged_events())["uncertainty"]["active_power_w"]
+    f_mid = sum(ACTIVE_MID) / 3  # 0.96: the windows weigh the same (a mean of their powers)
+    f_high = 1 - f_mid
+    p_a = V * (f_mid * I_MID + f_high * I_HIGH)
+    assert b["value"] == pytest.approx(p_a)
+    u = {"active power: repeatability": sem(tuple(V * (f * I_MID + (1 - f) * I_HIGH)
+                                                  for f in ACTIVE_MID)),
+         "active power: current gain (18 mA range)": 0.003 * f_mid * I_MID * V / R3,
+         "active power: current offset (18 mA range)": 2e-6 * f_mid * V / R3,
+         "active power: current gain (180 mA range)": 0.005 * f_high * I_HIGH * V / R3,
+         "active power: current offset (180 mA range)": 20e-6 * f_high * V / R3,
+         "active power: supply voltage": (0.005 * V + 0.005) * p_a / V / R3}
+    assert parts(b) == pytest.approx(u)
+    assert b["u_c"] == pytest.approx(math.sqrt(sum(x * x for x in u.values())))
+    (gain,) = [c for c in b["components"] if c["name"].endswith("gain (18 mA range)")]
+    assert ("at 0.005 A mean in the 18 mA range, 96 % of the readings (recorded per sample by "
+            "the instrument: 96 % of samples in 18 mA, 4 % in 180 mA)") in gain["source"]
+    assert gain["correlation_group"] == "ppk2 current gain, 18 mA range"
+
+
+def test_dynamic_power_cancels_the_gain_of_the_range_idle_and_active_share() -> None:
+    """18 mA holds part of the idle and of the active readings: its gain error scales with
+    their difference (one group); 1.8 mA (idle only) and 180 mA (active only) add alone."""
+    b = asc.summarize(ranged_events())["uncertainty"]["dynamic_power_w"]
+    f_mid, f_low = sum(ACTIVE_MID) / 3, sum(IDLE_LOW) / 2
+    p_a = V * (f_mid * I_MID + (1 - f_mid) * I_HIGH)
+    p_i = V * (f_low * I_LOW + (1 - f_low) * I_MID)
+    a_v = 0.005 * V + 0.005
+    u_c = math.sqrt(
+        sem(tuple(V * (f * I_MID + (1 - f) * I_HIGH) for f in ACTIVE_MID)) ** 2
+        + sem(tuple(V * (f * I_LOW + (1 - f) * I_MID) for f in IDLE_LOW)) ** 2
+        + (0.003 * V * (f_mid - (1 - f_low)) * I_MID / R3) ** 2  # 18 mA gain, correlated
+        + (0.005 * V * (1 - f_mid) * I_HIGH / R3) ** 2  # 180 mA gain (active only)
+        + (0.002 * V * f_low * I_LOW / R3) ** 2  # 1.8 mA gain (idle only)
+        + (2e-6 * V * f_mid / R3) ** 2 + (20e-6 * V * (1 - f_mid) / R3) ** 2  # offsets
+        + (0.2e-6 * V * f_low / R3) ** 2 + (2e-6 * V * (1 - f_low) / R3) ** 2
+        + (a_v * (p_a - p_i) / V / R3) ** 2)  # supply, correlated
+    assert b["value"] == pytest.approx(p_a - p_i) and b["u_c"] == pytest.approx(u_c)
+
+
+def test_a_recorded_range_the_declaration_lacks_is_unknown() -> None:
+    evs = ranged_events()
+    evs = [e if not isinstance(e, IdleMeasured) else IdleMeasured(
+        start_sample=e.start_sample, end_sample=e.end_sample, duration_s=e.duration_s,
+        power_w=e.power_w, current_ranges={"1.8 mA": {"samples": 9_000, "mean_current_a": I_LOW},
+                                           "off": {"samples": 1_000, "mean_current_a": 0.0}})
+           for e in evs]
+    b = asc.summarize(evs)["uncertainty"]["idle_power_w"]
+    assert b["unknown"] == ["idle power: ppk2 current (off range)"]
+    assert parts(b)["idle power: current gain (1.8 mA range)"] == \
+        pytest.approx(0.002 * 0.9 * I_LOW * V / R3)
+
+
+def test_without_a_record_the_configured_reported_or_inferred_range_says_so() -> None:
+    inferred = asc.summarize(events(RANGED))["uncertainty"]["active_power_w"]
+    (gain,) = [c for c in inferred["components"] if "current gain" in c["name"]]
+    # 3.6 mA mean: the smallest declared range holding it is 18 mA.
+    assert gain["name"] == "active power: current gain (18 mA range)"
+    assert "range: inferred from the mean current" in gain["source"]
+    for info, said in (({"current_range": "180 mA"}, "range: the configured range"),
+                       ({"current_range": "180 mA", "current_range_source": "reported by the "
+                         "instrument (its range query, once per capture)"},
+                        "range: reported by the instrument")):
+        evs = events(RANGED)
+        first = evs[0]
+        assert isinstance(first, InstrumentInfo)
+        evs[0] = InstrumentInfo(role="emon", info={**first.info, **info})
+        b = asc.summarize(evs)["uncertainty"]["active_power_w"]
+        (gain,) = [c for c in b["components"] if "current gain" in c["name"]]
+        assert gain["name"] == "active power: current gain (180 mA range)"
+        assert said in gain["source"]
+
+
+def test_events_without_the_range_record_still_load_and_with_it_round_trip() -> None:
+    old = {"event": "window_measured", "index": 0, "iterations": 5, "start_sample": 1,
+           "end_sample": 9, "mean_power_w": 1e-3, "at": 1.0}
+    loaded = Event.from_record(old)
+    assert isinstance(loaded, WindowMeasured) and loaded.current_ranges == {}
+    idle = Event.from_record({"event": "idle_measured", "power_w": 1e-3, "at": 1.0})
+    assert isinstance(idle, IdleMeasured) and idle.current_ranges == {}
+    new = ranged_events()[1]
+    assert Event.from_record(new.to_record()) == new

@@ -349,8 +349,10 @@ def test_measure_asc_publishes_the_warning_as_a_note(
     # A Joulescope's rate (an LPM01A's driver refuses 1 MHz before the trace is estimated).
     bench = replace(sim, emon=replace(sim.emon, driver="joulescope", sample_rate_hz=1e6),
                     asc=replace(sim.asc, runs=10))  # a trace over 1 GiB: tight with 1 GiB kept
-    need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz)
-    assert need == runner.asc_trace_bytes(bench) > GiB  # a Joulescope measures the voltage
+    # A Joulescope measures the voltage and, auto-ranging, records each sample's range.
+    need = projected_trace_bytes(runner.asc_trace_seconds(bench), bench.emon.sample_rate_hz,
+                                 range_recorded=True)
+    assert need == runner.asc_trace_bytes(bench) > GiB
     fake_disk(monkeypatch, free=GiB + need)  # fits with the reserve kept, but tight
     monkeypatch.setattr(runner, "connect_bench", refuse_to_open)
     events: list[Event] = []

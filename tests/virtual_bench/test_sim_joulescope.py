@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from drivers.emon.base import Chunk
-from drivers.emon.joulescope import Joulescope
-from drivers.emon.joulescope_socket import FakeJoulescopeDriver, SocketSource, SourceEnded
+from drivers.emon.joulescope import RANGE_STREAM_NAMES, Joulescope
+from drivers.emon.joulescope_socket import (
+    RANGE_OFF,
+    FakeJoulescopeDriver,
+    SocketSource,
+    SourceEnded,
+)
 from drivers.errors import DeviceError, VoltageLimitError
 from protocols.errors import ProtocolError
 from protocols.joulescope_bridge import (
@@ -423,3 +428,91 @@ def test_a_js220_offers_2_mhz_and_the_rig_refuses_it() -> None:
             js.configure(3.3, 2_000_000)
     finally:
         js.close()
+
+
+# -- the range stream (issue 37) ------------------------------------------------------------------
+class _OneBlock(_Power):
+    """A SampleSource that hands over one block of given currents once streaming."""
+
+    def __init__(self, current: list[float]) -> None:
+        super().__init__()
+        n = len(current)
+        self.block: SampleBlock | None = SampleBlock(
+            0, np.array(current, np.float32), np.full(n, 3.3, np.float32),
+            np.ones(n, np.uint8), np.ones(n, np.uint8))
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def read(self, timeout_s: float):
+        block, self.block = (self.block, None) if self.started else (None, self.block)
+        return block
+
+
+#: Currents just below and above the full scales (18 µA ... 10 A; float32 samples, so none
+#: at a full scale exactly) and the ranges auto-ranging gives.
+AUTO_CURRENTS = [5e-6, 17e-6, 19e-6, 1e-3, 1.7e-3, 2e-3, 0.05, 1.5, 2.5, 12.0]
+JS220_AUTO = ["18 µA", "18 µA", "180 µA", "1.8 mA", "1.8 mA", "18 mA", "180 mA", "10 A",
+              "10 A", "10 A"]
+JS110_AUTO = [*JS220_AUTO[:7], "2 A", "10 A", "10 A"]
+
+
+@pytest.mark.parametrize(("device", "expected", "repeat"),
+                         [("u/js220/000415", JS220_AUTO, 2000), ("u/js110/000007", JS110_AUTO, 1)])
+def test_the_stand_in_streams_each_samples_range_as_the_instrument(
+        device: str, expected: list[str], repeat: int) -> None:
+    fake = FakeJoulescopeDriver(_OneBlock(AUTO_CURRENTS), device_path=device)
+    dev = fake.device_path
+    got: list[dict] = []
+    fake.open(dev, "restore")
+    fake.publish(f"{dev}/h/fs", 1000)
+    power = "s/i/range/mode" if "js220" in device else "s/i/range/select"
+    fake.publish(f"{dev}/{power}", "auto")
+    fake.subscribe(f"{dev}/s/i/range/!data", ["pub"], lambda t, v: got.append(v))
+    fake.publish(f"{dev}/s/i/range/ctrl", 1)
+    try:
+        assert wait_until(lambda: got)
+    finally:
+        fake.finalize()
+    value = got[0]
+    # Field RANGE (4), one uint8 per sample as the binding unpacks the u4 values; a JS220's at
+    # 2 MS/s (each output sample's value repeated), a JS110's at h/fs.
+    assert value["field_id"] == 4 and value["index"] == 0
+    assert value["decimate_factor"] == 2_000_000 // 1000 // repeat
+    assert value["data"].dtype == np.uint8 and len(value["data"]) == 10 * repeat
+    names = RANGE_STREAM_NAMES["js220" if "js220" in device else "js110"]
+    assert [names[v] for v in value["data"][::repeat]] == expected
+
+
+def test_the_stand_in_range_is_off_while_disconnected_and_fixed_when_selected() -> None:
+    for device, power, fixed, index in (("u/js220/000415", "s/i/range/mode", "manual", 1),
+                                        ("u/js110/000007", "s/i/range/select", "180 mA", 2)):
+        fake = FakeJoulescopeDriver(_Power(), device_path=device)
+        dev = fake.device_path
+        fake.open(dev, "restore")
+        try:
+            current = np.array([1e-6, 1.0], np.float32)
+            assert fake.range_values(current).tolist() == [RANGE_OFF, RANGE_OFF]  # off
+            if power == "s/i/range/mode":
+                fake.publish(f"{dev}/s/i/range/select", "180 mA")
+            fake.publish(f"{dev}/{power}", fixed)
+            assert fake.range_values(current).tolist() == [index, index]  # 180 mA either way
+        finally:
+            fake.finalize()
+
+
+def test_the_rig_reads_the_stand_ins_ranges_into_its_chunks() -> None:
+    fake = FakeJoulescopeDriver(_OneBlock(AUTO_CURRENTS))
+    js = Joulescope.open("", voltage_limit_v=3.6, simulated=True, driver_factory=lambda: fake)
+    chunks: list[Chunk] = []
+    try:
+        js.configure(3.3, 1000)
+        js.start(chunks.append)
+        js.power_on()
+        assert wait_until(lambda: sum(len(c) for c in chunks) >= len(AUTO_CURRENTS))
+        js.stop()
+    finally:
+        js.close()
+    got = [c.range_names[int(i)] for c in chunks for i in c.current_range]
+    assert got == JS220_AUTO

@@ -64,6 +64,30 @@ def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) 
     return _dot64(current[start:stop], voltage[start:stop]) / (stop - start)
 
 
+def span_range_occupancy(current: np.ndarray, current_range: np.ndarray,
+                         range_names: Sequence[str], start: int, stop: int
+                         ) -> dict[str, dict[str, float]]:
+    """How samples [start, stop) spread over the current ranges a trace recorded
+    (`Trace.current_range`, indices into `range_names`): {name: {"samples": n,
+    "mean_current_a": their mean current}} for each range holding any, as the live recorder's
+    `range_occupancy` gives it. Empty when a sample's range is not known (an index past the
+    names: not recorded there)."""
+    if not 0 <= start < stop <= len(current_range):
+        raise AnalysisError(f"span [{start}, {stop}) is not a non-empty range inside the "
+                            f"{len(current_range)}-sample range signal")
+    index = np.asarray(current_range[start:stop], dtype=np.intp)
+    width = len(range_names)
+    if width == 0 or int(index.max()) >= width:
+        return {}
+    amps = np.asarray(current[start:stop], dtype=np.float64)
+    amps = np.where(np.isfinite(amps), amps, 0.0)
+    counts = np.bincount(index, minlength=width)
+    sums = np.bincount(index, weights=amps, minlength=width)
+    return {str(name): {"samples": int(c), "mean_current_a": float(s) / int(c)}
+            for name, c, s in zip(range_names, counts.tolist(), sums.tolist(), strict=True)
+            if c}
+
+
 def median(values: Sequence[float] | np.ndarray) -> float:
     """Median of a non-empty set of values."""
     arr = np.asarray(values, dtype=np.float64)
