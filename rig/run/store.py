@@ -13,13 +13,16 @@ killed at any point can still be shown with everything it had measured.
 
 A write that fails (a full disk) raises `StorageError` once, which ends the run; later events are
 still written if they can be, so the folder keeps everything that reached the disk, and reads
-back as incomplete when even `run_finished` could not be written.
+back as incomplete when even `run_finished` could not be written. A run folder keeps some room
+(`.reserve`, preallocated) until its run ends and gives it back at the first write that fails:
+a disk another program filled to the last block still takes the run's end, naming the disk.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import platform
@@ -53,6 +56,12 @@ EVENTS = "events.jsonl"
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 TRACES = "traces"
+
+#: Room a run folder keeps while its run is going, preallocated, given back when the run ends or
+#: at the first write that fails: what the run's end writes (manifest, run_finished, results,
+#: ledger entry) then fits on a disk another program filled to the last block.
+RESERVE = ".reserve"
+RESERVE_BYTES = 1 << 20
 
 #: Status of a run whose process ended without writing `run_finished` (killed, crashed, power cut).
 INCOMPLETE = "incomplete"
@@ -111,6 +120,10 @@ class RunStore:
         self.path = path
         self.manifest: dict[str, Any] = {}
         self._events = open(path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        #: The room kept for the run's end (None: the disk had not that much left).
+        self._reserve = _keep_room(path / RESERVE)
+        #: An events.jsonl line may be torn (a write failed): the next one starts a line.
+        self._torn = False
         self._rows: list[dict[str, Any]] = []
         #: The first write that failed (then raised once; later failures pass quietly).
         self.error: StorageError | None = None
@@ -143,9 +156,12 @@ class RunStore:
     def __call__(self, event: Event) -> None:
         if event.transient:  # a display stream (live power): the trace file has the samples
             return
+        if isinstance(event, RunFinished):
+            self._give_room_back()  # for the end's files (and not among its digests)
         try:
             self._record(event)
         except OSError as exc:
+            self._give_room_back()  # the run ends now: its end must fit
             if self.error is not None:
                 return  # already reported: the run is ending, keep what still fits
             self.error = StorageError(
@@ -161,9 +177,12 @@ class RunStore:
 
     def _record(self, event: Event) -> None:
         self._writing = EVENTS
-        self._events.write(event_line(event) + "\n")
+        line = ("\n" if self._torn else "") + event_line(event) + "\n"
+        self._torn = True  # until the line is on disk
+        self._events.write(line)
         self._events.flush()
         os.fsync(self._events.fileno())
+        self._torn = False
         if isinstance(event, RunStarted):
             self.manifest = {
                 "run_id": event.run_id,
@@ -216,16 +235,53 @@ class RunStore:
     def _write_manifest(self) -> None:
         self._writing = MANIFEST
         tmp = self.path / (MANIFEST + ".tmp")
-        # Never a NaN or an infinity (JSON has neither): refused naming the field.
-        tmp.write_text(finite_json(self.manifest, str(self.path / MANIFEST), indent=2,
-                                   default=_json_default) + "\n")
-        os.replace(tmp, self.path / MANIFEST)
+        try:
+            # Never a NaN or an infinity (JSON has neither): refused naming the field.
+            tmp.write_text(finite_json(self.manifest, str(self.path / MANIFEST), indent=2,
+                                       default=_json_default) + "\n")
+            os.replace(tmp, self.path / MANIFEST)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # no half-written copy left beside the manifest
+            raise
+
+    def _give_room_back(self) -> None:
+        """Free the room kept for the run's end (safe to call twice)."""
+        reserve, self._reserve = self._reserve, None
+        if reserve is not None:
+            with contextlib.suppress(OSError):
+                reserve.unlink()
 
     def close(self) -> None:
         """Close events.jsonl; safe to call twice (and on a full disk: what fits is kept)."""
+        self._give_room_back()
         if not self._events.closed:
             with contextlib.suppress(OSError):
                 self._events.close()
+
+
+def _keep_room(path: Path) -> Path | None:
+    """`RESERVE_BYTES` preallocated at `path`; None (and nothing left) where they do not fit."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except (OSError, AttributeError) as exc:  # a file system without fallocate: zeros
+            if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            block = bytes(1 << 16)
+            for _ in range(RESERVE_BYTES // len(block)):
+                os.write(fd, block)
+        return path
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    finally:
+        os.close(fd)
 
 
 def event_line(event: Event) -> str:

@@ -1,0 +1,79 @@
+"""A run folder on a disk that another program fills to the last block (found by the soak,
+benchmarks/soak.py, issue 39): the run's end must still reach its folder, naming the full disk.
+
+Before, the manifest rewrite that failed left a 0-byte manifest.json.tmp, and neither the
+manifest (still `running`) nor events.jsonl's run_finished could be written: the folder read
+back as `incomplete` (or `failed` with a manifest saying `running` and no error), as a run whose
+process was killed does, with nothing saying the disk was full.
+
+The disk is a real 8 MiB tmpfs mounted in a user namespace (the kernel's own ENOSPC); the run is
+a `RunStore` fed the events a run publishes, in a Python process inside that namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Inside the namespace: a run starts, another writer fills the disk, the next manifest write
+#: fails (StorageError), the run ends as the runner ends it; then the folder is read back.
+PROGRAM = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from rig.errors import StorageError
+    from rig.run.events import InstrumentInfo, RunFinished, RunStarted
+    from rig.run.store import RunStore, load_run
+
+    disk = Path(sys.argv[1])
+    store = RunStore.create(disk / "runs", "asc", "sim")
+    store(RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True))
+    fd = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT)  # another program takes
+    try:                                                       # every block left
+        while os.write(fd, bytes(4096)):
+            pass
+    except OSError:
+        pass
+    os.close(fd)
+    error = None
+    try:
+        store(InstrumentInfo(role="dut", info={"name": "x" * 20000}))
+    except StorageError as exc:
+        error = str(exc)
+    store(RunFinished(status="failed", summary={}, error=error))
+    run = load_run(store.path)
+    print(json.dumps({"raised": error, "status": run.status,
+                      "manifest": run.manifest.get("status"),
+                      "manifest_error": run.manifest.get("error"),
+                      "files": sorted(p.name for p in store.path.iterdir())}))
+""")
+
+
+def test_the_end_of_a_run_reaches_a_disk_another_program_filled(tmp_path: Path) -> None:
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to mount a small disk")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = 'mount -t tmpfs -o size=8m rigtest "$0" || exit 99; exec "$@"'
+    done = subprocess.run(["unshare", "-Urm", "sh", "-c", script, str(disk), sys.executable,
+                           "-c", PROGRAM, str(disk)], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, check=False)
+    if done.returncode == 99:
+        pytest.skip(f"cannot mount a tmpfs in a user namespace: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["raised"] and "the disk is full" in out["raised"]
+    # The folder says how the run ended, in both files, naming the disk.
+    assert out["status"] == "failed"
+    assert out["manifest"] == "failed"
+    assert "the disk is full" in (out["manifest_error"] or "")
+    # No debris: no half-written manifest, no room kept for the end once the run ended.
+    assert out["files"] == ["events.jsonl", "manifest.json", "results.csv", "results.parquet",
+                            "traces"]
