@@ -39,6 +39,7 @@ ROLES = {
     "rig/mqtt": "telemetry and remote control",
     "rig/dashboard": "the web page of every rig",
     "rig/cluster": "sweeps over Dask",
+    "rig/submission": "sealed bundles and their verification",
     "rig/model": "training and export for the DUTs",
     "rig/commands": "one module per `rig` command",
     "rig/cli": "`rig`: commands, exit codes",

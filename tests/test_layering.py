@@ -49,6 +49,7 @@ ROOMS = {
     "cluster": 6,   # sweep points spread over rig hosts
     "model": 6,     # the tools that write a DUT's model files
     "dashboard": 6, # the web page of every rig: one more reader of mqtt (which never imports it)
+    "submission": 6,  # sealed bundles and their verification: reads run folders and the report
     "commands": 7,  # the CLI's subcommands, using any room below
     "cli": 8,       # rig/cli.py: the entry point that registers the commands
 }

@@ -45,6 +45,7 @@ from rig.mqtt.connection import client
 from rig.run.events import (
     Event,
     InstrumentInfo,
+    LedgerAppended,
     PhaseProgress,
     PhaseStarted,
     RunFinished,
@@ -271,6 +272,11 @@ class MqttTelemetry:
         if event.transient:
             if isinstance(event, PowerPreview):
                 self.power(event)
+            elif isinstance(event, LedgerAppended):  # retained: the broker holds the last head
+                self._offer(_Message(topics.ledger(self.settings.rig),
+                                     {"seq": event.seq, "digest": event.digest,
+                                      "run": event.run, "at": event.at},
+                                     qos=1, retain=True, counts=self.run_counts), power=False)
             return
         if isinstance(event, RunStarted) or event.kind == "sweep_resumed":
             with self._lock:  # a new run (or a resumed one, in this process): counts afresh

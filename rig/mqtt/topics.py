@@ -31,7 +31,7 @@ def power(rig: str, run_id: str) -> str:
 
 
 def ledger(rig: str) -> str:
-    """The retained topic of `rig`'s ledger head (`rig.submission.ledger`): a second party
+    """The retained topic of `rig`'s ledger head (`rig.run.ledger`): a second party
     subscribed to it holds every head the rig reached."""
     return f"{ROOT}/{rig}/ledger"
 

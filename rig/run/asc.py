@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from drivers.dut.client import DutClient, InferResult, LoadResult, ResultError
+from drivers.dut.client import DutClient, GarbledReply, InferResult, LoadResult, ResultError
 from drivers.dut.qemu import emulated_label
 from drivers.errors import DeviceTimeout
 from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
@@ -71,6 +71,11 @@ AFE_POWER_NOTE = (
 #: Extra length on top of `min_run_s` so a run stays above it despite calibration error.
 RUN_MARGIN = 1.02
 
+#: How many more times a timed run (or a sample's inference) is run when the DUT's reply to its
+#: `infer` came back garbled where it cannot be asked again (an echo, a lap line of firmware
+#: without `lapcrc`): the client never sends `infer` twice itself (issue 39).
+RERUNS = 3
+
 #: How long the rig waits for the DUT to finish an `infer`: this many times the time expected...
 DEADLINE_FACTOR = 3.0
 #: ... but never less than this [s] (command overhead, a slow UART, a busy host).
@@ -78,6 +83,14 @@ MIN_DEADLINE_S = 30.0
 #: Seconds per inference assumed for the calibration run when the bench declares none (no
 #: `[dut] inference_time_s`, no `[sim]`): 10 calibration inferences then get the 30 s floor.
 FIRST_CALL_INFERENCE_S = 1.0
+
+#: The idle span's repeatability (Type A) comes from this many equal sub-spans of it (batch
+#: means, ν = 9): one span measured once tells no spread, and a second span would lengthen
+#: every run. The sub-spans see the span's own fluctuation, not a drift across the session.
+IDLE_SUB_SPANS = 10
+#: Checkpoints of the running energy kept through the idle span, so that each sub-span
+#: boundary lies within 1/IDLE_CHECKPOINTS of the span from an equal split.
+IDLE_CHECKPOINTS = 200
 
 #: Which parts of the method a run measures: "performance" the timed runs (latency), "energy"
 #: idle power and the timed runs as energy windows (needs energy-mode firmware and a monitor),
@@ -148,6 +161,8 @@ class AscProcedure:
                 hint="flash energy-mode firmware, or measure performance or accuracy",
             )
         self._edges_used = recorder.edge_count if recorder else 0
+        #: Timed runs run again because their reply came back garbled (`_infer_whole`).
+        self.reruns = 0
         # Seconds per inference the reply deadlines assume, and where the figure came from:
         # the bench's declaration until the calibration run has measured it.
         if bench.dut.inference_time_s > 0:
@@ -162,7 +177,28 @@ class AscProcedure:
 
     # -- the method ---------------------------------------------------------------------------
     def run(self) -> None:
-        """Identify, calibrate, measure idle, the timed runs, then accuracy."""
+        """Identify, calibrate, measure idle, the timed runs, then accuracy; the run's notes
+        end with what the DUT's line cost (replies asked again, timed runs re-run), if any."""
+        try:
+            self._run()
+        finally:
+            self._note_line_count()
+
+    def _note_line_count(self) -> None:
+        """One note counting the replies garbled on the DUT's line: asked again by the client
+        (by command) and `infer` re-runs; nothing when the line was clean."""
+        asked = getattr(getattr(self.dut, "stats", None), "asked_again", None) or {}
+        parts = []
+        if asked:
+            each = ", ".join(f"{k} {v}" for k, v in sorted(asked.items()))
+            parts.append(f"{sum(asked.values())} garbled replies asked again ({each})")
+        if self.reruns:
+            parts.append(f"{self.reruns} infer re-runs (replies garbled where they cannot be "
+                         "asked again)")
+        if parts:
+            self.publish(Note(level="warning", text="DUT line: " + "; ".join(parts)))
+
+    def _run(self) -> None:
         capabilities = self.dut.negotiate()  # plain MLPerf Tiny firmware: empty
         info = self.dut.identify()
         # A DUT whose lap counter is a simulator's time base is a simulator (XyloSim).
@@ -198,7 +234,7 @@ class AscProcedure:
                }.get((loaded.method, loaded.check), "hex, checked by read-back")
         self.publish(Note(text=f"inputs are downloaded {how} ({loaded.n_bytes} bytes each)"))
         host_start = time.monotonic()
-        cal = self._timed(self.opts.calibration_iterations, 0)
+        cal = self._timed(self.opts.calibration_iterations, 0, "the calibration run")
         host_s = time.monotonic() - host_start
         per_inference = cal.elapsed_s / cal.iterations
         iterations = max(
@@ -234,7 +270,7 @@ class AscProcedure:
         self.publish(PhaseStarted(phase="runs", total=self.opts.runs,
                                   description=f"{self.opts.runs} runs x {iterations} inferences"))
         for index in range(self.opts.runs):
-            t = self._timed(iterations, self.opts.warmup)
+            t = self._timed(iterations, self.opts.warmup, f"timed run {index}")
             self.publish(LatencyRun(
                 index=index, iterations=t.iterations, elapsed_s=t.elapsed_s,
                 time_per_inference_s=t.elapsed_s / t.iterations,
@@ -257,7 +293,7 @@ class AscProcedure:
         for index, (x, label) in enumerate(zip(test.inputs, test.labels, strict=True)):
             self.dut.load(x)
             try:
-                t = self._timed(1, 0)
+                t = self._timed(1, 0, f"sample {index}")
             except ResultError as exc:
                 # The inference ran, its result is unknown: the sample fails, by name, and
                 # the pass goes on (what was measured stays; the check fails the run).
@@ -291,11 +327,12 @@ class AscProcedure:
             self.publish(PhaseProgress(phase="accuracy", done=index + 1, total=len(test)))
 
     # -- pieces -------------------------------------------------------------------------------
-    def _timed(self, iterations: int, warmup: int) -> Timed:
-        """One `infer`, timed by the DUT timer or by the energy monitor's edges."""
+    def _timed(self, iterations: int, warmup: int, what: str) -> Timed:
+        """One `infer`, timed by the DUT timer or by the energy monitor's edges; `what` names
+        it in the notes (a re-run after a garbled reply, `_infer_whole`)."""
         if self.energy_mode:
             self._check_no_stray_edges()
-        result = self._infer(iterations, warmup)
+        result = self._infer_whole(iterations, warmup, what)
         dut_s = None if result.elapsed_us is None else result.elapsed_us / 1e6
         if not self.energy_mode:
             if dut_s is None:
@@ -322,6 +359,36 @@ class AscProcedure:
     def _deadline_s(self, inferences: int) -> float:
         """How long to wait for `inferences` inferences: max(30 s, 3x the expected time)."""
         return max(MIN_DEADLINE_S, DEADLINE_FACTOR * inferences * self._expected_s)
+
+    def _infer_whole(self, iterations: int, warmup: int, what: str) -> InferResult:
+        """`_infer`, run again (at most `RERUNS` more times) when the DUT ran it but its reply
+        came back garbled where it cannot be asked again: in energy mode the garbled run's two
+        timestamp edges are consumed first, and each re-run is said in the notes. A reply that
+        does not show whether the DUT ran it cannot be re-run in energy mode (its edges would
+        be taken for the next run's): the run ends naming it."""
+        reasons: list[str] = []
+        while True:
+            try:
+                return self._infer(iterations, warmup)
+            except GarbledReply as exc:
+                reasons.append(exc.reason)
+                if self.energy_mode and not exc.ran:
+                    raise MeasurementFailed(
+                        f"{exc.message}: whether the DUT ran {what} (and pulsed its timestamp "
+                        "line) cannot be told, so it is not run again", hint=exc.hint) from None
+                if len(reasons) > RERUNS:
+                    raise MeasurementFailed(
+                        f"the DUT's reply to {exc.command!r} ({what}) came back garbled "
+                        f"{len(reasons)} times, re-run after each: {'; '.join(reasons)}",
+                        hint=exc.hint) from None
+                if self.energy_mode:
+                    self._next_window()  # its two edges belong to the garbled run
+                self.reruns += 1
+                self.publish(Note(text=f"{what} re-run: the DUT's reply to {exc.command!r} "
+                                       f"came back garbled ({exc.reason}); nothing of it is "
+                                       f"kept (re-run {len(reasons)} of at most {RERUNS})"))
+                if self.energy_mode:
+                    self._check_no_stray_edges()
 
     def _infer(self, iterations: int, warmup: int) -> InferResult:
         """`infer` with a deadline from the expected time; a lost reply ends the run with an
@@ -358,6 +425,9 @@ class AscProcedure:
         fs = self._emon.sample_rate
         self.publish(PhaseStarted(phase="idle", description=f"idle power over "
                                   f"{self.opts.idle_s:g} s", total=1))
+        # Checkpoints of the running energy through the span, so it can be split into
+        # IDLE_SUB_SPANS batch means (its repeatability); dropped once the span is measured.
+        self._emon.keep_checkpoints(max(1, round(self.opts.idle_s * fs) // IDLE_CHECKPOINTS))
         self.dut.timestamp()
         start = self._emon.wait_for_edges(self._edges_used + 1, timeout_s=30.0)[-1]
         self._emon.wait_for_samples(start + round(self.opts.idle_s * fs),
@@ -367,10 +437,14 @@ class AscProcedure:
         self._edges_used += 2
         power = self._emon.mean_power(start, end)
         self._require_finite(power, start, end, "idle span")
+        bounds, powers = self._emon.span_powers(start, end, IDLE_SUB_SPANS)
+        self._emon.keep_checkpoints(None)
         self._emon.annotate(start, "idle span start")
         self._emon.annotate(end, "idle span end")
         self.publish(IdleMeasured(start_sample=start, end_sample=end,
                                   duration_s=(end - start) / fs, power_w=power,
+                                  sub_span_edges=tuple(bounds),
+                                  sub_span_powers_w=tuple(powers),
                                   current_ranges=self._emon.range_occupancy(start, end),
                                   simulated=self.simulated))
         self.publish(PhaseProgress(phase="idle", done=1, total=1))

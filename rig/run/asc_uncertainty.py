@@ -8,7 +8,8 @@ the idle spans, the energy windows, the timed runs and the test samples.
 
 The model, figure by figure (P = I·V, each power a mean over samples of current × voltage):
 
-- idle and active power: Type A over the idle spans / windows; Type B the current's accuracy
+- idle and active power: Type A over the windows, and over the idle spans or, for a single
+  span, its near-equal sub-spans (batch means, `asc.IDLE_SUB_SPANS`); Type B the current's accuracy
   at I = P/V in its range (gain part and offset part), and the voltage's (measured, or the
   set supply's; ∂P/∂V = I). A mean power is a ratio of a sum to a sample count, so the sample
   clock and the window edges do not enter it.
@@ -46,10 +47,10 @@ the windows is not known, so counting it twice errs on the large side); idle and
 different ranges (an auto-ranging instrument) are two independent gain errors; the timer's
 terms against the power's (different instruments or different quantities).
 
-Unknown terms (an instrument whose accuracy is not published, a single idle span with no Type A
-estimate, the DUT's oscillator) make the budget incomplete: its u_c and U are then the known
-terms' lower bound, ``complete`` is false and ``unknown`` names the missing terms; never a
-guessed figure.
+Unknown terms (an instrument whose accuracy is not published, one value with no Type A
+estimate, the DUT's oscillator) make the budget incomplete: its u_c is then the known terms'
+lower bound and U = 2·u_c (`rig.traces.analysis.uncertainty`), ``complete`` is false and
+``unknown`` names the missing terms; never a guessed figure.
 """
 
 from __future__ import annotations
@@ -191,8 +192,7 @@ def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[st
     idle_terms: list[Component] = []
     if "idle_power_w" in summary:
         p_i = float(summary["idle_power_w"])
-        idle_terms = [type_a("idle power: repeatability", [i.power_w for i in idles],
-                             source=f"the {len(idles)} idle span(s)"),
+        idle_terms = [_idle_repeatability(idles),
                       *_power_terms(mon, p_i, "idle", range_shares(idles))]
         out["idle_power_w"] = combine("idle power", p_i, "W", idle_terms)
 
@@ -225,6 +225,19 @@ def asc_budgets(events: Sequence[Event], summary: dict[str, Any], bench: dict[st
             "execution time per inference", float(summary["execution_time_mean_s"]), "s",
             time_terms)
     return {key: out[key] for key in FIGURES if key in out}
+
+
+def _idle_repeatability(idles: Sequence[IdleMeasured]) -> Component:
+    """Type A of the idle power: from the spans when there are several, else from the one
+    span's equal sub-spans (batch means, `asc.IDLE_SUB_SPANS`). The batch means see the span's
+    own fluctuation; they assume it outlasts its correlation time (10 sub-spans of a 10 s span
+    are 1 s each) and cannot see a drift that is slower than the span."""
+    name = "idle power: repeatability"
+    if len(idles) == 1 and len(idles[0].sub_span_powers_w) >= 2:
+        parts = [float(p) for p in idles[0].sub_span_powers_w]
+        return type_a(name, parts, source=f"the idle span's {len(parts)} near-equal sub-spans "
+                      "(batch means of one span)")
+    return type_a(name, [i.power_w for i in idles], source=f"the {len(idles)} idle span(s)")
 
 
 # -- power ------------------------------------------------------------------------------------

@@ -45,6 +45,18 @@ class Event:
 
 
 @dataclass(frozen=True)
+class LedgerAppended(Event):
+    """The run store appended the run's last entry to its runs folder's ledger: the new head
+    (`rig.run.ledger`). Not stored in the run (the ledger holds it)."""
+
+    kind: ClassVar[str] = "ledger_appended"
+    transient: ClassVar[bool] = True
+    seq: int = 0
+    digest: str = ""
+    run: str = ""
+
+
+@dataclass(frozen=True)
 class UnknownEvent(Event):
     """A record this version does not know (written by a newer rig)."""
 
@@ -148,6 +160,11 @@ class IdleMeasured(Event):
     end_sample: int = 0
     duration_s: float = 0.0
     power_w: float = 0.0
+    #: The span split into near-equal sub-spans (sample ids, `start_sample` to `end_sample`)
+    #: and each one's mean power [W]: the batch means its repeatability (Type A) comes from.
+    #: Empty for a span from the DUT's rails and for runs recorded before they were kept.
+    sub_span_edges: tuple[int, ...] = ()
+    sub_span_powers_w: tuple[float, ...] = ()
     #: How the span's samples spread over the current ranges, where the monitor told each
     #: sample's range: {range name: {"samples": n, "mean_current_a": I}} (the recorder's
     #: `range_occupancy`).
@@ -338,6 +355,14 @@ class EventBus:
                     for extra in closing():
                         self._deliver(extra)
         self._deliver(event)
+        if isinstance(event, RunFinished):
+            # After it: what the run store did once the run was closed (its ledger entry), for
+            # the other subscribers (telemetry publishes the ledger head).
+            for subscriber in list(self._subscribers):
+                finished = getattr(subscriber, "finished_events", None)
+                if finished is not None:
+                    for extra in finished():
+                        self._deliver(extra)
 
     def _deliver(self, event: Event) -> None:
         for subscriber in self._subscribers:

@@ -30,6 +30,7 @@ waits on sample counts and edge counts (instrument quantities), never on host ti
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -114,6 +115,11 @@ class EmonRecorder:
         self._edge_at = np.empty(_EDGE_CAPACITY, dtype=np.int64)
         self._edge_hi = np.empty(_EDGE_CAPACITY, dtype=np.float64)
         self._edge_lo = np.empty(_EDGE_CAPACITY, dtype=np.float64)
+        # Checkpoints of the running sum every `_every` samples while `keep_checkpoints` is on
+        # (the idle span's sub-spans): a list, bounded by the span, not by the run.
+        self._every: int | None = None
+        self._next_mark = 0
+        self._marks: dict[int, tuple[float, float]] = {}
         # Where the monitor tells each sample's current range (`Chunk.current_range`): the
         # range names met so far (the columns below), the running sample count and current sum
         # [A] per range, and both at every edge (memory: edges x ranges, never samples).
@@ -251,16 +257,29 @@ class EmonRecorder:
         self._last_bit = int(high[-1])
         if edges.size:
             self._reserve(self._edge_count + edges.size)
+        marks: list[int] = []
+        if self._every is not None:
+            every = self._every
+            if self._next_mark < first:  # lost samples: the next checkpoint after them
+                self._next_mark += -(-(first - self._next_mark) // every) * every
+            marks = list(range(self._next_mark - first, n, every))
+            self._next_mark += len(marks) * every
+        edge_list = edges.tolist()
+        points = sorted(set(edge_list) | set(marks)) if marks else edge_list
+        mark_set, edge_set = set(marks), set(edge_list)
         lo = 0
         # One pairwise sum per segment between edges: a loop per edge, not per sample.
-        for k in edges.tolist():
+        for k in points:
             self._add(prod[lo:k], first + lo)
             lo = k
-            i = self._edge_count
-            self._edge_at[i] = first + k
-            self._edge_hi[i] = self._hi
-            self._edge_lo[i] = self._lo
-            self._edge_count = i + 1
+            if k in mark_set:
+                self._marks[first + k] = (self._hi, self._lo)
+            if k in edge_set:
+                i = self._edge_count
+                self._edge_at[i] = first + k
+                self._edge_hi[i] = self._hi
+                self._edge_lo[i] = self._lo
+                self._edge_count = i + 1
         self._add(prod[lo:], first + lo)
 
     def _range_map(self, names: tuple[str, ...]) -> np.ndarray:
@@ -475,6 +494,48 @@ class EmonRecorder:
             return {name: {"samples": int(c), "mean_current_a": float(s) / int(c)}
                     for name, c, s in zip(self._range_names, counts.tolist(), sums.tolist(),
                                           strict=True) if c}
+
+    def keep_checkpoints(self, every: int | None) -> None:
+        """Keep the running energy every `every` samples from now on (None: stop, and forget
+        those kept), so that `span_powers` can split a span into sub-spans: the idle span's
+        batch means. Memory grows with the checkpoints kept, never with the samples."""
+        with self._cond:
+            if every is None:
+                self._every = None
+                self._marks.clear()
+                return
+            if int(every) < 1:
+                raise ValueError(f"a checkpoint interval is >= 1 sample, got {every!r}")
+            self._every = int(every)
+            self._next_mark = -(-self._n // self._every) * self._every
+
+    def span_powers(self, start: int, stop: int, parts: int) -> tuple[list[int], list[float]]:
+        """Split the edge-framed span [start, stop) at kept checkpoints into up to `parts`
+        sub-spans of near-equal length (each boundary the checkpoint nearest to an equal
+        split): their boundaries (``parts + 1`` sample ids, `start` and `stop` included) and
+        mean powers [W]. Empty lists when fewer than two sub-spans can be made (too few
+        checkpoints inside); NaN for a sub-span that holds lost or non-finite samples."""
+        with self._cond:
+            inside = np.array(sorted(k for k in self._marks if start < k < stop), dtype=np.int64)
+            if inside.size == 0 or parts < 2:
+                return [], []
+            targets = start + (stop - start) * np.arange(1, parts) / parts
+            pick = np.abs(inside[None, :] - targets[:, None]).argmin(axis=1)
+            bounds = [start, *sorted(set(inside[pick].tolist())), stop]
+            cumulative = [self._cumulative_at(k) for k in bounds]
+            powers = []
+            for (a, b), ((ha, la), (hb, lb)) in zip(
+                    itertools.pairwise(bounds), itertools.pairwise(cumulative), strict=True):
+                bad = any(lo < b and hi > a for lo, hi in self._invalid)
+                powers.append(math.nan if bad else float((hb - ha) + (lb - la)) / (b - a))
+            return bounds, powers
+
+    def _cumulative_at(self, sample: int) -> tuple[float, float]:
+        """The running sum (hi, lo) at a kept checkpoint or an edge (lock held)."""
+        if sample in self._marks:
+            return self._marks[sample]
+        i = self._edge_index(sample)
+        return float(self._edge_hi[i]), float(self._edge_lo[i])
 
     def _edge_index(self, sample: int) -> int:
         edges = self._edge_at[: self._edge_count]

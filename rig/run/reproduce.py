@@ -12,6 +12,7 @@ a trace without it keeps what the events recorded.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,8 +141,11 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproducti
             w, duration_s=duration, energy_j=energy, mean_power_w=energy / duration,
             energy_per_inference_j=energy / w.iterations)
     for i in idles:
+        cuts = [int(k) for k in i.sub_span_edges]
         replaced[id(i)] = dataclasses.replace(
-            i, power_w=span_power(trace.current, trace.voltage, i.start_sample, i.end_sample))
+            i, power_w=span_power(trace.current, trace.voltage, i.start_sample, i.end_sample),
+            sub_span_powers_w=tuple(span_power(trace.current, trace.voltage, a, b)
+                                    for a, b in itertools.pairwise(cuts)))
     if trace.current_range is not None:  # the ranges' shares too, where the trace holds them
         for e in (*windows, *idles):
             span = replaced[id(e)]

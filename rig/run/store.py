@@ -38,6 +38,7 @@ from rig.run.events import (
     IdleMeasured,
     InstrumentInfo,
     LatencyRun,
+    LedgerAppended,
     QuboMaxSizeMeasured,
     QuboPointMeasured,
     RunFinished,
@@ -49,6 +50,16 @@ from rig.run.events import (
     WindowMeasured,
 )
 from rig.run.finite import finite_json, first_non_finite, spelled
+from rig.run.ledger import (
+    ENDED,
+    LEDGER,
+    RESUMED,
+    STARTED,
+    Ledger,
+    LedgerHead,
+    figures_of,
+    run_digests,
+)
 from rig.traces.space import write_failure
 
 MANIFEST = "manifest.json"
@@ -128,6 +139,10 @@ class RunStore:
         #: The first write that failed (then raised once; later failures pass quietly).
         self.error: StorageError | None = None
         self._writing = EVENTS  # the file being written, for that error
+        #: The runs folder's ledger, and its head once this run's last entry is in it.
+        self.ledger = Ledger(path.parent)
+        self.ledger_head: LedgerHead | None = None
+        self._ledger_told = False
 
     @classmethod
     def create(cls, root: Path, procedure: str, device: str) -> Self:
@@ -199,6 +214,13 @@ class RunStore:
                 **event.manifest,
             }
             self._write_manifest()
+            self._writing = LEDGER
+            self.ledger.append(STARTED, self.path, run_id=event.run_id,
+                               procedure=event.procedure, device=event.device)
+        elif event.kind == "sweep_resumed":  # rig.qubo.sweep.SweepResumed: a new session
+            self._writing = LEDGER
+            self.ledger.append(RESUMED, self.path,
+                               run_id=str(self.manifest.get("run_id") or "") or None)
         elif isinstance(event, InstrumentInfo):
             self.manifest.setdefault("instruments", {})[event.role] = event.info
             if event.info.get("simulated"):  # an instrument said it is a simulator (XyloSim)
@@ -228,6 +250,12 @@ class RunStore:
             write_results(self.path, self._rows, simulated=bool(self.manifest.get("simulated")),
                           emulated=bool(self.manifest.get("emulated")))
             self._write_manifest()
+            self._writing = LEDGER
+            self._events.flush()
+            self.ledger_head = self.ledger.append(
+                ENDED, self.path, run_id=str(self.manifest.get("run_id") or "") or None,
+                procedure=self.manifest.get("procedure"), status=event.status,
+                figures=figures_of(event.summary), digests=run_digests(self.path))
         row = result_row(event)
         if row is not None:
             self._rows.append(row)
@@ -251,6 +279,14 @@ class RunStore:
         if reserve is not None:
             with contextlib.suppress(OSError):
                 reserve.unlink()
+
+    def finished_events(self) -> list[Event]:
+        """Once the run finished: the ledger's new head, for telemetry (`EventBus`)."""
+        if self.ledger_head is None or self._ledger_told:
+            return []
+        self._ledger_told = True
+        h = self.ledger_head
+        return [LedgerAppended(seq=h.seq, digest=h.digest, run=h.run)]
 
     def close(self) -> None:
         """Close events.jsonl; safe to call twice (and on a full disk: what fits is kept)."""
@@ -298,7 +334,7 @@ def result_row(event: Event) -> dict[str, Any] | None:
     for key, value in event.to_record().items():
         if key in ("event", "at"):
             continue
-        row[key] = json.dumps(value) if isinstance(value, list | dict) else value
+        row[key] = json.dumps(value) if isinstance(value, list | tuple | dict) else value
     return row
 
 
@@ -417,8 +453,6 @@ def _refuse_non_finite(path: Path, number: int, record: dict[str, Any]) -> None:
         f"{path} line {number}: {event}: {where} is {spelled(value)}, not a finite number",
         hint="JSON has no NaN or Infinity, so the file was edited or damaged: copy the run "
              "folder again from where it was recorded, or measure again")
-
-
 
 
 def _first_event(path: Path) -> dict[str, Any]:

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rig.errors import ConfigError
-from rig.run.store import MANIFEST, load_run
-from rig.submission.ledger import (
+from rig.run.ledger import (
     ENDED,
     LEDGER,
     STARTED,
@@ -42,6 +41,7 @@ from rig.submission.ledger import (
     run_digests,
     sha256_file,
 )
+from rig.run.store import MANIFEST, load_run
 from rig.submission.statement import load_private_key, public_pem, sign, statement
 
 ENVELOPE = "statement.dsse.json"

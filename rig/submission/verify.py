@@ -25,9 +25,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rig.errors import RigError
+from rig.run.ledger import ENDED, STARTED, Entry, LedgerError, read_entries, verify_chain
 from rig.submission.bundle import ENVELOPE, LEDGERS, REPORT, RUNS, SIGNER, TEST_SETS
 from rig.submission.checks import Check
-from rig.submission.ledger import ENDED, STARTED, Entry, LedgerError, read_entries, verify_chain
 from rig.submission.statement import load_public_key, open_envelope
 
 #: Relative difference under which a regenerated report number equals the bundled one.
@@ -250,7 +250,7 @@ def _head(entries: list[Entry], head: str) -> Check:
 
 
 def _run_in_ledger(folder: Path, run: str, entries: list[Entry]) -> Check:
-    from rig.submission.ledger import run_digests
+    from rig.run.ledger import run_digests
 
     started = [e for e in entries if e.run == run and e.event == STARTED]
     ended = [e for e in entries if e.run == run and e.event == ENDED]

@@ -1,8 +1,7 @@
 """A lab's own accuracy figures on the virtual bench (issue 37): `[emon.accuracy]` gives the
 LPM01A's supply setting and sample clock that ST does not publish, `[dut] clock_ppm` the DUT
-oscillator's tolerance. The active power and energy budgets then become complete and equal the
-closed form; the idle power's stays incomplete (one idle span: no Type A estimate, which no key
-can supply), and so do the dynamic figures that subtract it."""
+oscillator's tolerance. Every budget then becomes complete and equals the closed form (the idle
+span's Type A from its ten sub-spans)."""
 
 from __future__ import annotations
 
@@ -113,20 +112,34 @@ def test_the_dut_clock_completes_the_execution_time(lab_run) -> None:
     assert budget["complete"]
 
 
-def test_only_the_idle_power_s_repeatability_stays_unknown(lab_run) -> None:
-    """One idle span gives no Type A estimate: the idle, dynamic power and dynamic energy
-    budgets stay incomplete, and the bound (loose as it is) names exactly those three."""
-    code, out, _ = lab_run
-    budgets = out["summary"]["uncertainty"]
-    unknown = {k: b["unknown"] for k, b in budgets.items() if not b["complete"]}
-    assert unknown == {
-        "idle_power_w": ["idle power: repeatability"],
-        "dynamic_power_w": ["idle power: repeatability"],
-        "dynamic_energy_per_inference_j": ["idle power: repeatability (x execution time)"]}
+def test_every_budget_is_complete_and_the_idle_one_equals_its_closed_form(lab_run) -> None:
+    """The idle span's Type A comes from its ten sub-spans (batch means), so with the lab's
+    figures every budget of the run is complete, the idle one is 2 sqrt(u_A^2 + (0.02 P_i /
+    sqrt 3)^2 + (supply P_i / sqrt 3)^2), the dynamic one carries idle's gain and supply
+    correlated with active's (they scale with P_a - P_i), and the loose bound passes."""
+    code, out, run = lab_run
+    s = out["summary"]
+    budgets = s["uncertainty"]
+    assert {k: b["unknown"] for k, b in budgets.items() if not b["complete"]} == {}
+    (idle,) = [ev for ev in events(run) if ev["event"] == "idle_measured"]
+    windows = [ev for ev in events(run) if ev["event"] == "window_measured"]
+    p_i, p_a = s["idle_power_w"], s["active_power_w"]
+    supply = (0.01 * VOLTS + 0.005) / VOLTS
+    idle_a = stderr(idle["sub_span_powers_w"])
+    assert len(idle["sub_span_powers_w"]) == 10
+    assert budgets["idle_power_w"]["U"] == pytest.approx(
+        2 * math.sqrt(idle_a**2 + (0.02 * p_i / ROOT3) ** 2 + (supply * p_i / ROOT3) ** 2),
+        rel=1e-9)
+    active_a = stderr([w["mean_power_w"] for w in windows])
+    dynamic = budgets["dynamic_power_w"]
+    assert dynamic["complete"] and dynamic["k"] == 2.0
+    # two groups (the range's gain, the supply), each linear within, in quadrature between
+    assert dynamic["U"] == pytest.approx(2 * math.sqrt(
+        active_a**2 + idle_a**2 + (0.02 * (p_a - p_i) / ROOT3) ** 2
+        + (supply * (p_a - p_i) / ROOT3) ** 2), rel=1e-9)
     check = bound_check(out)
-    assert code == 1 and not check["ok"]
-    assert check["detail"].startswith("3 of 7 figures beyond U/|value| <= 0.05")
-    assert "active power" not in check["detail"].replace("dynamic power", "")
+    assert code == 0 and check["ok"], check
+    assert check["detail"] == "all 7 figures within U/|value| <= 0.05 (95 %)"
 
 
 def test_a_tight_bound_fails_the_complete_figures_too(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ ARC_GAIN, ARC_OFFSET_A = 0.001, 50e-9  # Qoitech: Otii Arc low range
 ROUNDING = 5e-4
 #: chi-square(4) 1 - 5e-7 quantile over 4 (scipy.stats.chi2.isf(5e-7, 4) / 4).
 CHI2_4_HIGH = 8.711107506265357
+#: chi-square(9) 5e-7 and 1 - 5e-7 quantiles over 9 (scipy.stats.chi2.ppf / isf(5e-7, 9) / 9).
+CHI2_9_LOW, CHI2_9_HIGH = 0.02168815880995797, 5.159426302448233
 RUNS = 5
 
 
@@ -187,6 +189,33 @@ def test_current_noise_alone_gives_a_small_type_a_within_its_chi_square_bound(no
         4.9 * SIGMA * VOLTS / math.sqrt(n_samples.sum()) + edges), s["active_power_w"]
 
 
+def test_idle_type_a_is_its_ten_sub_spans_within_their_chi_square_bounds(noise_run) -> None:
+    """The one idle span, split into ten near-equal sub-spans of N_j samples: each sub-span's
+    mean carries sigma V/sqrt(N_j) of white noise, so the batch means' s/sqrt(10) (nu = 9) lies
+    between sqrt(q_lo) and sqrt(q_hi) times sigma V/sqrt(10 N), q the chi-square(9) 5e-7 and
+    1 - 5e-7 quantiles over 9, up to the 4-digit samples' rounding (5e-4 of the level, at
+    most that over sqrt(9) on s/sqrt(n))."""
+    out, _, evs = noise_run
+    idle = next(e for e in evs if e["event"] == "idle_measured")
+    edges = np.asarray(idle["sub_span_edges"], dtype=np.int64)
+    powers = np.asarray(idle["sub_span_powers_w"], dtype=np.float64)
+    assert len(edges) == 11 and len(powers) == 10
+    assert edges[0] == idle["start_sample"] and edges[-1] == idle["end_sample"]
+    counts = np.diff(edges)
+    # Near-equal: each within 1/IDLE_CHECKPOINTS (200) of the span from an equal split.
+    span = idle["end_sample"] - idle["start_sample"]
+    assert np.all(np.abs(counts - span / 10) <= 2 * span / 200 + 1), counts
+    term = components(out["summary"]["uncertainty"]["idle_power_w"])["idle power: repeatability"]
+    assert term["dof"] == 9 and term["type"] == "A"
+    assert term["value"] == pytest.approx(sd_of_mean(powers), rel=1e-9)
+    rounding = ROUNDING * P_IDLE / 3.0
+    low = math.sqrt(CHI2_9_LOW) * SIGMA * VOLTS / math.sqrt(10 * counts.max()) - rounding
+    high = math.sqrt(CHI2_9_HIGH) * SIGMA * VOLTS / math.sqrt(10 * counts.min()) + rounding
+    assert low > 0 and low <= term["value"] <= high, (low, term["value"], high)
+    # The sub-spans' powers average to the span's (equal lengths, to one checkpoint).
+    assert float(np.average(powers, weights=counts)) == pytest.approx(idle["power_w"], rel=1e-9)
+
+
 # -- Type B by hand: the LPM01A ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def lpm01a_run(tmp_path_factory):
@@ -220,7 +249,8 @@ def test_lpm01a_gain_terms_are_two_percent_of_each_power_over_root_3(lpm01a_run)
 def test_lpm01a_gain_on_dynamic_power_is_two_percent_of_the_difference(lpm01a_run) -> None:
     """One range, one gain: +0.02 P_a/sqrt(3) and -0.02 P_i/sqrt(3) add linearly. The supply
     (set; ST publishes no setting accuracy) is unknown, so its group is left out; the single
-    idle span has no Type A: u_c = sqrt(u_A(active)^2 + (0.02 (P_a - P_i)/sqrt(3))^2)."""
+    idle span's Type A comes from its ten sub-spans (batch means, nu = 9):
+    u_c = sqrt(u_A(active)^2 + u_A(idle)^2 + (0.02 (P_a - P_i)/sqrt(3))^2)."""
     s = lpm01a_run[0]["summary"]
     dynamic = s["uncertainty"]["dynamic_power_w"]
     parts = components(dynamic)
@@ -228,11 +258,12 @@ def test_lpm01a_gain_on_dynamic_power_is_two_percent_of_the_difference(lpm01a_ru
     assert parts["idle power: current gain (dynamic range)"]["sign"] == -1
     gain = LPM01A_GAIN * (s["active_power_w"] - s["idle_power_w"]) / SQRT3
     type_a = parts["active power: repeatability"]["value"]
-    assert dynamic["u_c"] == pytest.approx(math.hypot(type_a, gain), rel=1e-9)
+    idle_a = parts["idle power: repeatability"]
+    assert idle_a["dof"] == 9 and idle_a["sign"] == -1
+    assert dynamic["u_c"] == pytest.approx(math.hypot(type_a, idle_a["value"], gain), rel=1e-9)
     assert gain == pytest.approx(LPM01A_GAIN * (P_ACTIVE - P_IDLE) / SQRT3, rel=3e-3)
     assert not dynamic["complete"]
-    assert set(dynamic["unknown"]) == {"idle power: repeatability",
-                                       "active power: supply voltage",
+    assert set(dynamic["unknown"]) == {"active power: supply voltage",
                                        "idle power: supply voltage"}
 
 
@@ -300,12 +331,12 @@ def test_the_arc_s_low_range_terms_by_hand(otii_run) -> None:
     parts = components(dynamic)
     current_term = math.sqrt((ARC_GAIN * (p_a - p_i) / SQRT3) ** 2 + 2 * offset ** 2)
     type_a = parts["active power: repeatability"]["value"]
-    # The voltage (measured; not published) is unknown and its group left out; idle has no
-    # Type A (one span).
-    assert dynamic["u_c"] == pytest.approx(math.hypot(type_a, current_term), rel=1e-9)
+    idle_a = parts["idle power: repeatability"]["value"]
+    # The voltage (measured; not published) is unknown and its group left out; idle's Type A
+    # is its sub-spans' (batch means).
+    assert dynamic["u_c"] == pytest.approx(math.hypot(type_a, idle_a, current_term), rel=1e-9)
     assert current_term == pytest.approx(math.sqrt(
         (ARC_GAIN * (P_ACTIVE - P_IDLE) / SQRT3) ** 2 + 2 * offset ** 2), rel=1e-5)
     assert type_a < 1e-6 * current_term  # a noiseless bench: the current term is all of u_c
-    assert set(dynamic["unknown"]) == {"idle power: repeatability",
-                                       "active power: supply voltage",
+    assert set(dynamic["unknown"]) == {"active power: supply voltage",
                                        "idle power: supply voltage"}

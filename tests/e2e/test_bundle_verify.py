@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rig.run.ledger import canonical
 from rig.submission.bundle import ENVELOPE, SIGNER
-from rig.submission.ledger import canonical
 from rig.submission.statement import load_private_key, public_pem, sign, statement
 
 from .runs import RIG

@@ -117,7 +117,7 @@ def kill_then_run_again(tmp_path: Path, vb: VirtualBench, bench: Path, kind: str
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-    killed = next(killed_runs.iterdir())
+    killed = next(p for p in killed_runs.iterdir() if p.is_dir())
     assert events(killed)[-1]["event"] != "run_finished"  # it really died mid-run
     boots = vb.dut.boots
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -78,6 +79,16 @@ def test_run_publishes_exactly_its_events_in_order(broker, tmp_path):
         if path.is_file():
             assert USERS["rig-a"].encode() not in path.read_bytes(), path
     assert USERS["rig-a"] not in done.stdout + done.stderr
+    # the ledger head, retained on neurobench/rig-a/ledger: the last entry of the runs folder's
+    # ledger (the run's `ended` entry), so that the broker holds it too
+    lines = (tmp_path / "runs" / "ledger.jsonl").read_bytes().splitlines()
+    (head,) = [m.json() for m in listener.received("neurobench/rig-a/ledger")]
+    assert head["seq"] == len(lines) - 1 == 1 and head["run"] == run.name
+    assert head["digest"] == hashlib.sha256(lines[-1]).hexdigest()
+    with Listener(broker) as late:  # a party that subscribes afterwards still gets it
+        (kept,) = [m for m in late.wait_for(lambda ms: any(
+            m.topic == "neurobench/rig-a/ledger" for m in ms)) if m.topic.endswith("/ledger")]
+    assert kept.retain and kept.json() == head
     # power summaries: at most 10 a second, tiling the stream without gaps, within the
     # simulated idle..active levels
     power = [m.json() for m in listener.received(prefix) if m.topic.endswith("/power")]
@@ -185,6 +196,9 @@ def test_runner_window_job_reports_a_bench_with_mqtt(broker, tmp_path, monkeypat
     run_id = seen[0].run_id
     got = [m.json()["event"] for m in listener.received(f"neurobench/rig-a/run/{run_id}/")
            if not m.topic.endswith("/power")]
-    assert got == [e.kind for e in seen]  # the window's subscribers saw what the broker got
+    # the window's subscribers saw what the broker got (the ledger's head, transient, goes to
+    # neurobench/rig-a/ledger instead)
+    assert got == [e.kind for e in seen if not e.transient]
+    assert seen[-1].kind == "ledger_appended"
     assert json.loads((outcome.run_path / "manifest.json").read_text())[
         "telemetry"]["mqtt"]["dropped"] == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rig.submission.ledger import (
+from rig.run.ledger import (
     ENDED,
     GENESIS,
     STARTED,

@@ -281,3 +281,73 @@ def test_a_monitor_fault_ends_a_wait_at_once_not_by_timeout() -> None:
     # Without the hook this wait would end in DeviceTimeout after 2 s; the type tells them apart.
     with pytest.raises(VoltageLimitError, match=r"3\.9 V"):
         rec.wait_for_samples(10, timeout_s=2.0)
+
+
+# -- the idle span's sub-spans (checkpoints of the running energy) ----------------------------
+def stepped_span(levels: list[float], part: int, before: int = 3_000, after: int = 2_000
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """A span framed by two falling edges whose consecutive `part`-sample stretches sit at
+    `levels` [A] (a loud 1 A before it, so the running sum is large), and its edges."""
+    n = before + part * len(levels) + after
+    current = np.full(n, 1.0)
+    start, stop = before, before + part * len(levels)
+    for j, level in enumerate(levels):
+        current[start + j * part : start + (j + 1) * part] = level
+    current[stop:] = 0.5
+    gpio = np.ones(n, dtype=np.uint8)
+    gpio[start : start + 3] = 0
+    gpio[stop : stop + 3] = 0
+    return current, np.full(n, V), gpio, start, stop
+
+
+@pytest.mark.parametrize("sizes", [[1000], [997, 1, 4096, 3], [65_536]])
+def test_checkpoints_split_a_span_into_its_exact_sub_span_powers(sizes: list[int]) -> None:
+    levels = [1e-3 * (1 + j) for j in range(10)]  # 1 .. 10 mA, 2_000 samples each
+    current, voltage, gpio, start, stop = stepped_span(levels, 2_000)
+    rec = EmonRecorder(FS)
+    rec.keep_checkpoints(100)  # turned on before the span's first edge, as the procedure does
+    feed(rec, current, voltage, gpio, sizes)
+    assert rec.edges() == [start, stop]
+    bounds, powers = rec.span_powers(start, stop, 10)
+    # 3_000 and 2_000 are multiples of 100: the equal split falls on checkpoints exactly.
+    assert bounds == [start + 2_000 * j for j in range(11)]
+    assert powers == pytest.approx([lv * V for lv in levels], rel=1e-12)
+    assert rec.mean_power(start, stop) == pytest.approx(np.mean(levels) * V, rel=1e-12)
+
+
+def test_sub_spans_are_near_equal_when_the_split_misses_checkpoints() -> None:
+    current, voltage, gpio, start, stop = stepped_span([2e-3] * 7, 1_001, before=3_017)
+    rec = EmonRecorder(FS)
+    rec.keep_checkpoints(64)
+    feed(rec, current, voltage, gpio, [777])
+    bounds, powers = rec.span_powers(start, stop, 10)
+    counts = np.diff(bounds)
+    assert bounds[0] == start and bounds[-1] == stop and len(bounds) == 11
+    assert np.all(np.abs(counts - (stop - start) / 10) <= 64), counts
+    assert all(b % 64 == 0 for b in bounds[1:-1])  # interior boundaries are checkpoints
+    assert powers == pytest.approx([2e-3 * V] * 10, rel=1e-12)
+
+
+def test_a_sub_span_over_lost_samples_is_nan_and_stopping_forgets_the_checkpoints() -> None:
+    current, voltage, gpio, start, stop = stepped_span([1e-3] * 10, 1_000)
+    rec = EmonRecorder(FS)
+    rec.keep_checkpoints(50)
+    lost = (start + 4_200, start + 4_300)  # inside the fifth sub-span [4_000, 5_000)
+    feed(rec, current[: lost[0]], voltage[: lost[0]], gpio[: lost[0]], [333])
+    feed(rec, current[lost[1]:], voltage[lost[1]:], gpio[lost[1]:], [333], first=lost[1])
+    bounds, powers = rec.span_powers(start, stop, 10)
+    assert bounds == [start + 1_000 * j for j in range(11)]
+    assert [math.isnan(p) for p in powers] == [j == 4 for j in range(10)]
+    assert powers[5] == pytest.approx(1e-3 * V, rel=1e-12)
+    rec.keep_checkpoints(None)
+    assert rec.span_powers(start, stop, 10) == ([], [])  # nothing kept: no sub-spans
+    with pytest.raises(ValueError, match="checkpoint interval"):
+        rec.keep_checkpoints(0)
+
+
+def test_no_checkpoints_are_kept_unless_asked() -> None:
+    current, voltage, gpio, start, stop = stepped_span([1e-3] * 10, 1_000)
+    rec = EmonRecorder(FS)
+    feed(rec, current, voltage, gpio, [1000])
+    assert rec.span_powers(start, stop, 10) == ([], [])
+    assert rec.mean_power(start, stop) == pytest.approx(1e-3 * V, rel=1e-12)

@@ -219,7 +219,7 @@ def test_sweep_stops_between_points_and_resumes_to_complete(tmp_path: Path) -> N
     with pytest.raises(RunInterrupted, match=r"after 1 of 8 points.*rig sweep resume"):
         start_sweep(spec, runs_root=tmp_path / "runs", stand_in=True, stop=stop,
                     subscribers=[StopAfterPoints(stop, 1)])
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     record = read_sweep(run)
     assert record.status == "interrupted" and list(record.done) == keys[:1]
     assert record.manifest["status"] == "interrupted"
@@ -286,7 +286,7 @@ def run_attached(
         except RunInterrupted as exc:
             raised = exc
         powered = vb.world.powered
-    runs = list((tmp_path / "r").iterdir())
+    runs = [p for p in (tmp_path / "r").iterdir() if p.is_dir()]
     assert len(runs) == 1
     return raised, powered, runs[0]
 
@@ -366,7 +366,7 @@ def test_run_on_a_worker_thread_stopped_from_the_main_thread(tmp_path: Path) -> 
         powered = vb.world.powered
     assert isinstance(outcome["result"], RunInterrupted), outcome
     assert powered is False
-    (run,) = (tmp_path / "r").iterdir()
+    (run,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir()]
     record = load_run(run)
     assert record.status == "interrupted"
     assert [r["kind"] for r in record.rows] == ["idle", "latency_run"]

@@ -214,7 +214,7 @@ def test_interrupt_then_resume_keeps_every_point_once(tmp_path: Path) -> None:
     first = Counting(fail={17: KeyboardInterrupt()})
     with pytest.raises(RunInterrupted, match="rig sweep resume"):
         start_sweep(spec, runs_root=tmp_path / "runs", point_function=first)
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     record = read_sweep(run)
     assert record.status == "interrupted" and len(record.done) == 17
     assert record.manifest["status"] == "interrupted"
@@ -283,7 +283,7 @@ def test_resume_after_a_resume_was_killed(tmp_path: Path) -> None:
     first = Counting(fail={10: KeyboardInterrupt()})
     with pytest.raises(RunInterrupted):
         start_sweep(spec, runs_root=tmp_path / "runs", point_function=first)
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     resume_sweep(run, point_function=Counting())
     kill_minus_9(run, keep_points=30, torn="")  # the resumed session "died" after point 30
     record = read_sweep(run)
@@ -339,7 +339,7 @@ def test_one_rig_per_sweep_folder(tmp_path: Path) -> None:
     fn = Counting(fail={1: KeyboardInterrupt()})
     with pytest.raises(RunInterrupted):
         start_sweep(spec, runs_root=tmp_path / "runs", point_function=fn)
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     with _exclusive(run):
         with pytest.raises(ConfigError, match="another rig process"):
             resume_sweep(run, point_function=Counting())
@@ -362,7 +362,7 @@ def test_a_sweep_being_measured_shows_as_running(tmp_path: Path) -> None:
 
 
 def run_of(tmp_path: Path) -> Path:
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     return run
 
 
@@ -396,7 +396,7 @@ def test_show_json_for_a_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(RunInterrupted):
         start_sweep(spec, runs_root=tmp_path / "runs",
                     point_function=Counting(fail={20: KeyboardInterrupt()}))
-    (run,) = (tmp_path / "runs").iterdir()
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     capsys.readouterr()
     assert main(["show", str(run), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
