@@ -3,7 +3,8 @@
 `VirtualBenchProcess(bench)` writes the bench as the rig holds it to a temporary TOML file, runs
 ``python -m virtual_bench FILE`` (the simulated DUT, instruments and world, outside the rig) and
 reads the one JSON line it prints: its ports (which the rig then opens like real hardware), or
-an error and its hint (raised here as a `ConfigError`). Closing the child's stdin stops it.
+an error and its hint (raised here as a `ConfigError`); the file is deleted then, having been
+read. Closing the child's stdin stops it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class VirtualBenchProcess:
                                           lambda buf: b"\n" in buf)
         except DeviceError:  # it exited, or printed nothing in time: its stderr says why
             line = b""
+        finally:
+            # The child has read the file by now (or never will): deleted at once, so that a
+            # rig killed outright (SIGKILL: no close) leaves no temporary file behind.
+            self._bench_file.close()
         text = line.decode(errors="replace").strip()
         try:
             started: dict[str, Any] = json.loads(text)
