@@ -61,3 +61,12 @@ def test_a_run_records_each_spans_ranges_and_analyze_counts_them_again(
     # The ranges counted again from the trace's range signal: the same terms, the same shares.
     again_terms = current_terms(out["uncertainty"]["active_power_w"]["components"])
     assert again_terms and again_terms == current_terms(budget["components"])
+    # `rig verify`'s re-derivation takes the trace as it is: the 4-bit range signal's pad
+    # sample (an odd count) is not a cut signal, and every check of the run holds but the
+    # method's (this short bench runs 2 timed runs of 1 s, not 5 of 10 s).
+    from rig.submission.rederive import asc_checks
+
+    checks = asc_checks(run, None)
+    assert next(c for c in checks if c.item == "trace sample count").ok is True
+    assert [(c.item, c.detail) for c in checks
+            if c.ok is False and not c.item.startswith("method:")] == []
