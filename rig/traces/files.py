@@ -425,7 +425,8 @@ def _read_jls_signals(
         JLS_CURRENT: cur.length,
         **({JLS_VOLTAGE: vol.length} if vol is not None else {}),
         gpio_name: gpi.length,
-        **({JLS_RANGE: rng.length} if current_range is not None and rng is not None else {}),
+        **({JLS_RANGE: _range_covers(rng, cur)} if current_range is not None
+           and rng is not None else {}),
     }
     if said:  # e.g. a recording cut off before it was closed, which pyjls recovered
         meta["reader_messages"] = list(said)
@@ -433,6 +434,14 @@ def _read_jls_signals(
                  current_range=current_range,
                  range_names=tuple(str(x) for x in names) if current_range is not None
                  else ())
+
+
+def _range_covers(sig: Any, cur: Any) -> int:
+    """How many of the trace's samples the range signal covers: from the first sample (it may
+    start later, with the first chunk that told its ranges) to its last value, not counting the
+    pad value that ends an odd count (u4 values go two to a byte: `_write_range`)."""
+    covers = int(sig.sample_id_offset or 0) - int(cur.sample_id_offset or 0) + int(sig.length)
+    return covers - 1 if covers == int(cur.length) + 1 else covers
 
 
 def _read_range(reader: Any, sig: Any, cur: Any, n: int) -> np.ndarray:
