@@ -268,7 +268,9 @@ BENCH_KEY_NOTES = {
     "sim.active_power_mw": "The simulated DUT's power while it infers (at least the idle "
                            "power).",
     "sim.inference_ms": "The simulated DUT's time per inference.",
-    "sim.speed": "How much faster than wall time simulated time runs.",
+    "sim.speed": "How much faster than wall time simulated time runs (simulated seconds per "
+                 "host second). Below 0.1 the rig's host-time waits on the monitor run out "
+                 "before simulated time gets there, so slower is refused.",
     "sim.dut": "Which DUT the virtual bench runs: the host-built C shim, the Python DUT, or "
                "`auto` (the C shim where it builds).",
     "qemu.machine": "The emulated board.",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocols.errors import quoted
 from virtual_bench.errors import BenchFileError
 
 #: "auto": the host-built C shim when it is built or gcc can build it, else the Python DUT.
@@ -23,6 +24,11 @@ SIM_IO_MANAGERS = ("python", "simavr")
 TIMESTAMP_MODES = ("energy", "performance")
 #: `driver = "<name>-sim"` is the bench file's shorthand for that driver on the virtual bench.
 SIM_SUFFIX = "-sim"
+#: `[sim] speed`'s range, inclusive (the rig's `NUMBER_SPANS["sim.speed"]` is the same): below
+#: 0.1 simulated seconds per host second the rig's host-time waits on the monitor (30 s + 10 x
+#: idle_s) run out before simulated time gets there, and the stall looks like the DUT's; above
+#: 10000 a monitor cannot stream its samples in time.
+SPEED_RANGE = (0.1, 10_000.0)
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def parse_description(raw: dict[str, Any], path: Path) -> BenchDescription:
         idle_power_mw=_positive(sim, "idle_power_mw", defaults.idle_power_mw, path, "sim"),
         active_power_mw=_positive(sim, "active_power_mw", defaults.active_power_mw, path, "sim"),
         inference_ms=_positive(sim, "inference_ms", defaults.inference_ms, path, "sim"),
-        speed=_positive(sim, "speed", defaults.speed, path, "sim"),
+        speed=_speed(sim, path),
         dut=_choice(sim, "dut", SIM_DUTS, path, "sim"),
         io_manager=_choice(sim, "io_manager", SIM_IO_MANAGERS, path, "sim"),
         has_io_manager=_table(raw, "io_manager", path) is not None,
@@ -108,7 +114,7 @@ def parse_description(raw: dict[str, Any], path: Path) -> BenchDescription:
         raise BenchFileError(
             f"{path}: [sim] uart_baud paces the Python DUT's own line; this bench has "
             + ("an IO manager, whose line to the DUT is 9600 baud already"
-               if description.has_io_manager else f"dut = {description.dut!r}"),
+               if description.has_io_manager else f"dut = {quoted(description.dut)}"),
             hint='set dut = "python" and drop [io_manager], or drop uart_baud')
     if description.active_power_mw < description.idle_power_mw:
         raise BenchFileError(
@@ -130,7 +136,7 @@ def _table(raw: dict[str, Any], key: str, path: Path) -> dict[str, Any] | None:
 def _text(table: dict[str, Any], key: str, default: str, path: Path, where: str) -> str:
     value = table.get(key, default)
     if not isinstance(value, str):
-        raise BenchFileError(f"{path}: [{where}] {key}: expected text, found {value!r}",
+        raise BenchFileError(f"{path}: [{where}] {key}: expected text, found {quoted(value)}",
                              hint=f'write it in quotes, e.g. {key} = "{default}"')
     return value
 
@@ -140,30 +146,41 @@ def _choice(table: dict[str, Any], key: str, choices: tuple[str, ...], path: Pat
     value = _text(table, key, choices[0], path, where)
     if value not in choices:
         raise BenchFileError(f"{path}: [{where}] {key}: expected one of {', '.join(choices)}, "
-                             f"found {value!r}", hint=f"use one of {', '.join(choices)}")
+                             f"found {quoted(value)}", hint=f"use one of {', '.join(choices)}")
     return value
 
 
 def _positive(table: dict[str, Any], key: str, default: float, path: Path, where: str) -> float:
     value = table.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BenchFileError(f"{path}: [{where}] {key}: expected a number, found {value!r}",
+        raise BenchFileError(f"{path}: [{where}] {key}: expected a number, found {quoted(value)}",
                              hint=f"e.g. {key} = {default:g}")
     if not math.isfinite(value) or value <= 0:
         raise BenchFileError(f"{path}: [{where}] {key}: expected a positive number, "
-                             f"found {value!r}", hint=f"e.g. {key} = {default:g}")
+                             f"found {quoted(value)}", hint=f"e.g. {key} = {default:g}")
     return float(value)
+
+
+def _speed(table: dict[str, Any], path: Path) -> float:
+    """`[sim] speed`, a number in `SPEED_RANGE`."""
+    value = _positive(table, "speed", BenchDescription.speed, path, "sim")
+    low, high = SPEED_RANGE
+    if not low <= value <= high:
+        raise BenchFileError(f"{path}: [sim] speed: expected a number in [{low:g}, {high:g}], "
+                             f"found {quoted(value)}",
+                             hint="simulated seconds per host second, e.g. speed = 50")
+    return value
 
 
 def _non_negative(table: dict[str, Any], key: str, path: Path, where: str) -> float:
     """A finite number >= 0 (default 0: off)."""
     value = table.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BenchFileError(f"{path}: [{where}] {key}: expected a number, found {value!r}",
+        raise BenchFileError(f"{path}: [{where}] {key}: expected a number, found {quoted(value)}",
                              hint=f"e.g. {key} = 0 (off)")
     if not math.isfinite(value) or value < 0:
         raise BenchFileError(f"{path}: [{where}] {key}: expected a finite number >= 0, "
-                             f"found {value!r}", hint=f"e.g. {key} = 0 (off)")
+                             f"found {quoted(value)}", hint=f"e.g. {key} = 0 (off)")
     return float(value)
 
 
@@ -172,5 +189,5 @@ def _seed(table: dict[str, Any], key: str, path: Path, where: str) -> int:
     value = table.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
         raise BenchFileError(f"{path}: [{where}] {key}: expected an integer in "
-                             f"[0, 4294967295], found {value!r}", hint=f"e.g. {key} = 0")
+                             f"[0, 4294967295], found {quoted(value)}", hint=f"e.g. {key} = 0")
     return value

@@ -86,7 +86,7 @@ from protocols.dut.codec import (
     payload_crc,
     qubo_cost,
 )
-from protocols.errors import ProtocolError
+from protocols.errors import ProtocolError, quoted
 
 #: Deadline for a command that does no real work (name, profile, db, results, timestamp).
 COMMAND_TIMEOUT_S = 5.0
@@ -300,17 +300,15 @@ class DutClient:
     def wait_for_boot(self, timeout_s: float = 5.0) -> str:
         """Wait for the boot banner (mode, ``m-init-done``, ``m-ready``); return the mode."""
         deadline = time.monotonic() + timeout_s
+        #: The last lines seen: what a timeout says was wrong with the banner.
+        seen: deque[DutEvent] = deque(maxlen=16)
         mode: str | None = None
         init_done = False
         while True:
             event = self._next_event(deadline)
             if event is None:
-                raise DeviceTimeout(
-                    f"{self.name} never said m-ready within {timeout_s:g} s",
-                    hint="check the port and baud rate, that the board is powered and flashed "
-                    "with the benchmark firmware; a board that booted before the port was "
-                    "opened does not repeat its banner: reset or power-cycle it",
-                )
+                raise self._no_boot(timeout_s, list(seen))
+            seen.append(event)
             if isinstance(event, TimestampMode):
                 mode, init_done = event.mode, False
             elif isinstance(event, InitDone):
@@ -322,6 +320,38 @@ class DutClient:
                 self._qubo = None
                 self.capabilities = None
                 return mode
+
+    def _no_boot(self, timeout_s: float, seen: list[DutEvent]) -> DeviceTimeout:
+        """`wait_for_boot`'s timeout, saying what was wrong with the banner: ``m-ready`` came
+        but the lines before it lacked the mode line or ``m-init-done`` (missing, or garbled
+        on the line), or ``m-ready`` never came; either way the unreadable lines, quoted."""
+        came = [_line_text(e) for e in seen if isinstance(e, Message | Unparsed | DutErrorLine)]
+        instead = (f"; unreadable instead: {', '.join(quoted(x) for x in came[-3:])}"
+                   if came else "")
+        readies = [i for i, e in enumerate(seen) if isinstance(e, Ready)]
+        if not readies:
+            return DeviceTimeout(
+                f"{self.name} never said m-ready within {timeout_s:g} s{instead}",
+                hint="check the port and baud rate, that the board is powered and flashed "
+                "with the benchmark firmware; a board that booted before the port was "
+                "opened does not repeat its banner: reset or power-cycle it",
+            )
+        start = readies[-2] + 1 if len(readies) > 1 else 0
+        banner = seen[start : readies[-1]]
+        modes = [i for i, e in enumerate(banner) if isinstance(e, TimestampMode)]
+        if not modes:
+            what = "no m-timestamp-mode line"
+        else:
+            mode_line = banner[modes[-1]]
+            assert isinstance(mode_line, TimestampMode)
+            what = f"no m-init-done after m-timestamp-mode-{mode_line.mode}"
+        return DeviceTimeout(
+            f"{self.name} said m-ready, but its boot banner had {what} (within "
+            f"{timeout_s:g} s){instead}",
+            hint="banner lines garbled on the DUT's line (check the cable, ground and baud "
+            "rate), or firmware that is not the benchmark's: its banner is "
+            "m-timestamp-mode-<mode>, m-init-done, m-ready; power-cycle the DUT to see it again",
+        )
 
     def discard_input(self) -> None:
         """Drop whatever the DUT sent that nobody read (a crashed session's replies, half a
@@ -1037,6 +1067,15 @@ def _unreadable(events: list[DutEvent]) -> list[str]:
         elif isinstance(e, ResultCrcMismatch):
             out.append(e.line[:48])
     return out
+
+
+def _line_text(event: DutEvent) -> str:
+    """The line an unreadable event came from, as the DUT sent it (``m-`` or ``e-`` again)."""
+    if isinstance(event, Message):
+        return f"m-{event.text}"
+    if isinstance(event, DutErrorLine):
+        return f"e-[{event.text}]" if getattr(event, "bracketed", True) else f"e-{event.text}"
+    return str(getattr(event, "text", event))
 
 
 def _refusals(events: list[DutEvent]) -> list[str]:

@@ -25,6 +25,7 @@ import math
 import re
 from decimal import Decimal
 
+from protocols.errors import quoted
 from protocols.scpi import format_number
 
 AUTO = "auto"
@@ -81,10 +82,10 @@ def parse_amps(text: str) -> float:
     s = text.strip().replace("\u03bc", "\u00b5").lower()
     m = _AMPS.fullmatch(s)
     if m is None or m.group(2) not in ("", *_UNITS):
-        raise ValueError(f"{text!r} is not a current")
+        raise ValueError(f"{quoted(text)} is not a current")
     value = float(Decimal(m.group(1)).scaleb(_UNITS[m.group(2) or "a"]))
     if not math.isfinite(value):
-        raise ValueError(f"{text!r} is not a finite current")
+        raise ValueError(f"{quoted(text)} is not a finite current")
     return value
 
 
@@ -117,22 +118,22 @@ def normalize(driver: str, value: str | float) -> str:
         return AUTO
     if driver not in ("joulescope", *KEYSIGHT_MAX_RANGE_A):
         why = _WHY_AUTO_ONLY.get(driver, f"the {driver} driver takes no current range")
-        raise RangeError(f"the {driver} takes only \"auto\", found {text!r}",
+        raise RangeError(f"the {driver} takes only \"auto\", found {quoted(text)}",
                          hint=f"{why}; use \"auto\" (the default)")
     try:
         amps = parse_amps(text)
     except ValueError:
-        raise RangeError(f"{text!r} is not a current range of the {driver}",
+        raise RangeError(f"{quoted(text)} is not a current range of the {driver}",
                          hint=f"use {accepted(driver)}") from None
     if driver == "joulescope":
         for name, full_scale in JOULESCOPE_RANGES.items():
             if math.isclose(amps, full_scale, rel_tol=1e-9):
                 return name
-        raise RangeError(f"{text!r} is not a Joulescope range",
+        raise RangeError(f"{quoted(text)} is not a Joulescope range",
                          hint=f"use {accepted(driver)}")
     top = KEYSIGHT_MAX_RANGE_A[driver]
     if not 0 < amps <= top * (1 + 1e-12):
-        raise RangeError(f"{text!r} is outside the {driver}'s current ranges",
+        raise RangeError(f"{quoted(text)} is outside the {driver}'s current ranges",
                          hint=f"use {accepted(driver)}")
     return format_number(amps)
 

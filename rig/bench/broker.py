@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from protocols.errors import quoted
 from rig.errors import ConfigError
 
 PASSWORD_ENV = "RIG_MQTT_PASSWORD"
@@ -55,18 +56,20 @@ def parse_url(url: str, *, where: str = "--mqtt") -> BrokerUrl:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
-        raise ConfigError(f"{where}: not a broker URL: {url!r} ({exc})", hint=hint) from None
+        raise ConfigError(f"{where}: not a broker URL: {quoted(url)} ({exc})",
+                          hint=hint) from None
     if parts.scheme not in SCHEMES:
-        raise ConfigError(f"{where}: unknown scheme {parts.scheme or '(none)'!r} in {url!r}",
+        raise ConfigError(f"{where}: unknown scheme {quoted(parts.scheme or '(none)')} in "
+                          f"{quoted(url)}",
                           hint=hint)
     if parts.password is not None:
         raise ConfigError(f"{where}: the URL carries a password",
                           hint=f"take it out of the URL; give it in {PASSWORD_ENV} or "
                           "--mqtt-password-file")
     if not parts.hostname:
-        raise ConfigError(f"{where}: no host in {url!r}", hint=hint)
+        raise ConfigError(f"{where}: no host in {quoted(url)}", hint=hint)
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ConfigError(f"{where}: unexpected path or query in {url!r}", hint=hint)
+        raise ConfigError(f"{where}: unexpected path or query in {quoted(url)}", hint=hint)
     return BrokerUrl(parts.scheme, parts.hostname, port or SCHEMES[parts.scheme],
                      parts.username or None)
 
@@ -74,7 +77,7 @@ def parse_url(url: str, *, where: str = "--mqtt") -> BrokerUrl:
 def check_rig_name(name: str, *, where: str = "--rig") -> str:
     """`name` if it can be one topic level, else a ConfigError saying what it may hold."""
     if not _RIG_NAME.match(name):
-        raise ConfigError(f"{where}: {name!r} cannot name a rig on the broker",
+        raise ConfigError(f"{where}: {quoted(name)} cannot name a rig on the broker",
                           hint="use letters, digits, '.', '_' and '-' (no '/', '+' or '#'), "
                           "at most 64 characters")
     return name

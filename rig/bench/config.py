@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from drivers.emon import ranges
 from drivers.emon.base import check_voltage
 from drivers.errors import VoltageLimitError
+from protocols.errors import quoted
 from rig.bench.broker import check_power_rate, check_rig_name, parse_url
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.bench.worker import check_resources
@@ -325,7 +326,10 @@ NUMBER_SPANS: dict[str, Span] = {
     "sim.idle_power_mw": positive(1e6, "mW"),
     "sim.active_power_mw": positive(1e6, "mW"),
     "sim.inference_ms": positive(3.6e6, "ms"),
-    "sim.speed": positive(10_000.0),
+    # Simulated seconds per host second: below 0.1 the rig's host-time waits on the monitor
+    # (30 s + 10 x idle_s) run out before simulated time gets there (virtual_bench/description.py
+    # SPEED_RANGE is the same).
+    "sim.speed": at_least(0.1, 10_000.0),
     "sim.uart_baud": at_least(0.0, 20e6, "baud"),  # 0: unset
     "sim.current_noise_a": at_least(0.0, 10.0, "A"),  # 0: off
     "sim.drift": at_least(0.0, 1.0),  # 0: off
@@ -333,6 +337,11 @@ NUMBER_SPANS: dict[str, Span] = {
     "mqtt.power_rate_hz": positive(10.0, "Hz"),
     "mqtt.queue": at_least(1, 10**7),
 }
+#: What a refused number means, for the keys whose span alone does not say why.
+SPEED_HINT = ("simulated seconds per host second: below 0.1 the rig's waits on the monitor run "
+              "out before simulated time gets there, and the stall reads as the DUT's; e.g. "
+              "speed = 50")
+NUMBER_HINTS: dict[str, str] = {"sim.speed": SPEED_HINT}
 #: `[emon.accuracy]`'s figures and where each may lie (half-widths: >= 0; `source` is text).
 EMON_ACCURACY_SPANS: dict[str, Span] = {
     "current_gain": at_least(0.0, 1.0),
@@ -466,7 +475,7 @@ def resolve_device(name: str) -> Path:
     if not found:
         known = ", ".join(known_devices()) or "(none)"
         raise ConfigError(
-            f"unknown device {name!r}",
+            f"unknown device {quoted(name)}",
             hint=f"known devices: {known}; or pass --bench FILE (`rig benches` lists them)",
         )
     if len(found) > 1:
@@ -476,15 +485,20 @@ def resolve_device(name: str) -> Path:
     return found[0].path
 
 
-def bench_relative(bench_file: Path, value: str) -> Path:
+def bench_relative(bench_file: Path, value: str, key: str = "path") -> Path:
     """A path a bench file gives (`[dut] spec`, `[qemu] firmware`): from the file's folder; where
     nothing is there, from the shipped benches folder, so that a lab's copy (`rig init`) of a
-    shipped bench still finds `../firmware/...` in the installed package. Absolute as given."""
-    own = (bench_file.parent / value).resolve()
-    if own.exists() or Path(value).is_absolute():
-        return own
-    shipped = (SHIPPED_ROOT / "benches" / value).resolve()
-    return shipped if shipped.exists() else own
+    shipped bench still finds `../firmware/...` in the installed package. Absolute as given.
+    ConfigError naming `key` for a path the system cannot even look up (a name too long)."""
+    try:
+        own = (bench_file.parent / value).resolve()
+        if own.exists() or Path(value).is_absolute():
+            return own
+        shipped = (SHIPPED_ROOT / "benches" / value).resolve()
+        return shipped if shipped.exists() else own
+    except OSError as exc:
+        raise ConfigError(f"{bench_file}: {key} {quoted(value)}: {exc.strerror or exc}",
+                          hint="give the path of an existing file") from None
 
 
 def read_toml(path: Path, missing: str, hint: str) -> dict[str, Any]:
@@ -573,7 +587,8 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
     if emon.driver.endswith(SIM_SUFFIX) and emon.driver[: -len(SIM_SUFFIX)] in EMON_DRIVERS:
         if emon.port not in (VIRTUAL_PORT, None, "") or emon.resource:
             raise ConfigError(
-                f"{path}: [emon] driver {emon.driver!r} is simulated but port/resource is set",
+                f"{path}: [emon] driver {quoted(emon.driver)} is simulated but port/resource is "
+                "set",
                 hint=f'drop the port, or use driver = "{emon.driver[: -len(SIM_SUFFIX)]}"',
             )
         emon = replace(emon, driver=emon.driver[: -len(SIM_SUFFIX)], port=VIRTUAL_PORT)
@@ -592,9 +607,10 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise ConfigError(f"{path}: [dut] spec is missing",
                               hint="the Xylo network spec file, e.g. "
                               "firmware/xylo/models/asc_synthetic.npz")
-        spec_path = bench_relative(path, dut.spec)
+        spec_path = bench_relative(path, dut.spec, "[dut] spec")
         if not spec_path.is_file():
-            raise ConfigError(f"{path}: [dut] spec {dut.spec!r} does not exist ({spec_path})",
+            raise ConfigError(f"{path}: [dut] spec {quoted(dut.spec)} does not exist "
+                              f"({quoted(str(spec_path))})",
                               hint="train one with `rig model train xylo --out FILE`")
         dut = replace(dut, spec=str(spec_path))
         if dataset.name == "synthetic-asc":
@@ -615,7 +631,7 @@ def parse_bench(raw: dict[str, Any], path: Path) -> Bench:
             raise ConfigError(
                 f"{path}: [sim] uart_baud paces the Python DUT's own line; this bench has "
                 + ("an IO manager, whose line to the DUT is 9600 baud already"
-                   if io_manager is not None else f"dut = {sim.dut!r}"),
+                   if io_manager is not None else f"dut = {quoted(sim.dut)}"),
                 hint='set dut = "python" and drop [io_manager], or drop uart_baud')
         if sim.active_power_mw < sim.idle_power_mw:
             raise ConfigError(
@@ -680,7 +696,8 @@ def _worker(table: Any, path: Path) -> WorkerConfig:
     _no_unknown(table, set(WORKER_KEYS), path, "worker")
     name = _typed(table, "name", str, path, "worker", default="")
     if "name" in table and not name.strip():
-        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found {name!r}",
+        raise ConfigError(f"{path}: [worker] name: expected a non-empty string, found "
+                          f"{quoted(name)}",
                           hint="drop it to use the host name")
     if "resources" not in table:
         raise ConfigError(f"{path}: [worker] resources is missing",
@@ -688,7 +705,7 @@ def _worker(table: Any, path: Path) -> WorkerConfig:
     resources = table["resources"]
     if not isinstance(resources, dict):
         raise ConfigError(f"{path}: [worker] resources: expected a table such as "
-                          f"{{ cpu-tabu = 1 }}, found {resources!r}")
+                          f"{{ cpu-tabu = 1 }}, found {quoted(resources)}")
     where = f"{path}: [worker] resources"
     check_resources(dict.fromkeys(resources, 1), where)  # the names, before their counts
     for key, value in resources.items():
@@ -743,7 +760,7 @@ def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,
                                    "image, or give the DUT's real serial port")
         return None
     if dut.port != QEMU_PORT:
-        raise ConfigError(f"{path}: [qemu] is set but [dut] port is {dut.port!r}",
+        raise ConfigError(f"{path}: [qemu] is set but [dut] port is {quoted(dut.port)}",
                           hint=f'use port = "{QEMU_PORT}" to reach the emulated board')
     _choice(qemu.machine, path, "qemu.machine")
     if not qemu.firmware:
@@ -759,7 +776,7 @@ def _check_qemu(qemu: QemuConfig | None, dut: DutConfig, emon: EmonConfig,
                           "to measure)",
                           hint='set [dut] timestamp_mode = "performance" and [emon] driver = '
                                '"none"')
-    return replace(qemu, firmware=str(bench_relative(path, qemu.firmware)))
+    return replace(qemu, firmware=str(bench_relative(path, qemu.firmware, "[qemu] firmware")))
 
 
 def current_range_choices(driver: str) -> tuple[str, ...] | None:
@@ -823,7 +840,7 @@ def _check_ppk2_mode(emon: EmonConfig, path: Path) -> None:
     if emon.ppk2_mode != "source" and emon.driver != "ppk2":
         raise ConfigError(
             f'{path}: [emon] ppk2_mode = "{emon.ppk2_mode}" is a PPK2 setting, but the monitor '
-            f"is {emon.driver!r}", hint='drop ppk2_mode, or use driver = "ppk2"')
+            f"is {quoted(emon.driver)}", hint='drop ppk2_mode, or use driver = "ppk2"')
 
 
 def _range_as_text(table: dict[str, Any]) -> dict[str, Any]:
@@ -877,7 +894,7 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, section: str
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(
-            f"{_where(path, section)} unknown key {unknown[0]!r}",
+            f"{_where(path, section)} unknown key {quoted(unknown[0])}",
             hint=f"known keys here: {', '.join(sorted(known))}",
         )
 
@@ -891,7 +908,8 @@ def _dataclass_from(cls: type[DataclassInstance], table: dict[str, Any], path: P
         expected = key_type(cls, key)
         if expected in (int, float):  # every number: its type, finite, in its span
             values[key] = number(value, path=path, table=section, key=key, kind=expected,
-                                 span=NUMBER_SPANS.get(f"{section}.{key}"))
+                                 span=NUMBER_SPANS.get(f"{section}.{key}"),
+                                 hint=NUMBER_HINTS.get(f"{section}.{key}"))
         else:
             values[key] = _coerce(value, expected, path, section, key)
     return cls(**values)
@@ -908,14 +926,14 @@ def _coerce(value: Any, expected: type, path: Path, section: str, key: str) -> A
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str) and "\x00" in value:  # no path, port or name holds one
-        raise ConfigError(f"{_where(path, section)} {key}: {value!r} holds a NUL character",
+        raise ConfigError(f"{_where(path, section)} {key}: {quoted(value)} holds a NUL character",
                           hint="remove the \\u0000 from the value")
     # TOML booleans are ints to Python; a bool is never a number here.
     ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
     if not ok:
         raise ConfigError(
             f"{_where(path, section)} {key}: expected {_type_name(expected)}, "
-            f"found {value!r} ({_type_name(type(value))})"
+            f"found {quoted(value)} ({_type_name(type(value))})"
         )
     return value
 
@@ -943,5 +961,6 @@ def _choice(value: str, path: Path, dotted: str) -> None:
     if value not in allowed:
         section, _, key = dotted.rpartition(".")
         raise ConfigError(
-            f"{_where(path, section)} {key}: expected one of {', '.join(allowed)}; found {value!r}"
+            f"{_where(path, section)} {key}: expected one of {', '.join(allowed)}; "
+            f"found {quoted(value)}"
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocols.errors import quoted
 from rig.errors import ConfigError
 
 #: What a non-finite value is told to do instead.
@@ -79,10 +80,11 @@ def number(value: Any, *, path: Path | str, table: str, key: str, kind: type = f
     ok_type = (not isinstance(value, bool) and isinstance(value, int | float)
                and (kind is float or isinstance(value, int)))
     if not ok_type:
-        raise ConfigError(f"{at}: expected {wanted}, found {value!r} ({_kind(value)})",
+        raise ConfigError(f"{at}: expected {wanted}, found {quoted(value)} ({_kind(value)})",
                           hint=hint)
     if span is not None and not span.holds(value):
-        raise ConfigError(f"{at}: expected {wanted} {span.text()}, found {value!r}", hint=hint)
+        raise ConfigError(f"{at}: expected {wanted} {span.text()}, found {quoted(value)}",
+                          hint=hint)
     return float(value) if kind is float else value
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from protocols.errors import quoted
 from rig.errors import ConfigError
 
 #: The QUBO systems a sweep or worker file may name (rig/qubo/suts.py opens each).
@@ -38,7 +39,8 @@ def parse_resources(text: str, where: str = "--resources") -> dict[str, int]:
         try:
             value = int(count.strip())
         except ValueError:
-            raise ConfigError(f"{where}: {part!r}: expected NAME=1, found count {count!r}",
+            raise ConfigError(f"{where}: {quoted(part)}: expected NAME=1, found count "
+                              f"{quoted(count)}",
                               hint="e.g. --resources cpu-tabu=1,cpu-sa=1,host-power=1") from None
         out[name] = value
     return check_resources(out, where)
@@ -52,11 +54,11 @@ def check_resources(resources: dict[str, Any], where: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, value in resources.items():
         if not isinstance(name, str) or not _NAME.match(name) or name not in KNOWN_RESOURCES:
-            raise ConfigError(f"{where}: unknown resource {name!r}",
+            raise ConfigError(f"{where}: unknown resource {quoted(name)}",
                               hint=f"known resources: {', '.join(KNOWN_RESOURCES)}")
         if isinstance(value, bool) or value != 1:
             raise ConfigError(
-                f"{where}: {name} = {value!r}: expected 1",
+                f"{where}: {name} = {quoted(value)}: expected 1",
                 hint="one instrument measures one point at a time; a second instrument of the "
                      "same kind is a second worker (on its own host)",
             )

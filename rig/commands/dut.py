@@ -17,6 +17,7 @@ from typing import Any
 from drivers.dut.client import COMMAND_TIMEOUT_S, DutClient
 from drivers.errors import DeviceTimeout
 from drivers.transport import SerialTransport
+from protocols.errors import ActionableError
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
 from rig.errors import ConfigError, RigError
 from rig.run.events import Event, EventBus, InstrumentInfo
@@ -82,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _on_bench(args: argparse.Namespace, action: Any) -> dict[str, Any]:
     """Run `action` on the bench's DUT, connected (and powered) as `rig measure` does."""
-    from rig.run.measure import BenchParts, connect_bench  # the bench machinery only when asked
+    # the bench machinery only when asked
+    from rig.run.measure import BenchParts, connect_bench, emulator_cause
 
     bench, _ = bench_from_args(args)
     bus = EventBus()
@@ -99,6 +101,13 @@ def _on_bench(args: argparse.Namespace, action: Any) -> dict[str, Any]:
         assert parts.dut is not None
         parts.dut.command_timeout_s = args.timeout
         out = action(parts.dut, args)
+    except ActionableError as exc:
+        # An emulated board whose QEMU aborted ("Lockup"): its port failed under the rig, and
+        # QEMU's own words say why, as in a run (before `shutdown` ends QEMU).
+        cause = emulator_cause(parts, exc)
+        if cause is exc:
+            raise
+        raise cause from exc
     finally:
         parts.shutdown()  # the DUT is powered off first, whatever happened
     if io_manager:

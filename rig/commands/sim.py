@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import threading
 
+from rig.bench.config import NUMBER_SPANS, SPEED_HINT
 from rig.bench.virtual import VirtualBenchProcess
 from rig.commands.common import add_bench_arguments, bench_from_args, print_json
+from rig.errors import ConfigError
 from rig.run.measure import sigterm_as_interrupt
 
 
@@ -19,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="start a virtual bench and print its ports")
     add_bench_arguments(p)
     p.add_argument("--speed", type=float, default=None,
-                   help="simulated seconds per host second (default: the bench file's)")
+                   help="simulated seconds per host second, "
+                        f"{NUMBER_SPANS['sim.speed'].text()} (default: the bench file's)")
     p.add_argument("--power-on", action="store_true",
                    help="switch the DUT's supply on at once (to talk to it with `rig dut`)")
     p.add_argument("--json", action="store_true", help="print the ports as one JSON object")
@@ -28,6 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     bench, _ = bench_from_args(args)
+    span = NUMBER_SPANS["sim.speed"]
+    if args.speed is not None and not (math.isfinite(args.speed) and span.holds(args.speed)):
+        raise ConfigError(f"--speed: expected a number {span.text()}, found {args.speed!r}",
+                          hint=SPEED_HINT)
     with VirtualBenchProcess(bench, speed=args.speed, power_on=args.power_on) as vb:
         if args.json:
             print_json({"ports": vb.ports, "speed": vb.speed, "dut": vb.dut_impl,

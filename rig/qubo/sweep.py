@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from drivers.file_lock import FileLock, held_elsewhere
-from protocols.errors import ActionableError
+from protocols.errors import ActionableError, quoted
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import BENCH_ERRORS, ConfigError, RigError, RunInterrupted
@@ -178,7 +178,7 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
     targets = table.get("targets", "table")
     if targets not in CHOICES["targets"]:
         raise ConfigError(f"{path}: [sweep] targets: expected one of "
-                          f"{', '.join(CHOICES['targets'])}; found {targets!r}",
+                          f"{', '.join(CHOICES['targets'])}; found {quoted(targets)}",
                           hint='"table": the NeuroBench table, computed where it has none; '
                                '"compute": always computed')
     options = table.get("sut_options", {})
@@ -188,11 +188,11 @@ def parse_sweep(raw: dict[str, Any], path: Path, *, name: str = "sweep") -> Swee
                           hint='write it as [sweep.sut_options.loihi2] and so on')
     for sut, opts in options.items():
         if sut not in suts:
-            raise ConfigError(f"{path}: [sweep.sut_options] {sut!r}: expected one of the "
-                              f"sweep's suts ({', '.join(suts)}); found {sut!r}")
+            raise ConfigError(f"{path}: [sweep.sut_options] {quoted(sut)}: expected one of the "
+                              f"sweep's suts ({', '.join(suts)}); found {quoted(sut)}")
         if not isinstance(opts, dict):
             raise ConfigError(f"{path}: [sweep.sut_options] {sut}: expected a table, "
-                              f"found {opts!r}")
+                              f"found {quoted(opts)}")
     tuning, tuning_file = _tuning(table, suts, path)
     bound = table.get("max_relative_uncertainty")  # None only in a run folder's snapshot
     if bound is not None:
@@ -227,8 +227,8 @@ def _tuning(table: dict[str, Any], suts: list[str], path: Path
     else:
         content, where = validate(value, f"{path}: [sweep] tuning"), table.get("tuning_file")
     if content["sut"] not in suts:
-        raise ConfigError(f"{path}: [sweep] tuning is for {content['sut']!r}, which is not one "
-                          f"of the sweep's suts ({', '.join(suts)})")
+        raise ConfigError(f"{path}: [sweep] tuning is for {quoted(content['sut'])}, which is not "
+                          f"one of the sweep's suts ({', '.join(suts)})")
     return content, None if where is None else str(where)
 
 
@@ -266,7 +266,7 @@ def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
     values = table[key]
     if not isinstance(values, list) or not values:
         raise ConfigError(f"{path}: [sweep] {key}: expected a non-empty list of {what}, "
-                          f"found {values!r}")
+                          f"found {quoted(values)}")
     out = []
     for i, value in enumerate(values):
         if kind in (int, float):
@@ -275,12 +275,12 @@ def _list(table: dict[str, Any], key: str, path: Path, kind: type, what: str,
             continue
         if not _is(value, kind) or (ok is not None and not ok(value)):
             raise ConfigError(f"{path}: [sweep] {key}: expected each value {each}, "
-                              f"found {value!r}")
+                              f"found {quoted(value)}")
         out.append(value)
     dupes = sorted({v for v in out if out.count(v) > 1}, key=str)
     if dupes:
         raise ConfigError(f"{path}: [sweep] {key}: expected distinct values, "
-                          f"found {dupes[0]!r} more than once",
+                          f"found {quoted(dupes[0])} more than once",
                           hint="a repeated value would measure the same points twice")
     return out
 
@@ -289,7 +289,7 @@ def _no_unknown(table: dict[str, Any], known: set[str], path: Path, section: str
     unknown = sorted(set(table) - known)
     if unknown:
         where = f"[{section}] " if section else ""
-        raise ConfigError(f"{path}: {where}unknown key {unknown[0]!r}",
+        raise ConfigError(f"{path}: {where}unknown key {quoted(unknown[0])}",
                           hint=f"known keys here: {', '.join(sorted(known))}")
 
 

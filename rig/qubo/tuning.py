@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from protocols.errors import quoted
 from rig.bench.config import read_toml
 from rig.bench.numbers import Span, at_least, number, positive, refuse_non_finite
 from rig.errors import ConfigError
@@ -142,7 +143,8 @@ def validate(content: Any, where: str) -> dict[str, Any]:
     if not isinstance(content, dict):
         raise ConfigError(f"{where}: tuning: expected a table")
     if content.get("format") != FORMAT or isinstance(content.get("format"), bool):
-        raise ConfigError(f"{where}: tuning format {content.get('format')!r}, expected {FORMAT}",
+        raise ConfigError(f"{where}: tuning format {quoted(content.get('format'))}, "
+                          f"expected {FORMAT}",
                           hint="write it with `rig qubo tune`")
     if not isinstance(content.get("sut"), str):
         raise ConfigError(f"{where}: tuning: sut missing")
@@ -154,7 +156,8 @@ def validate(content: Any, where: str) -> dict[str, Any]:
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or set(e) != {"nodes", "density", "parameters"}:
             raise ConfigError(f"{where}: tuning entry {i}: expected exactly nodes, density, "
-                              f"parameters; found {sorted(e) if isinstance(e, dict) else e!r}",
+                              f"parameters; found "
+                              f"{quoted(sorted(e) if isinstance(e, dict) else e)}",
                               hint="parameters depend on (nodes, density) only, never the seed")
         _number(e["nodes"], where, f"entry[{i}]", "nodes", int)
         _number(e["density"], where, f"entry[{i}]", "density", float)
@@ -167,7 +170,7 @@ def validate(content: Any, where: str) -> dict[str, Any]:
     seeds = content.get("tuning_seeds", list(TUNING_SEEDS))
     if not isinstance(seeds, list):
         raise ConfigError(f"{where}: tuning_seeds: expected a list of integers in 0-4, "
-                          f"found {seeds!r}")
+                          f"found {quoted(seeds)}")
     for i, seed in enumerate(seeds):
         number(seed, path=where, table="", key=f"tuning_seeds[{i}]", kind=int,
                span=at_least(min(TUNING_SEEDS), max(TUNING_SEEDS)),
@@ -186,13 +189,13 @@ def _parameters(params: Any, where: str, table: str) -> None:
     if not isinstance(params, dict) or not all(
             isinstance(v, int | float | str) for v in params.values()):
         raise ConfigError(f"{where}: [{table}] parameters: expected a table of numbers, text "
-                          f"or true/false, found {params!r}")
+                          f"or true/false, found {quoted(params)}")
 
 
 def _search_record(search: Any, where: str) -> None:
     """[[search]]: what was measured per (nodes, density): each candidate's mean gap."""
     if not isinstance(search, list):
-        raise ConfigError(f"{where}: search: expected [[search]] tables, found {search!r}")
+        raise ConfigError(f"{where}: search: expected [[search]] tables, found {quoted(search)}")
     for i, r in enumerate(search):
         table = f"search[{i}]"
         cands = r.get("candidates") if isinstance(r, dict) else None

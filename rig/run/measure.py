@@ -26,7 +26,7 @@ from drivers.io_manager import IoManager, IoManagerTransport
 from drivers.process import ProcessTransport
 from drivers.transport import SerialTransport
 from protocols.dut.codec import DEFAULT_HEX_PER_COMMAND
-from protocols.errors import ActionableError
+from protocols.errors import ActionableError, quoted
 from protocols.io_manager import DUT_BAUD as IO_DUT_BAUD
 from protocols.io_manager import DUT_PREFIX as IO_DUT_PREFIX
 from protocols.io_manager import HEX_PER_COMMAND as IO_HEX_PER_COMMAND
@@ -194,7 +194,7 @@ def measure_asc(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except BENCH_ERRORS as exc:
-        status, error = REFUSED if parts.refused else "failed", _emulator_cause(parts, exc)
+        status, error = REFUSED if parts.refused else "failed", emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown(error)
         for note in cleanup_notes:
@@ -224,8 +224,9 @@ def measure_asc(
     return Outcome(store.path, status, summary, error)
 
 
-def _emulator_cause(parts: BenchParts, exc: ActionableError) -> ActionableError:
-    """`exc`, or, when the emulated board's QEMU died under it, an error naming that cause."""
+def emulator_cause(parts: BenchParts, exc: ActionableError) -> ActionableError:
+    """`exc`, or, when the emulated board's QEMU died under it, an error naming that cause (a
+    run's error, and `rig dut --bench`'s: call it before `parts.shutdown()` ends QEMU)."""
     why = parts.qemu.exit_reason() if parts.qemu is not None else None
     if why is None:
         return exc
@@ -776,7 +777,7 @@ def check_serial_ports(bench: Bench) -> None:
         return
     why = device_fault(port)
     if why:
-        raise ConfigError(f"{bench.path}: [{table}] port {port!r} {why}",
+        raise ConfigError(f"{bench.path}: [{table}] port {quoted(port)} {why}",
                           hint="check the cable and the port name (`rig devices` lists serial "
                                'ports); port = "virtual" with a [sim] table is the virtual '
                                "bench's")

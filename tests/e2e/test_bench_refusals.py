@@ -92,3 +92,17 @@ def test_a_corrupt_firmware_image_is_refused_before_qemu_starts(
     assert done.returncode == 2 and why in done.stderr, done.stderr
     assert qemu_processes(image) == []
 
+
+
+def test_rig_dut_names_qemus_abort(tmp_path: Path, qemu: None) -> None:
+    """An image the bench alone cannot fault (a vector table, then an undefined instruction):
+    QEMU locks up once the guest runs. `rig dut` said "the device was unplugged, reset or
+    closed; reconnect it"; it names QEMU's abort, as a run does."""
+    image = tmp_path / "lockup.elf"
+    image.write_bytes(arm_elf([(0, LOCKUP_CODE, len(LOCKUP_CODE))]))
+    done = run_rig("dut", "--bench", str(qemu_bench(tmp_path, image)), "info", timeout=60)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("rig: error: QEMU was ended by SIGABRT: qemu: fatal: Lockup"), line
+    assert "unplugged" not in line and "make firmware-arm" in line
+    assert qemu_processes(image) == []
