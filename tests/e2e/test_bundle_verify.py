@@ -248,3 +248,22 @@ def test_a_ledger_entry_removed_to_hide_a_run_breaks_the_chain(lab, tmp_path: Pa
     code, result = verify(out, "--key", str(lab["pub"]), "--head",
                           f"{mid}:{hashlib.sha256(real[mid]).hexdigest()}")
     assert code == 1 and "ledger head from the broker" in failing(result)
+
+
+def test_a_qubo_point_with_its_report_verifies(lab, tmp_path: Path) -> None:
+    """A `rig measure qubo` point: bundled with its report and verified (its cost evaluated
+    again on the regenerated workload, its timeout, the report made again: paths in
+    results.json differ between machines and are not compared)."""
+    done = rig("measure", "qubo", "--sut", "cpu-sa", "--nodes", "25", "--density", "0.1",
+               "--seed", "1", "--timeout", "0.2", "--runs-dir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stderr
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert rig("report", str(run), "--out", str(tmp_path / "rep"), "--format",
+               "md").returncode == 0
+    done = rig("bundle", str(run), "--report", str(tmp_path / "rep"), "--key", str(lab["key"]),
+               "--out", str(tmp_path / "q.zip"))
+    assert done.returncode == 0, done.stderr
+    code, result = verify(tmp_path / "q.zip", "--key", str(lab["pub"]))
+    assert code == 0, [(c["item"], c["detail"]) for c in result["checks"] if c["ok"] is False]
+    items = {c["item"] for c in result["checks"] if c["ok"]}
+    assert {"QUBO cost re-evaluated", "QUBO timeout held", "report regenerated"} <= items

@@ -124,3 +124,29 @@ def test_a_virtual_run_writes_its_started_and_ended_entries(tmp_path: Path) -> N
     assert end["run_id"] == manifest["run_id"] and end["procedure"] == "asc"
     assert end["digests"] == run_digests(run)  # the files as they were when it ended
     assert end["figures"]["inferences_per_s"] == manifest["summary"]["inferences_per_s"]
+
+
+def test_an_interrupted_run_ends_its_entry_so_and_a_resume_is_a_new_session(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C: the `ended` entry says interrupted; `rig sweep resume` adds `resumed` and a
+    second `ended` entry, the chain whole."""
+    import rig.qubo.sweep
+    from rig.cli import main
+
+    def interrupted(self, point):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rig.qubo.sweep.QuboPointFunction, "__call__", interrupted)
+    point = ["--sut", "cpu-sa", "--nodes", "10", "--density", "0.2", "--seed", "1",
+             "--timeout", "0.05"]
+    assert main(["measure", "qubo", *point, "--runs-dir", str(tmp_path), "--json"]) == 130
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    entries = Ledger(tmp_path).entries()
+    assert [(e.event, e.data.get("status")) for e in entries] == [(STARTED, None),
+                                                                  (ENDED, "interrupted")]
+    monkeypatch.undo()  # the real point function again
+    assert main(["sweep", "resume", str(run)]) == 0
+    entries = Ledger(tmp_path).entries()
+    assert [e.event for e in entries] == [STARTED, ENDED, "resumed", ENDED]
+    assert entries[-1].data["status"] == "complete" and verify_chain(entries) == []
+    assert entries[-1].data["digests"] == run_digests(run)
