@@ -65,6 +65,7 @@ from protocols.dut.codec import (
     Results,
     TimestampMode,
     Unparsed,
+    WarmupDone,
     WarmupStart,
     cmd_bload,
     cmd_caps,
@@ -168,14 +169,38 @@ class ResultError(DeviceError):
         self.reason = reason
 
 
-class _TransferFailed(Exception):
-    """One download attempt failed verification (internal: it triggers the one retry)."""
+class GarbledReply(DeviceError):
+    """A reply garbled on the line that the client must not ask again itself: ``infer`` (the
+    DUT may have run it: in energy mode its timestamp pulses are in the monitor's trace).
 
-    def __init__(self, reason: str, *, offset: int | None = None, hint: str = "") -> None:
+    `command` is what was sent, `reason` what could not be read, `ran` whether the reply shows
+    that the DUT ran it (a line of an inference's reply came through). The caller decides: the
+    ASC procedure re-runs a timed run, its window's edges consumed.
+    """
+
+    def __init__(self, message: str, *, command: str, reason: str, ran: bool,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.command = command
+        self.reason = reason
+        self.ran = ran
+
+
+#: The hint of an error that bytes corrupted on the DUT's line explain.
+LINE_HINT = "bytes are corrupted on the DUT's line: check the cable, ground and baud rate"
+
+
+class _TransferFailed(Exception):
+    """One download attempt failed (internal: it triggers a retry). `garbled`: a reply could
+    not be read (no failed verification), so the download is done again within `ASK_AGAIN`."""
+
+    def __init__(self, reason: str, *, offset: int | None = None, hint: str = "",
+                 garbled: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.offset = offset
         self.hint = hint
+        self.garbled = garbled
 
 
 @dataclass
@@ -298,28 +323,57 @@ class DutClient:
 
     # -- boot ---------------------------------------------------------------------------------
     def wait_for_boot(self, timeout_s: float = 5.0) -> str:
-        """Wait for the boot banner (mode, ``m-init-done``, ``m-ready``); return the mode."""
+        """Wait for the boot banner (mode, ``m-init-done``, ``m-ready``); return the mode.
+
+        One banner line garbled on the line is still a boot: the mode line (then ``caps``
+        tells the mode, or `DeviceError` names the garbled banner) or ``m-init-done``.
+        """
         deadline = time.monotonic() + timeout_s
         #: The last lines seen: what a timeout says was wrong with the banner.
         seen: deque[DutEvent] = deque(maxlen=16)
         mode: str | None = None
         init_done = False
+        #: A banner line that could not be read, since the last prompt (its text).
+        garbled: str | None = None
         while True:
             event = self._next_event(deadline)
             if event is None:
                 raise self._no_boot(timeout_s, list(seen))
             seen.append(event)
             if isinstance(event, TimestampMode):
-                mode, init_done = event.mode, False
+                mode, init_done, garbled = event.mode, False, None
             elif isinstance(event, InitDone):
-                init_done = mode is not None
-            elif isinstance(event, Ready) and init_done and mode is not None:
-                self.timestamp_mode = self._banner_mode = mode
-                self._out_of_sync = False
-                # A reboot empties the DUT's memory (and may follow a flash): ask again.
-                self._qubo = None
-                self.capabilities = None
-                return mode
+                init_done = mode is not None or garbled is not None
+            elif _unreadable([event]):
+                garbled = _unreadable([event])[0]
+            elif isinstance(event, Ready):
+                if mode is not None and (init_done or garbled is not None):
+                    self.timestamp_mode = self._banner_mode = mode
+                    self._booted()
+                    return mode
+                if init_done:  # the mode line was garbled: `caps` tells the mode
+                    return self._mode_of_garbled_banner(garbled or "")
+                mode, init_done, garbled = None, False, None
+
+    def _booted(self) -> None:
+        self._out_of_sync = False
+        # A reboot empties the DUT's memory (and may follow a flash): ask again.
+        self._qubo = None
+        self.capabilities = None
+
+    def _mode_of_garbled_banner(self, garbled: str) -> str:
+        """After a banner whose mode line came garbled: the mode from ``caps``, or an error."""
+        self._booted()
+        self._banner_mode = self.timestamp_mode = None
+        self.negotiate()
+        if self.timestamp_mode is None:
+            raise DeviceError(
+                f"{self.name}'s boot banner came back garbled (its mode line read {garbled!r}) "
+                "and its firmware does not tell its mode on caps",
+                hint=f"power-cycle the DUT to see its banner again; {LINE_HINT}",
+            )
+        self._banner_mode = self.timestamp_mode
+        return self.timestamp_mode
 
     def _no_boot(self, timeout_s: float, seen: list[DutEvent]) -> DeviceTimeout:
         """`wait_for_boot`'s timeout, saying what was wrong with the banner: ``m-ready`` came
@@ -448,18 +502,58 @@ class DutClient:
             "rate; firmware whose caps disagrees with its banner needs reflashing",
         )
 
-    def _asked_again(self, command: str, problem: str, ask: int) -> None:
-        """Count and say that `command` is asked again (the `ask`-th time) after `problem`."""
-        self.stats.asked_again[command] = self.stats.asked_again.get(command, 0) + 1
+    def ask(self, text: str, problem: Callable[[list[DutEvent]], str | None],
+            timeout_s: float | None = None) -> list[DutEvent]:
+        """The reply to `text`, an idempotent command (one that changes nothing in the DUT, or
+        the same each time), in which `problem` finds nothing missing.
+
+        A reply garbled on the line (a line the rig cannot read, `_unreadable`) whose content
+        `problem` finds missing or wrong is asked again, at most `ASK_AGAIN` more times, each
+        counted in `stats.asked_again` and said through `on_retry`; then `DeviceError` naming
+        the command and what came back. An intact reply without the content is the firmware's:
+        `DeviceError` at once. An intact ``e-[...]`` refusal raises `DutError` as `command`.
+        """
+        problems: list[str] = []
+        for k in range(1 + ASK_AGAIN):
+            if k:
+                self._asked_again(text, problems[-1], k)
+            events = self._exchange(text, timeout_s)
+            odd = _unreadable(events)
+            errors = _refusals(events)
+            if errors and not odd:
+                raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}",
+                               command=text)
+            missing = problem(events)
+            if missing is None:
+                return events
+            if not odd:
+                raise DeviceError(
+                    f"{self.name} did not answer {text!r} with {missing}",
+                    hint="is this MLPerf Tiny (EEMBC) benchmark firmware at the right baud rate?",
+                )
+            problems.append(f"{missing}; read {odd[0]!r}")
+        raise GarbledReply(
+            f"{self.name}: the reply to {text!r} came back garbled {len(problems)} times "
+            f"({'; '.join(problems)})", command=text, reason=problems[-1], ran=True,
+            hint=LINE_HINT)
+
+    def _asked_again(self, command: str, problem: str, ask: int, *,
+                     what: str | None = None) -> None:
+        """Count and say that `command` is asked again (the `ask`-th time) after `problem`;
+        `what` names it in the sentence when it is not one command (a download)."""
+        key = _command_word(command)
+        self.stats.asked_again[key] = self.stats.asked_again.get(key, 0) + 1
         if self.on_retry is not None:
-            self.on_retry(f"{self.name}'s reply to {command!r} came back garbled ({problem}); "
-                          f"asked again ({ask} of at most {ASK_AGAIN})")
+            what = what or f"{self.name}'s reply to {command!r}"
+            self.on_retry(f"{what} came back garbled ({problem}); asked again ({ask} of at "
+                          f"most {ASK_AGAIN})")
 
     # -- the MLPerf Tiny commands -------------------------------------------------------------
     def identify(self) -> DutInfo:
-        """Ask ``name%`` then ``profile%``; store and return who the DUT is."""
-        name = self._one(self.command(cmd_name()), Name, "name")
-        replies = self.command(cmd_profile())
+        """Ask ``name%`` then ``profile%``; store and return who the DUT is (each asked again
+        when its reply came back garbled, `ask`)."""
+        name = self._one(self.ask(cmd_name(), _lines(Name)), Name, "name")
+        replies = self.ask(cmd_profile(), _lines(Profile, Model))
         profile = self._one(replies, Profile, "profile")
         model = self._one(replies, Model, "profile")
         self.info = DutInfo(name.name, name.vendor, profile.text, model.model_id)
@@ -502,20 +596,28 @@ class DutClient:
         return LoadResult(len(data), method, attempts, check)
 
     def read_buffer(self, *, timeout_s: float | None = None) -> bytes:
-        """``db print%``: the bytes the DUT has received since the last ``db load``."""
-        events = self.command(cmd_db_print(), timeout_s)
+        """``db print%``: the bytes the DUT has received since the last ``db load`` (read
+        again when a line of the dump came back garbled)."""
+        events = self.ask(cmd_db_print(), lambda ev: "an intact m-buffer dump"
+                          if _unreadable(ev) else None, timeout_s)
         return b"".join(e.data for e in events if isinstance(e, BufferDump))
 
     def infer(
         self, iterations: int, warmup: int = 0, *, timeout_s: float | None = None
     ) -> InferResult:
-        """Run `warmup` untimed and `iterations` timed inferences on the loaded input."""
+        """Run `warmup` untimed and `iterations` timed inferences on the loaded input.
+
+        Never sent twice: a reply that came back garbled on the line (a line missing, a count
+        echoed wrong, the lap lines unreadable) raises `GarbledReply`, `ran` saying whether the
+        DUT ran it; the caller re-runs (an energy-mode DUT pulsed its timestamp line). A result
+        line that failed its CRC is asked again with ``results%`` (idempotent).
+        """
         text = cmd_infer(iterations, warmup)  # validates before anything is sent
         if timeout_s is None:
             # A deadline against a hung DUT, not a measurement: generous.
             timeout_s = 30.0 + (iterations + warmup) / 10.0
         try:
-            events = self.command(text, timeout_s)
+            events = self._exchange(text, timeout_s)
         except DeviceTimeout as exc:  # say which reply never came
             got = self._unfinished
             missing = next((line for kind, line in _INFER_REPLY
@@ -524,39 +626,47 @@ class DutClient:
                 f"{self.name} never said {missing} for {text!r} within {timeout_s:g} s "
                 f"(got: {', '.join(type(e).__name__ for e in got[-5:]) or 'nothing'})",
                 hint=exc.hint) from None
-
-        def check_count(kind: type[WarmupStart | InferStart], asked: int, what: str) -> None:
-            got = self._one(events, kind, text)
-            if got.n != asked:
-                raise DeviceError(
-                    f"{self.name} started {got.n} {what} after {text!r}, not {asked}",
-                    hint="the firmware parsed the command differently: check its version",
-                )
-
-        check_count(WarmupStart, warmup, "warmup inferences")
-        check_count(InferStart, iterations, "inferences")
-        self._one(events, InferDone, text)
-        laps = tuple(e.us for e in events if isinstance(e, LapUs))
-        results, checked = self._verified_results(events, text)
-        elapsed: int | None = None
+        # The lines only an inference's reply has: the DUT ran it (an energy-mode DUT has
+        # pulsed its timestamp line), whatever else came garbled.
+        ran = any(isinstance(e, WarmupStart | WarmupDone | InferStart | LapUs | InferDone
+                             | Results | ResultCrcMismatch) for e in events)
+        errors = _refusals(events)
+        if errors:  # an intact e-[...] line: the DUT's word, before or after it started
+            raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
         # Energy-mode firmware offering `elap` prints the laps of its two pulses after the window.
         elap = self.timestamp_mode == "energy" and CAP_ELAP in (self.capabilities or ())
-        if self.timestamp_mode == "performance" or laps or elap:
-            if len(laps) != 2:
-                raise DeviceError(
-                    f"{self.name} printed {len(laps)} m-lap-us lines for {text!r}, expected 2",
-                    hint=f"the firmware offers '{CAP_ELAP}' but did not print its lap counter"
-                    if elap and not laps else
-                    "the firmware's timestamp mode does not match its banner",
-                )
-            elapsed = (laps[-1] - laps[0]) & _LAP_MASK
+        problem = _infer_problem(events, iterations, warmup,
+                                 laps_due=self.timestamp_mode == "performance" or elap)
+        if problem is not None:
+            odd = _unreadable(events)
+            if odd:
+                raise GarbledReply(
+                    f"{self.name}'s reply to {text!r} came back garbled: {problem} "
+                    f"(read {odd[0]!r})", command=text, reason=problem, ran=ran, hint=LINE_HINT)
+            if ran and " says " in problem:  # a count echoed with a digit flipped
+                raise GarbledReply(
+                    f"{self.name}'s reply to {text!r} does not add up: {problem} (a digit "
+                    "flipped on the line, or the firmware parsed the command differently)",
+                    command=text, reason=problem, ran=ran,
+                    hint=f"{LINE_HINT}; if it repeats, check the firmware's version")
+            raise DeviceError(
+                f"{self.name} did not answer {text!r} as the protocol says: {problem}",
+                hint=f"the firmware offers '{CAP_ELAP}' but did not print its lap counter"
+                if elap and "m-lap-us" in problem else
+                "the firmware's timestamp mode does not match its banner"
+                if "m-lap-us" in problem else
+                "is this MLPerf Tiny (EEMBC) benchmark firmware at the right baud rate?",
+            )
+        laps = tuple(e.us for e in events if isinstance(e, LapUs))
+        results, checked = self._verified_results(events, text)
+        elapsed = None if len(laps) != 2 else (laps[-1] - laps[0]) & _LAP_MASK
         messages = tuple(e.text for e in events if isinstance(e, Message))
         return InferResult(iterations, warmup, laps, elapsed, results, messages, checked)
 
     def results(self) -> np.ndarray:
         """``results%``: the class scores of the last inference (CRC-checked with ``rcrc``)."""
         text = cmd_results()
-        return self._verified_results(self.command(text), text)[0]
+        return self._verified_results(self._refused_or(self._exchange(text), text), text)[0]
 
     @property
     def results_checked(self) -> bool:
@@ -567,15 +677,34 @@ class DutClient:
         return CAP_RESULT_CRC in (self.capabilities or ())
 
     def timestamp(self) -> int | None:
-        """``timestamp%``: the lap counter in performance mode; None in energy mode (a pulse)."""
+        """``timestamp%``: the lap counter in performance mode; None in energy mode (a pulse).
+
+        In performance mode a lap line garbled on the line is asked again (a timestamp is the
+        counter at the moment of the command: the later one then). In energy mode never: the
+        DUT pulsed its timestamp line, which the monitor counts, whatever came back.
+        """
         text = cmd_timestamp()
-        laps = [e.us for e in self.command(text) if isinstance(e, LapUs)]
-        if self.timestamp_mode == "performance" and not laps:
+        if self.timestamp_mode != "performance":
+            events = self._refused_or(self._exchange(text), text)
+            laps = [e.us for e in events if isinstance(e, LapUs)]
+            return laps[-1] if laps else None
+
+        def no_lap(events: list[DutEvent]) -> str | None:
+            return None if any(isinstance(e, LapUs) for e in events) else (
+                "an m-lap-us line (performance mode)")
+
+        try:
+            events = self.ask(text, no_lap)
+        except DutError:
+            raise
+        except DeviceError as exc:
+            if "came back garbled" in exc.message:
+                raise
             raise DeviceError(
                 f"{self.name} printed no m-lap-us line for {text!r} in performance mode",
                 hint="the firmware's timestamp mode does not match its banner",
-            )
-        return laps[-1] if laps else None
+            ) from None
+        return [e.us for e in events if isinstance(e, LapUs)][-1]
 
     # -- QUBO (rig extension) -----------------------------------------------------------------
     def qubo_load(
@@ -685,53 +814,94 @@ class DutClient:
     # -- downloads ----------------------------------------------------------------------------
     def _with_one_retry(self, attempt: Callable[[bytes], None], data: bytes, method: str, *,
                         diagnose: bool = False) -> int:
-        """Run `attempt(data)`; after a failed verification resynchronise and try once more.
-        With `diagnose` (a CRC check, which says only that something differs) a second failure
-        reads the buffer back to name the first differing byte."""
-        try:
-            attempt(data)
-            return 1
-        except _TransferFailed as first:
-            self.stats.retries += 1
-            self._resync_dut()
+        """Run `attempt(data)`; after a failed verification resynchronise and try once more,
+        after a reply that came back garbled (no verification failed) up to `ASK_AGAIN` more
+        times. With `diagnose` (a CRC check, which says only that something differs) the last
+        failure reads the buffer back to name the first differing byte."""
+        failures: list[_TransferFailed] = []
+        garbled = 0
+        while True:
             try:
                 attempt(data)
-                return 2
-            except _TransferFailed as second:
-                offset = second.offset
-                if offset is None and diagnose:
-                    offset = self._diagnose(data)
-                where = f"; first difference at byte {offset}" if offset is not None else ""
-                raise DownloadError(
-                    f"{method} download of {len(data)} bytes to {self.name} failed twice: "
-                    f"{first.reason}; then {second.reason}{where}",
-                    n_bytes=len(data), method=method, reason=second.reason, offset=offset,
-                    hint=second.hint or "bytes are lost or corrupted on the line: check the "
-                    "cable, ground and baud rate",
-                ) from None
+                return len(failures) + 1
+            except _TransferFailed as exc:
+                failures.append(exc)
+                if exc.garbled and garbled < ASK_AGAIN:
+                    garbled += 1
+                    self._asked_again("download", exc.reason, garbled, what=(
+                        f"{self.name}: a {method} download of {len(data)} bytes"))
+                elif not exc.garbled and sum(not f.garbled for f in failures) == 1:
+                    self.stats.retries += 1
+                else:
+                    break
+                self._resync_dut()
+        last = failures[-1]
+        offset = last.offset
+        if offset is None and diagnose:
+            offset = self._diagnose(data)
+        where = f"; first difference at byte {offset}" if offset is not None else ""
+        times = "twice" if len(failures) == 2 else f"{len(failures)} times"
+        raise DownloadError(
+            f"{method} download of {len(data)} bytes to {self.name} failed {times}: "
+            + "; then ".join(f.reason for f in failures) + where,
+            n_bytes=len(data), method=method, reason=last.reason, offset=offset,
+            hint=last.hint or "bytes are lost or corrupted on the line: check the "
+            "cable, ground and baud rate",
+        )
+
+    def _transfer_ask(self, text: str, problem: Callable[[list[DutEvent]], str | None],
+                      timeout_s: float | None = None) -> list[DutEvent]:
+        """`ask` inside a download attempt: what ends it is a `_TransferFailed`."""
+        try:
+            return self.ask(text, problem, timeout_s)
+        except DutError as exc:
+            raise _TransferFailed(
+                f"the DUT refused {text!r}: {exc.message.partition(': ')[2] or exc.message}",
+                hint="the data is larger than the DUT's input buffer: check the model's input "
+                "size" if "too large" in exc.message or "Cannot load" in exc.message else "",
+            ) from None
+        except GarbledReply as exc:
+            raise _TransferFailed(exc.message, garbled=True) from None
+        except DeviceTimeout:
+            raise
+        except DeviceError as exc:
+            raise _TransferFailed(exc.message) from None
 
     def _load_binary(self, data: bytes) -> None:
-        """One ``bload`` attempt; `_TransferFailed` unless the DUT acknowledged our CRC."""
+        """One ``bload`` attempt; `_TransferFailed` unless the DUT acknowledged our CRC (or,
+        when its acknowledgement came garbled, ``db crc`` tells the same, where offered)."""
         crc = payload_crc(data)
         text = cmd_bload(len(data), crc)
         events = self._binary_exchange(text, data, BloadReady)
+        _fail_on_ready_echo(events, len(data), text)
         _fail_on_refusal(events, text)
         done = [e for e in events if isinstance(e, BloadDone)]
+        if done and done[0].crc == crc:
+            return
+        if CAP_DB_CRC in (self.capabilities or ()):
+            # The acknowledgement (or a digit of it) came garbled: the buffer's own CRC tells.
+            why = (f"its m-bload-done line acknowledged {done[0].crc:08x}" if done
+                   else "its m-bload-done line came garbled")
+            self._asked_again("bload", f"{why}; asked db crc", 1)
+            self._check_buffer_crc(data)
+            return
         if not done:
-            raise _TransferFailed(f"{self.name} never said m-bload-done")
-        if done[0].crc != crc:
-            raise _TransferFailed(
-                f"{self.name} acknowledged CRC {done[0].crc:08x}, the data's is {crc:08x}"
-            )
+            raise _TransferFailed(f"{self.name} never said m-bload-done",
+                                  garbled=bool(_unreadable(events)))
+        raise _TransferFailed(
+            f"{self.name} acknowledged CRC {done[0].crc:08x}, the data's is {crc:08x}"
+        )
 
     def _qload_once(self, payload: bytes, n_vars: int, n_terms: int) -> None:
         """One ``qload`` attempt; `_TransferFailed` unless the DUT echoed the graph's size."""
         text = cmd_qload(len(payload), payload_crc(payload))
         events = self._binary_exchange(text, payload, QloadReady)
+        _fail_on_ready_echo(events, len(payload), text)
         _fail_on_refusal(events, text)
         done = [e for e in events if isinstance(e, QloadDone)]
         if not done:
-            raise _TransferFailed(f"{self.name} never said m-qload-done")
+            raise _TransferFailed(f"{self.name} never said m-qload-done",
+                                  garbled=bool(_unreadable(events)))
         if (done[0].n_vars, done[0].n_terms) != (n_vars, n_terms):
             raise _TransferFailed(
                 f"{self.name} loaded {done[0].n_vars} variables and {done[0].n_terms} terms, "
@@ -739,17 +909,15 @@ class DutClient:
             )
 
     def _load_hex(self, data: bytes, per_command: int, *, by_crc: bool = False) -> None:
-        """One hex attempt: ``db load``, ``db <hex>`` commands, then ``db crc`` (`by_crc`) or
-        a ``db print`` read-back."""
+        """One hex attempt: ``db load`` (asked again when its reply came garbled), ``db <hex>``
+        commands, then ``db crc`` (`by_crc`) or a ``db print`` read-back."""
         chunks = hex_chunks(data, per_command)
         announce = cmd_db_load(len(data))
-        events = self._exchange(announce)
-        _fail_on_refusal(events, announce)
+        events = self._transfer_ask(announce, _lines(ExpectingBytes))
         expecting = [e for e in events if isinstance(e, ExpectingBytes)]
-        if not expecting or expecting[0].n != len(data):
-            got = f"{expecting[0].n} bytes" if expecting else "no m-[Expecting N bytes] line"
+        if expecting[0].n != len(data):
             raise _TransferFailed(
-                f"{self.name} answered {announce!r} with {got}",
+                f"{self.name} answered {announce!r} with {expecting[0].n} bytes",
                 hint="its input buffer may be smaller than the data: check the model's "
                 "input size",
             )
@@ -766,7 +934,8 @@ class DutClient:
                 raise _TransferFailed(
                     f"{self.name} said m-load-done after {k} of {len(chunks)} db commands"
                 )
-            if not done and k == len(chunks):
+            # Its m-load-done garbled: the check below says whether the data arrived.
+            if not done and k == len(chunks) and not _unreadable(events):
                 raise _TransferFailed(
                     f"sent {len(data)} bytes in {len(chunks)} db commands but {self.name} "
                     "never said m-load-done",
@@ -782,6 +951,8 @@ class DutClient:
             )
         except DutError as exc:
             raise _TransferFailed(f"the db print read-back was refused: {exc.message}") from exc
+        except GarbledReply as exc:
+            raise _TransferFailed(exc.message, garbled=True) from None
         offset = _first_difference(data, back)
         if offset is not None:
             raise _TransferFailed(
@@ -791,19 +962,30 @@ class DutClient:
             )
 
     def _check_buffer_crc(self, data: bytes) -> None:
-        """``db crc``: `_TransferFailed` unless the DUT holds len(data) bytes of data's CRC-32."""
+        """``db crc``: `_TransferFailed` unless the DUT holds len(data) bytes of data's CRC-32.
+
+        ``db crc`` is idempotent: a garbled reply is asked again (`ask`), and so is a count or
+        CRC that differs from the data's (a digit may have been hit) until the DUT says the
+        same twice alike, which is then what it holds.
+        """
         text = cmd_db_crc()
-        events = self._exchange(text)
-        _fail_on_refusal(events, text)
-        held = [e for e in events if isinstance(e, BufferCrc)]
-        if not held:
-            raise _TransferFailed(f"{self.name} answered {text!r} without an m-db-crc line")
         crc = payload_crc(data)
-        if (held[0].n, held[0].crc) != (len(data), crc):
-            raise _TransferFailed(
-                f"{self.name} holds {held[0].n} bytes of CRC {held[0].crc:08x}; the data is "
-                f"{len(data)} bytes of CRC {crc:08x}"
-            )
+        said: list[tuple[int, int]] = []
+        for k in range(1 + ASK_AGAIN):
+            if k:
+                self._asked_again(text, f"it holds {said[-1][0]} bytes of CRC "
+                                  f"{said[-1][1]:08x}, not the data's", k)
+            held = self._one(self._transfer_ask(text, _lines(BufferCrc)), BufferCrc, text)
+            if (held.n, held.crc) == (len(data), crc):
+                return
+            if (held.n, held.crc) in said:
+                break
+            said.append((held.n, held.crc))
+        n, got = said[-1]
+        raise _TransferFailed(
+            f"{self.name} holds {n} bytes of CRC {got:08x}; the data is "
+            f"{len(data)} bytes of CRC {crc:08x}"
+        )
 
     def _binary_exchange(
         self, text: str, payload: bytes, ready_kind: type[BloadReady | QloadReady]
@@ -984,22 +1166,31 @@ class DutClient:
         command: str,
         again: str,
     ) -> list[DutEvent]:
-        """`events` if `problem` finds none in them; else the reply to `again`, asked once,
-        if that one has none; else `ResultError` naming `command` and both problems."""
-        first = problem(events)
-        if first is None:
-            return events
-        self.stats.result_retries += 1
-        events = self.command(again)
-        second = problem(events)
-        if second is None:
-            return events
-        raise ResultError(
-            f"{self.name}: the result of {command!r} failed verification twice: {first}; "
-            f"then, asked again with {again!r}: {second}",
-            command=command, reason=second,
-            hint="bytes are corrupted on the DUT's line: check the cable, ground and baud rate",
-        )
+        """`events` if `problem` finds none in them; else the reply to `again` (which re-prints
+        the same result), asked at most `ASK_AGAIN` times, the first that has none; else
+        `ResultError` naming `command` and the problems."""
+        problems = [problem(events)]
+        while problems[-1] is not None:
+            if len(problems) > ASK_AGAIN:
+                raise ResultError(
+                    f"{self.name}: the result of {command!r} failed verification "
+                    f"{len(problems)} times: {problems[0]}; then, asked again with {again!r}: "
+                    + "; ".join(str(p) for p in problems[1:]),
+                    command=command, reason=str(problems[-1]), hint=LINE_HINT,
+                )
+            self.stats.result_retries += 1
+            self._asked_again(again, str(problems[-1]), len(problems))
+            events = self._refused_or(self._exchange(again), again)
+            problems.append(problem(events))
+        return events
+
+    def _refused_or(self, events: list[DutEvent], text: str) -> list[DutEvent]:
+        """`events`, unless they hold an intact ``e-[...]`` refusal: then `DutError`. (An
+        ``e-`` line without brackets may be an ``m-`` line with one bit flipped: left in.)"""
+        errors = _refusals(events)
+        if errors:
+            raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
+        return events
 
 
 #: The result lines that carry a CRC (their `checked` says whether it matched).
@@ -1079,18 +1270,68 @@ def _line_text(event: DutEvent) -> str:
 
 
 def _refusals(events: list[DutEvent]) -> list[str]:
-    """The texts of the ``e-`` lines in a reply."""
-    return [e.text for e in events if isinstance(e, DutErrorLine)]
+    """The texts of the ``e-[...]`` lines in a reply (an ``e-`` line without brackets may be an
+    ``m-`` line with one bit flipped: `_unreadable` has it)."""
+    return [e.text for e in events if isinstance(e, DutErrorLine) and e.bracketed]
+
+
+def _command_word(text: str) -> str:
+    """What `DutStats.asked_again` counts `text` under: its command word, ``db`` with its
+    subcommand (``db load``, ``db crc``, ``db print``), without arguments."""
+    words = text.split()
+    if words[:1] == ["db"] and len(words) > 1 and words[1] in ("load", "crc", "print"):
+        return f"db {words[1]}"
+    return words[0] if words else text
+
+
+def _lines(*kinds: type) -> Callable[[list[DutEvent]], str | None]:
+    """A `DutClient.ask` check: the first of `kinds` missing from a reply, or None."""
+    def missing(events: list[DutEvent]) -> str | None:
+        for kind in kinds:
+            if not any(isinstance(e, kind) for e in events):
+                return f"the expected {kind.__name__} line"
+        return None
+    return missing
+
+
+def _infer_problem(events: list[DutEvent], iterations: int, warmup: int, *,
+                   laps_due: bool) -> str | None:
+    """What an ``infer N W`` reply lacks or says wrong (its result apart), or None."""
+    for kind, line, asked in ((WarmupStart, "m-warmup-start", warmup),
+                              (InferStart, "m-infer-start", iterations)):
+        said = [e.n for e in events if isinstance(e, kind)]
+        if not said:
+            return f"no {line} line"
+        if said[0] != asked:
+            return f"{line} says {said[0]}, not {asked}"
+    if not any(isinstance(e, InferDone) for e in events):
+        return "no m-infer-done line"
+    laps = sum(isinstance(e, LapUs) for e in events)
+    if (laps_due or laps) and laps != 2:
+        return f"{laps} m-lap-us lines, expected 2"
+    return None
+
+
+def _fail_on_ready_echo(events: list[DutEvent], n: int, text: str) -> None:
+    """`_TransferFailed` (`garbled`) when the ready line echoed another count than the `n`
+    bytes announced: a digit flipped on the line (the payload was not sent; the DUT waited for
+    it and timed out), or the DUT parsed the command differently (then again next time)."""
+    echo = [e.n for e in events if isinstance(e, BloadReady | QloadReady)]
+    if echo and echo[0] != n:
+        raise _TransferFailed(f"the DUT's ready line echoed {echo[0]} bytes for {text!r}, not "
+                              f"{n}: the data was not sent", garbled=True)
 
 
 def _fail_on_refusal(events: list[DutEvent], text: str) -> None:
+    """`_TransferFailed` on an ``e-[...]`` refusal, `garbled` when a line of the reply could not
+    be read (a ready line garbled: the DUT then timed out waiting for the data)."""
     errors = _refusals(events)
     if errors:
         too_large = any("too large" in e for e in errors)
         raise _TransferFailed(
             f"the DUT refused {text!r}: {'; '.join(errors)}",
             hint="the data is larger than the DUT's input buffer: check the model's input size"
-            if too_large else "",
+            if too_large else "", garbled=bool(_unreadable(events)),
         )
 
 

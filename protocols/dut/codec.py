@@ -90,7 +90,13 @@ class InitDone:
 
 @dataclass(frozen=True)
 class Ready:
-    """``m-ready``: the last line of the boot banner and of every command's reply."""
+    """``m-ready``: the last line of the boot banner and of every command's reply.
+
+    `garbled`: the line was one byte away from ``m-ready`` (a bit flipped on the line; no other
+    protocol line is that close), still the end of the reply: nothing follows a prompt.
+    """
+
+    garbled: bool = dataclasses.field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -717,7 +723,22 @@ def parse_line(line: str) -> DutEvent:
     m = _CHECKED_LINE.fullmatch(line)
     if m is not None:
         return _checked_line(m)
-    return _parse_plain(line)
+    event = _parse_plain(line)
+    if isinstance(event, Message | Unparsed | DutErrorLine) and _near_prompt(line):
+        return Ready(garbled=True)
+    return event
+
+
+_PROMPT = "m-ready"
+
+
+def _near_prompt(line: str) -> bool:
+    """Whether `line` is ``m-ready`` with one byte corrupted: one character changed (a flipped
+    bit; invalid UTF-8 decodes as one U+FFFD), or one more character after it (its CR flipped
+    into a printable byte)."""
+    if len(line) == len(_PROMPT):
+        return sum(a != b for a, b in zip(line, _PROMPT, strict=True)) == 1
+    return len(line) == len(_PROMPT) + 1 and line.startswith(_PROMPT)
 
 
 def _parse_plain(line: str) -> DutEvent:
@@ -728,12 +749,24 @@ def _parse_plain(line: str) -> DutEvent:
     return Unparsed(line)
 
 
+#: The bytes one flipped bit makes of a line feed.
+_LF_FLIPS = bytes(0x0A ^ (1 << k) for k in range(8))
+#: Where a line ends: a line feed, or a CR followed by a line feed that one bit flip made into
+#: another byte (that byte is dropped).
+_LINE_END = re.compile(rb"\n|\r[" + re.escape(_LF_FLIPS) + rb"]")
+
+
 class DutDecoder:
     """Turns the bytes a DUT sends into events, one per line; keeps partial lines between feeds.
 
     Lines end in ``\\r\\n`` (a bare ``\\n`` is accepted). NUL bytes, which some UARTs produce
     around a reset, are dropped; invalid UTF-8 is replaced; blank lines give no event. A line
     longer than `MAX_LINE` bytes gives one `Unparsed` event and the rest of it is skipped.
+
+    A line feed corrupted on the line (one flipped bit) after its CR still ends the line: the
+    protocol's lines hold no CR inside, so a CR followed by a byte one bit away from a line
+    feed is a line end whose feed was hit. Without this a lost feed joined two lines, and a
+    lost feed after ``m-ready`` held the reply until its deadline.
     """
 
     def __init__(self) -> None:
@@ -745,9 +778,12 @@ class DutDecoder:
         """Events for every line completed by `data`."""
         events: list[DutEvent] = []
         data = bytes(data).replace(b"\x00", b"")
+        if data and data[0] in _LF_FLIPS and self._partial.endswith(b"\r"):
+            # The CR ended the last feed; this byte is its line feed, corrupted.
+            data = b"\n" + data[1:]
         while data:
-            nl = data.find(b"\n")
-            if nl < 0:
+            end = _LINE_END.search(data)
+            if end is None:
                 if not self._skipping:
                     self._partial += data
                     if len(self._partial) > MAX_LINE:
@@ -755,7 +791,7 @@ class DutDecoder:
                         self._partial.clear()
                         self._skipping = True
                 break
-            piece, data = data[:nl], data[nl + 1 :]
+            piece, data = data[: end.start()], data[end.end() :]
             if self._skipping:
                 self._skipping = False
                 continue

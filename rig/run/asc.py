@@ -506,8 +506,8 @@ SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured exe
 #: `timing` of a DUT firmware run under QEMU (a `[qemu]` bench): its own timer on guest time.
 EMULATED_TIMING = "{} (the firmware's own timer counts guest instructions; not a hardware figure)"
 #: `results_check`: how the results the DUT sent were verified (caps word `rcrc`) or not.
-RESULTS_CRC = "CRC-32 on every result line (rcrc): a corrupted result is asked again once, " \
-    "then its sample fails"
+RESULTS_CRC = ("CRC-32 on every result line (rcrc): a corrupted result is asked again (up to 3 "
+               "times), then its sample fails")
 RESULTS_UNCHECKED = ("results unchecked: the firmware does not offer rcrc (plain MLPerf Tiny), "
                      "so a result corrupted on the line would be taken as sent")
 #: `timing` of a Xylo HDK: its lap counter adds up, per evolve, the host clock from the input

@@ -1,12 +1,13 @@
 """DutClient and CRC-checked result lines (rig extension ``rcrc``), against a scripted DUT:
-a corrupted result is asked again once, then a typed error; plain firmware as before."""
+a corrupted result is asked again (at most `ASK_AGAIN` times), then a typed error; plain
+firmware as before."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from drivers.dut.client import ResultError
+from drivers.dut.client import ASK_AGAIN, ResultError
 from drivers.errors import DeviceError
 from protocols.dut.codec import result_line_with_crc
 
@@ -52,19 +53,20 @@ def test_a_corrupted_result_is_asked_again_and_the_intact_one_taken() -> None:
     assert transport.done()
 
 
-def test_a_result_corrupted_twice_is_a_typed_error_naming_the_command() -> None:
+def test_a_result_corrupted_every_time_is_a_typed_error_naming_the_command() -> None:
     client, transport = booted([
         CAPS_RCRC,
         (b"infer 1 0%", infer_reply(CORRUPTED)),
-        (b"results%", results_reply(GOOD.replace(b"0.012", b"0.017"))),
+        *[(b"results%", results_reply(GOOD.replace(b"0.012", b"0.017")))] * ASK_AGAIN,
     ], banner=BANNER_PERF)
     client.negotiate()
-    with pytest.raises(ResultError, match=r"result of 'infer 1 0' failed verification twice: "
-                       r"CRC mismatch.*then, asked again with 'results': CRC mismatch") as exc:
+    with pytest.raises(ResultError, match=rf"result of 'infer 1 0' failed verification "
+                       rf"{ASK_AGAIN + 1} times: CRC mismatch.*then, asked again with 'results': "
+                       r"CRC mismatch") as exc:
         client.infer(1)
     assert isinstance(exc.value, DeviceError) and exc.value.command == "infer 1 0"
     assert "cable" in exc.value.hint
-    assert transport.done()  # exactly one re-ask
+    assert transport.done()  # exactly ASK_AGAIN re-asks
 
 
 @pytest.mark.parametrize("first", [
@@ -83,8 +85,8 @@ def test_a_missing_or_unchecked_result_is_asked_again(first: bytes) -> None:
 
 def test_results_command_is_checked_too() -> None:
     client, _ = booted([
-        CAPS_RCRC, (b"results%", results_reply(CORRUPTED)), (b"results%", results_reply(SCORES
-                                                                                     .encode())),
+        CAPS_RCRC, (b"results%", results_reply(CORRUPTED)),
+        *[(b"results%", results_reply(SCORES.encode()))] * ASK_AGAIN,
     ], banner=BANNER_PERF)
     client.negotiate()
     with pytest.raises(ResultError, match="without its CRC"):
@@ -148,7 +150,7 @@ def test_a_corrupted_qubo_result_is_asked_again(first: bytes) -> None:
 
 def test_a_lost_state_line_is_asked_again_then_a_typed_error() -> None:
     lost = checked_qresult().replace(checked_qresult().split(b"\r\n")[2] + b"\r\n", b"")
-    client, _ = booted([CAPS_QUBO_RCRC, *qload(), (b"qresult%", lost), (b"qresult%", lost)],
+    client, _ = booted([CAPS_QUBO_RCRC, *qload(), *[(b"qresult%", lost)] * (ASK_AGAIN + 1)],
                        banner=BANNER_PERF)
     client.qubo_load(5, QUBO_TERMS)
     with pytest.raises(ResultError, match="state lines lost"):

@@ -4,9 +4,13 @@ that the rig opens instead, corrupting result lines at a known, seeded rate.
 Host->DUT bytes (commands, binary downloads) pass untouched. DUT->host bytes pass line by line;
 in each result line (``m-results-...``, the part before its line ending) every byte is, with
 probability `rate`, hit by one flipped bit, as noise on a UART does. Other lines pass intact:
-a lost ``m-ready`` would only cost a reply deadline, and this relay tests what the rig accepts
-as a result. The relay records the true scores of every inference (the result line that follows
-``m-infer-done``, before any corruption) so a test can compare what the rig accepted.
+this relay tests what the rig accepts as a result. The relay records the true scores of every
+inference (the result line that follows ``m-infer-done``, before any corruption) so a test can
+compare what the rig accepted.
+
+`NoisyLine` flips bits in every DUT->host byte alike (any line, its ``\r\n`` included), as a
+noisy UART does: what the rig must survive, not only what it must refuse. It records the true
+lap lines of every ``infer`` too, so a test can compare the times the rig accepted.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ class NoisyResultLine:
                 with contextlib.suppress(BlockingIOError):
                     data = os.read(rig, 65536)
                     if data:
-                        self._write(self._dut, data)
+                        self._from_rig(data)
             if self._dut in ready:
                 try:
                     data = os.read(self._dut, 65536)
@@ -76,6 +80,9 @@ class NoisyResultLine:
                     self._stop.wait(0.01)
                     continue
                 self._from_dut(data)
+
+    def _from_rig(self, data: bytes) -> None:
+        self._write(self._dut, data)
 
     def _from_dut(self, data: bytes) -> None:
         out = bytearray()
@@ -120,3 +127,67 @@ class NoisyResultLine:
                 select.select([], [fd], [], 0.05)
             except OSError:
                 return
+
+
+_LAP = re.compile(rb"m-lap-us-(\d+)")
+_BLOAD = re.compile(rb"bload \d+ ([0-9a-f]{8})%")
+
+
+class NoisyLine(NoisyResultLine):
+    """Flips one bit in each DUT->host byte with probability `rate`, whatever the line.
+
+    The hits are drawn per byte from their own seeded streams, so they fall on the same byte
+    offsets however the bytes are read in pieces. What the DUT truly sent is recorded per
+    input it held (the CRC-32 of the last ``bload``): `true_scores[crc]` the score vectors of
+    its inferences' replies, `true_laps[crc]` their ``m-lap-us`` pairs; `flipped_bytes` and
+    `dut_bytes` count what was hit.
+    """
+
+    def __init__(self, dut_path: str, *, rate: float, seed: int) -> None:
+        super().__init__(dut_path, rate=rate, seed=seed)
+        self._hits = np.random.default_rng([seed, 1])
+        self._bits = np.random.default_rng([seed, 2])
+        self.dut_bytes = 0
+        self.true_scores: dict[int, set[tuple[float, ...]]] = {}
+        self.true_laps: dict[int, list[tuple[int, int]]] = {}
+        self._input: int | None = None
+        self._laps: list[int] = []
+        self._command = bytearray()
+
+    def _from_rig(self, data: bytes) -> None:
+        self._command += data
+        for m in _BLOAD.finditer(self._command):
+            self._input = int(m.group(1), 16)
+        del self._command[: max(0, len(self._command) - 64)]
+        super()._from_rig(data)
+
+    def _from_dut(self, data: bytes) -> None:
+        for piece in re.split(rb"(\n)", data):  # the truth, from the bytes as sent
+            if piece != b"\n":
+                self._line += piece
+                continue
+            body = bytes(self._line).rstrip(b"\r")
+            self._line.clear()
+            lap = _LAP.match(body)
+            if body.startswith(b"m-warmup-start"):
+                self._laps = []
+            elif lap is not None:
+                self._laps.append(int(lap.group(1)))
+            elif body.startswith(b"m-infer-done") and self._input is not None:
+                if len(self._laps) == 2:
+                    self.true_laps.setdefault(self._input, []).append(
+                        (self._laps[0], self._laps[1]))
+                self._after_infer_done = True
+            elif body.startswith(b"m-results-") and self._after_infer_done:
+                self._after_infer_done = False
+                m = _SCORES.match(body)
+                if m and self._input is not None:
+                    scores = tuple(float(v) for v in m.group(1).split(b","))
+                    self.true_scores.setdefault(self._input, set()).add(scores)
+        raw = np.frombuffer(data, dtype=np.uint8).copy()
+        hit = self._hits.random(raw.size) < self.rate
+        bits = self._bits.integers(0, 8, raw.size).astype(np.uint8)
+        raw[hit] ^= (np.uint8(1) << bits[hit])
+        self.dut_bytes += raw.size
+        self.flipped_bytes += int(hit.sum())
+        self._write(self._pty.master, raw.tobytes())
