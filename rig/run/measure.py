@@ -36,7 +36,7 @@ from rig.bench.config import DOWNLOADS, VIRTUAL_PORT, Bench, SimConfig
 from rig.bench.images import bench_images, file_digest
 from rig.bench.ports import device_fault
 from rig.datasets.synthetic import CLASSES
-from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted
+from rig.errors import BENCH_ERRORS, ConfigError, RunInterrupted, StorageError
 from rig.run import asc
 from rig.run.events import (
     Event,
@@ -197,16 +197,21 @@ def measure_asc(
         status, error = REFUSED if parts.refused else "failed", emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown(error)
-        for note in cleanup_notes:
-            bus.publish(Note(level="warning", text=note))
-        if parts.recorder is not None:
-            bus.publish(TraceSaved(
-                path=f"traces/{EMON_TRACE}", samples=parts.recorder.trace_samples,
-                sample_rate_hz=parts.recorder.sample_rate,
-                dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
-                + (parts.emon.stats.dropped if parts.emon else 0),
-                clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
-            ))
+        try:
+            for note in cleanup_notes:
+                bus.publish(Note(level="warning", text=note))
+            if parts.recorder is not None:
+                bus.publish(TraceSaved(
+                    path=f"traces/{EMON_TRACE}", samples=parts.recorder.trace_samples,
+                    sample_rate_hz=parts.recorder.sample_rate,
+                    dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
+                    + (parts.emon.stats.dropped if parts.emon else 0),
+                    clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
+                ))
+        except StorageError as exc:  # a full disk: the folder still gets its end (the store
+            # gave back the room it kept for it), failed and naming the disk
+            status = "interrupted" if interrupted else "failed"
+            error = error or exc
         summary = asc.summarize(events, bench=bench.snapshot(), scope=scope)
         # The bench's word, or an instrument's own (a XyloSim DUT, a simulated monitor).
         summary["simulated"] = bench.simulated or instruments_simulated(events)
