@@ -352,12 +352,18 @@ class SweepStore(RunStore):
                 "bad_lines": event.bad_lines, "host": event.host,
                 **({"cluster": event.cluster} if event.cluster else {}),
             })
-            self._write_manifest()
+            try:
+                self._write_manifest()
+            except OSError as exc:  # a full disk: a StorageError, as every write of the store
+                self.failed(exc)
         super().__call__(event)
-        if isinstance(event, SweepPointDone) and event.worker:
-            self._note_worker(event.worker)
-        if isinstance(event, SweepPointDone) and event.result.get("power_source"):
-            self._note_power_source(str(event.result["power_source"]))
+        try:
+            if isinstance(event, SweepPointDone) and event.worker:
+                self._note_worker(event.worker)
+            if isinstance(event, SweepPointDone) and event.result.get("power_source"):
+                self._note_power_source(str(event.result["power_source"]))
+        except OSError as exc:
+            self.failed(exc)
 
     def _note_power_source(self, source: str) -> None:
         """The manifest lists every power source the points used ("loihi-profiler (SIMULATED)"

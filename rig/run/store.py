@@ -176,19 +176,25 @@ class RunStore:
         try:
             self._record(event)
         except OSError as exc:
-            self._give_room_back()  # the run ends now: its end must fit
-            if self.error is not None:
-                return  # already reported: the run is ending, keep what still fits
-            self.error = StorageError(
-                f"{write_failure(exc)}: cannot write {self._writing} in the run folder "
-                f"{self.path}",
-                hint="free space on that disk or write the runs to another one; the run stopped "
-                "and the folder keeps what reached the disk",
-            )
-            raise self.error from exc
+            self.failed(exc)
         finally:
             if isinstance(event, RunFinished):
                 self.close()
+
+    def failed(self, exc: OSError) -> None:
+        """A write that failed (`exc`): the first raises `StorageError` naming the file, which
+        ends the run, and gives back the room kept for the run's end; later ones pass quietly
+        (the run is ending: what still fits is kept). Subclasses' own writes come here too."""
+        self._give_room_back()  # the run ends now: its end must fit
+        if self.error is not None:
+            return
+        self.error = StorageError(
+            f"{write_failure(exc)}: cannot write {self._writing} in the run folder "
+            f"{self.path}",
+            hint="free space on that disk or write the runs to another one; the run stopped "
+            "and the folder keeps what reached the disk",
+        )
+        raise self.error from exc
 
     def _record(self, event: Event) -> None:
         self._writing = EVENTS
