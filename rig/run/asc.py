@@ -34,7 +34,7 @@ import numpy as np
 from drivers.dut.client import DutClient, GarbledReply, InferResult, LoadResult, ResultError
 from drivers.dut.qemu import emulated_label
 from drivers.errors import DeviceTimeout
-from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message
+from protocols.dut.codec import CAP_ELAP, CAP_RESULT_CRC, CAP_SIMTIME, Message, cmd_infer
 from rig.bench.config import Bench
 from rig.datasets.synthetic import CLASSES
 from rig.datasets.testsets import TestSet, load_test_set, test_set_digest
@@ -55,6 +55,7 @@ from rig.run.events import (
     WindowMeasured,
 )
 from rig.run.recording import EmonRecorder
+from rig.run.trace_deadline import ReplyDeadlinePassed, TraceDeadline
 from rig.traces.analysis import mean_stderr, replicability
 from rig.traces.analysis.timers import TIMER_TOLERANCE, timer_agreement
 from rig.traces.analysis.uncertainty import beyond_bound
@@ -392,16 +393,25 @@ class AscProcedure:
 
     def _infer(self, iterations: int, warmup: int) -> InferResult:
         """`infer` with a deadline from the expected time; a lost reply ends the run with an
-        error naming the missing line and what was expected."""
+        error naming the missing line and what was expected. While the monitor records, the
+        deadline is counted in its samples too (`TraceDeadline`): a hung DUT stops the trace
+        one deadline of its own time on, not `speed` times that on a virtual bench."""
         expected = (iterations + warmup) * self._expected_s
+        deadline_s = self._deadline_s(iterations + warmup)
+        checkpoint = self.dut.checkpoint
+        if self.recorder is not None:
+            self.dut.checkpoint = TraceDeadline(
+                self.recorder, deadline_s, cmd_infer(iterations, warmup), self.dut.name,
+                start_edges=self._edges_used if self.energy_mode else None).wrap(checkpoint)
         try:
-            return self.dut.infer(iterations, warmup,
-                                  timeout_s=self._deadline_s(iterations + warmup))
-        except DeviceTimeout as exc:
-            raise DeviceTimeout(
+            return self.dut.infer(iterations, warmup, timeout_s=deadline_s)
+        except (DeviceTimeout, ReplyDeadlinePassed) as exc:
+            raise type(exc)(
                 f"{exc.message} (expected {expected:.4g} s: {iterations + warmup} inferences "
                 f"at {self._expected_s * 1e3:.4g} ms, {self._expected_from})",
                 hint=exc.hint) from None
+        finally:
+            self.dut.checkpoint = checkpoint
 
     def _next_window(self) -> tuple[int, int]:
         """The next two falling edges: the start and end pulses of the run just done."""

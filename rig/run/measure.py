@@ -52,6 +52,7 @@ from rig.run.live_power import PowerPreview
 from rig.run.recording import EmonRecorder, trace_voltage
 from rig.run.stopping import StopRequest
 from rig.run.store import REFUSED, RunStore
+from rig.run.trace_deadline import ReplyDeadlinePassed
 from rig.traces.space import binary_size, check_trace_space, projected_trace_bytes
 
 EMON_TRACE = "emon.jls"
@@ -194,6 +195,11 @@ def measure_asc(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except BENCH_ERRORS as exc:
+        if parts.recorder is not None and isinstance(exc, DeviceTimeout | ReplyDeadlinePassed):
+            # A deadline passed: nothing the monitor delivers from now on is any window's (a
+            # virtual bench holds its stream while its DUT hangs mid-run and delivers that
+            # backlog when the DUT is powered off: speed x the deadline). The trace ends here.
+            parts.recorder.stop_after = parts.recorder.samples
         status, error = REFUSED if parts.refused else "failed", emulator_cause(parts, exc)
     finally:
         cleanup_notes = parts.shutdown(error)
