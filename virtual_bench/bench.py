@@ -188,12 +188,34 @@ class JoulescopeBridge:
             thread.join(timeout=2.0)
 
 
+#: Faults asked for from outside the process (benchmarks/soak.py injects them into the
+#: virtual bench a run started): the USB cable of the monitor (SIGUSR1) or of the DUT (SIGUSR2)
+#: comes out, as the in-process test hooks do it (`unplug`, the DUT's port closed).
+UNPLUG_SIGNALS = {signal.SIGUSR1: "emon", signal.SIGUSR2: "dut"}
+
+
+def unplug(vb: VirtualBench, what: str) -> None:
+    """Take the DUT's ("dut") or the monitor's ("emon") port away under the rig: the DUT's pty
+    closes (its firmware killed); a monitor that powers the DUT over USB takes the supply with
+    it (`unplug`), any other closes its port or server."""
+    if what == "dut":
+        vb.dut.close()
+    elif vb.emon is not None:
+        getattr(vb.emon, "unplug", vb.emon.close)()
+    print(f"virtual bench: the {'DUT' if what == 'dut' else vb.emon_driver} was unplugged",
+          file=sys.stderr, flush=True)
+
+
 def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = False) -> int:
     """Process entry: print one JSON line on stdout (the ports, or the error and its hint), then
-    serve until stdin closes (the rig is done, or died), SIGTERM or SIGINT; the exit code."""
+    serve until stdin closes (the rig is done, or died), SIGTERM or SIGINT; the exit code.
+    SIGUSR1 and SIGUSR2 unplug the monitor and the DUT (`UNPLUG_SIGNALS`)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    unplugged: list[str] = []  # acted on by the serving loop, not inside the handler
+    for signum, what in UNPLUG_SIGNALS.items():
+        signal.signal(signum, lambda *_, what=what: unplugged.append(what))
     vb: VirtualBench | None = None
     try:
         if speed is not None and not (math.isfinite(speed) and speed > 0):
@@ -218,6 +240,8 @@ def serve(bench_path: Path, *, speed: float | None = None, power_on: bool = Fals
             ready, _, _ = select.select([sys.stdin], [], [], 0.2)
             if ready and not os.read(sys.stdin.fileno(), 4096):
                 break  # our stdin closed: the rig is done (or died)
+            while unplugged:
+                unplug(vb, unplugged.pop(0))
     finally:
         vb.close()
     return 0
