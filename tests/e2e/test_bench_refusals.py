@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from protocols.errors import quoted
 from tests.m4_image import EM_X86_64, LOCKUP_CODE, arm_elf
 
-from .runs import bench_variant, run_rig
+from .runs import REPO, bench_variant, run_rig
 from .test_qemu_m4 import qemu_processes
 
 pytestmark = pytest.mark.slow
@@ -48,9 +49,9 @@ def test_a_dut_port_that_is_a_plain_file_is_refused(tmp_path: Path) -> None:
     bench = bench_variant(tmp_path, port=(VIRTUAL_DUT, VIRTUAL_DUT.replace("virtual",
                                                                             str(plain))))
     line = refused(tmp_path, "--bench", str(bench))
-    assert f"[dut] port '{plain}' is not a serial device (a regular file)" in line
+    assert f"[dut] port {quoted(str(plain))} is not a serial device (a regular file)" in line
     # the --port override is the same key
-    line = refused(tmp_path, "--device", "sim", "--port", "abc")
+    line = refused(tmp_path, "--bench", str(REPO / "benches" / "sim.toml"), "--port", "abc")
     assert "[dut] port 'abc' does not exist" in line
 
 
