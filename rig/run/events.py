@@ -40,8 +40,19 @@ class Event:
         cls = _KINDS.get(data.pop("event", ""))
         if cls is None:
             return UnknownEvent(record=record)
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = _field_names(cls)
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_FIELD_NAMES: dict[type[Event], frozenset[str]] = {}
+
+
+def _field_names(cls: type[Event]) -> frozenset[str]:
+    """The names of an event class's fields (looked up once per class, not per record)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 @dataclass(frozen=True)

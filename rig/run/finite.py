@@ -38,6 +38,33 @@ def first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
     return None
 
 
+class NonFiniteWatch:
+    """JSON parsing (`loads`, as `json.loads` parses text) that notes in `seen` whether any
+    number it read was NaN or infinite: json hands every float and every NaN / Infinity
+    literal to the hooks below, so a text without one needs no `first_non_finite` walk over its
+    values afterwards (that walk costs more than the parsing)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._decoder = json.JSONDecoder(parse_float=self._float, parse_constant=self._constant)
+
+    def _float(self, text: str) -> float:
+        number = float(text)  # what json makes of it by default
+        if not math.isfinite(number):  # a literal past float range, e.g. 1e999
+            self.seen = True
+        return number
+
+    def _constant(self, text: str) -> float:
+        self.seen = True  # NaN, Infinity, -Infinity
+        return float(text)
+
+    def loads(self, text: str) -> Any:
+        """`json.loads(text)` (JSONDecodeError alike)."""
+        if text.startswith("\ufeff"):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return self._decoder.decode(text)
+
+
 def spelled(number: float) -> str:
     """How JSON readers that accept them spell a non-finite number: NaN, Infinity, -Infinity."""
     return json.dumps(number)

@@ -23,10 +23,10 @@ import numpy as np
 from rig.errors import ConfigError
 from rig.run import asc
 from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
-from rig.run.store import load_run
+from rig.run.store import RunRecord, load_run
 from rig.run.summary import run_simulated
-from rig.traces.analysis import falling_edges, span_power, window_energies
-from rig.traces.analysis.energy import span_range_occupancy
+from rig.traces.analysis import falling_edges
+from rig.traces.analysis.energy import check_windows, span_figures
 from rig.traces.files import Trace, read_trace
 
 #: Relative difference allowed between a stored figure and its recomputation (float rounding).
@@ -104,11 +104,15 @@ def relative_difference(a: float, b: float) -> float:
     return 0.0 if scale == 0 else abs(a - b) / scale
 
 
-def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproduction:
+def reproduce_run(path: str | Path, *, trace: Trace | None = None,
+                  record: RunRecord | None = None,
+                  edges: np.ndarray | None = None) -> Reproduction:
     """Recompute the run's energy figures from its trace; `ConfigError` (exit 2) for a folder
-    that is not a finished run with a trace and energy windows. `trace`: the run's trace when
-    the caller has read it already (`rig verify` reads each trace once)."""
-    record = load_run(path)
+    that is not a finished run with a trace and energy windows. `trace`, `record`, `edges`:
+    the run's trace, `load_run(path)` and `falling_edges(trace.gpio)` when the caller has them
+    already (`rig verify` reads each run once)."""
+    if record is None:
+        record = load_run(path)
     run = record.path
     if record.finished is None:
         raise ConfigError(
@@ -128,31 +132,38 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproducti
             "accuracy run, or power from a DUT's rails): nothing to reproduce from a trace",
             hint=_FOLDER_HINT)
     trace_path = _trace_file(run, record.events)
-    if trace is None:
-        trace = read_trace(trace_path)
+    if trace is None:  # float32 as stored: exact, half the memory (sums are float64 anyway)
+        trace = read_trace(trace_path, dtype=np.float32)
     fs = trace.sample_rate
 
     spans = np.array([[w.start_sample, w.end_sample] for w in windows], dtype=np.int64)
-    energies = window_energies(trace.current, trace.voltage, spans, fs)
+    check_windows(trace.current, trace.voltage, spans, fs)
+    # Every window, idle span and idle sub-span (and their ranges' shares, where the trace
+    # holds ranges) from one pass over the samples: `span_figures`.
+    idle_spans = [(i.start_sample, i.end_sample) for i in idles]
+    subs = [list(itertools.pairwise(int(k) for k in i.sub_span_edges)) for i in idles]
+    every = np.array([*spans.tolist(), *idle_spans, *itertools.chain(*subs)],
+                     dtype=np.int64).reshape(-1, 2)
+    dots, shares = span_figures(trace.current, trace.voltage, every, trace.current_range,
+                                trace.range_names)
+    energies = dots[: len(windows)] / fs
+    powers = iter((dots[len(windows):] / (every[len(windows):, 1] - every[len(windows):, 0]))
+                  .tolist())
     replaced: dict[int, Event] = {}
     for w, energy in zip(windows, energies.tolist(), strict=True):
         duration = (w.end_sample - w.start_sample) / fs
         replaced[id(w)] = dataclasses.replace(
             w, duration_s=duration, energy_j=energy, mean_power_w=energy / duration,
             energy_per_inference_j=energy / w.iterations)
-    for i in idles:
-        cuts = [int(k) for k in i.sub_span_edges]
+    idle_powers = [next(powers) for _ in idles]
+    for i, power, parts in zip(idles, idle_powers, subs, strict=True):
         replaced[id(i)] = dataclasses.replace(
-            i, power_w=span_power(trace.current, trace.voltage, i.start_sample, i.end_sample),
-            sub_span_powers_w=tuple(span_power(trace.current, trace.voltage, a, b)
-                                    for a, b in itertools.pairwise(cuts)))
-    if trace.current_range is not None:  # the ranges' shares too, where the trace holds them
-        for e in (*windows, *idles):
+            i, power_w=power, sub_span_powers_w=tuple(itertools.islice(powers, len(parts))))
+    if shares is not None:  # the ranges' shares too, where the trace holds them
+        for e, share in zip((*windows, *idles), shares, strict=False):
             span = replaced[id(e)]
             assert isinstance(span, WindowMeasured | IdleMeasured)
-            replaced[id(e)] = dataclasses.replace(span, current_ranges=span_range_occupancy(
-                trace.current, trace.current_range, trace.range_names, span.start_sample,
-                span.end_sample))
+            replaced[id(e)] = dataclasses.replace(span, current_ranges=share)
     events = [replaced.get(id(e), e) for e in record.events]
     recomputed = asc.summarize(events, bench=manifest.get("bench"),
                                scope=manifest.get("scope", "all"))
@@ -171,7 +182,8 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None) -> Reproducti
     boundaries = np.unique(np.concatenate([
         spans.ravel(), np.array([s for i in idles for s in (i.start_sample, i.end_sample)],
                                 dtype=np.int64)]))
-    edges = falling_edges(trace.gpio)
+    if edges is None:
+        edges = falling_edges(trace.gpio)
     off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
     simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),

@@ -21,6 +21,7 @@ a disk another program filled to the last block still takes the run's end, namin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import errno
 import json
@@ -49,7 +50,7 @@ from rig.run.events import (
     TraceSaved,
     WindowMeasured,
 )
-from rig.run.finite import finite_json, first_non_finite, spelled
+from rig.run.finite import NonFiniteWatch, finite_json, first_non_finite, spelled
 from rig.run.ledger import (
     ENDED,
     LEDGER,
@@ -337,11 +338,37 @@ def result_row(event: Event) -> dict[str, Any] | None:
     if kind is None:
         return None
     row: dict[str, Any] = {"kind": kind}
-    for key, value in event.to_record().items():
-        if key in ("event", "at"):
-            continue
-        row[key] = json.dumps(value) if isinstance(value, list | tuple | dict) else value
+    # The fields as they are: `to_record()` deep-copies every value (dataclasses.asdict),
+    # which costs more than reading the whole events file; only a dataclass among them needs
+    # its conversion (json.dumps refuses one: TypeError).
+    try:
+        for key in _field_names(type(event)):
+            value = getattr(event, key)
+            if isinstance(value, list | tuple | dict):
+                row[key] = json.dumps(value)
+            elif dataclasses.is_dataclass(value):
+                raise TypeError(key)
+            else:
+                row[key] = value
+    except TypeError:
+        row = {"kind": kind}
+        for key, value in event.to_record().items():
+            if key in ("event", "at"):
+                continue
+            row[key] = json.dumps(value) if isinstance(value, list | tuple | dict) else value
     return row
+
+
+_ROW_FIELDS: dict[type[Event], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    """An event class's fields in order, without `at` (a row's columns; looked up once)."""
+    names = _ROW_FIELDS.get(cls)
+    if names is None:
+        names = _ROW_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)
+                                         if f.name != "at")
+    return names
 
 
 def write_results(path: Path, rows: list[dict[str, Any]], *, simulated: bool,
@@ -374,13 +401,21 @@ class RunRecord:
     manifest: dict[str, Any]
     events: list[Event]
     status: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
     finished: RunFinished | None = None
     #: Lines of events.jsonl that could not be read (a torn last line after a crash).
     bad_lines: int = 0
     #: Why manifest.json could not be read (truncated, not JSON, not an object), or None. The
     #: manifest is then rebuilt from the run_started event (what events.jsonl still holds).
     manifest_error: str | None = None
+    _rows: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The results-table row of each measurement event (`result_row`), made on first use:
+        most readers of a run (`rig verify`, `rig analyze`) never look at them."""
+        if self._rows is None:
+            self._rows = [r for r in (result_row(e) for e in self.events) if r is not None]
+        return self._rows
 
     @property
     def damaged(self) -> bool:
@@ -401,16 +436,19 @@ def load_run(path: str | Path) -> RunRecord:
     bad = 0
     if (path / EVENTS).is_file():
         text = (path / EVENTS).read_text(encoding="utf-8", errors="replace")
+        watch = NonFiniteWatch()  # only a record that read a NaN or inf is searched for it
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
+            watch.seen = False
             try:
-                record = json.loads(line)
+                record = watch.loads(line)
                 events.append(Event.from_record(record))
             except (json.JSONDecodeError, TypeError):
                 bad += 1
                 continue
-            _refuse_non_finite(path / EVENTS, number, record)
+            if watch.seen:
+                _refuse_non_finite(path / EVENTS, number, record)
     started = next((e for e in events if isinstance(e, RunStarted)), None)
     finished = next((e for e in reversed(events) if isinstance(e, RunFinished)), None)
     status = finished.status if finished else INCOMPLETE
@@ -420,8 +458,7 @@ def load_run(path: str | Path) -> RunRecord:
                     **({"emulated": started.emulated} if started.emulated else {}),
                     "finished_at": _when(finished.at) if finished else None,
                     **started.manifest}
-    rows = [r for r in (result_row(e) for e in events) if r is not None]
-    return RunRecord(path, manifest, events, status, rows, finished, bad, manifest_error)
+    return RunRecord(path, manifest, events, status, finished, bad, manifest_error)
 
 
 def read_manifest(path: Path) -> tuple[dict[str, Any], str | None]:
@@ -429,8 +466,9 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], str | None]:
     is no such file: `({}, None)`)."""
     if not path.is_file():
         return {}, None
+    watch = NonFiniteWatch()
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        manifest = watch.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
         return {}, f"{path.name} cannot be read ({exc.strerror or exc})"
     except UnicodeDecodeError:
@@ -439,7 +477,7 @@ def read_manifest(path: Path) -> tuple[dict[str, Any], str | None]:
         return {}, f"{path.name} is truncated or not JSON ({exc})"
     if not isinstance(manifest, dict):
         return {}, f"{path.name} holds a JSON {type(manifest).__name__}, not an object"
-    found = first_non_finite(manifest)
+    found = first_non_finite(manifest) if watch.seen else None
     if found is not None:  # JSON has no NaN: edited or damaged (the rig never writes one)
         return {}, f"{path.name} holds {spelled(found[1])} at {found[0]}, not a finite number"
     return manifest, None

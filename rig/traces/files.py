@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import math
@@ -124,8 +125,12 @@ def set_voltage_of(user_data: dict[str, Any]) -> tuple[float, str] | None:
     return None
 
 
-def read_trace(path: str | Path, sample_rate: float | None = None) -> Trace:
-    """Load a `.jls` or `.csv` trace. CSV carries no sample rate: pass `sample_rate` [Hz]."""
+def read_trace(path: str | Path, sample_rate: float | None = None, *,
+               dtype: type = np.float64) -> Trace:
+    """Load a `.jls` or `.csv` trace. CSV carries no sample rate: pass `sample_rate` [Hz].
+    `dtype` np.float32: a JLS file's current and voltage as it stores them (float32: exact,
+    half the memory, each signal read in one call; sums of them belong in float64,
+    `rig.traces.analysis.dot`); a CSV's stay float64 (parsed from decimal text)."""
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"trace file not found: {path}", hint="check the path")
@@ -133,7 +138,7 @@ def read_trace(path: str | Path, sample_rate: float | None = None) -> Trace:
     if suffix == ".csv":
         return _read_csv(path, sample_rate)
     if suffix == ".jls":
-        return _read_jls(path, sample_rate)
+        return _read_jls(path, sample_rate, as_stored=np.dtype(dtype) == np.float32)
     raise AnalysisError(
         f"unknown trace format {suffix or '(no suffix)'!r}: {path}",
         hint="give a .jls file (JLS v2) or a .csv file with columns current_a,voltage_v,gpio",
@@ -323,7 +328,13 @@ def _flush_output() -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None).fflush(None)
+        _libc().fflush(None)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library (loaded once: each `ctypes.CDLL` makes a class and a dlopen call)."""
+    return ctypes.CDLL(None)
 
 
 def jls_error(
@@ -352,7 +363,7 @@ def open_jls_reader(path: Path) -> tuple[Any, list[str]]:
     return reader, said
 
 
-def _read_jls(path: Path, sample_rate: float | None) -> Trace:
+def _read_jls(path: Path, sample_rate: float | None, *, as_stored: bool = False) -> Trace:
     import pyjls  # heavy C extension: only when a JLS file is actually read
 
     check_jls_length(path)
@@ -360,7 +371,7 @@ def _read_jls(path: Path, sample_rate: float | None) -> Trace:
     reading: list[str] = []
     try:
         with captured_c_output() as reading:
-            return _read_jls_signals(pyjls, reader, path, sample_rate, said)
+            return _read_jls_signals(pyjls, reader, path, sample_rate, said, as_stored)
     except AnalysisError:
         raise
     except (RuntimeError, OSError, ValueError) as exc:  # pyjls on a damaged chunk
@@ -370,16 +381,19 @@ def _read_jls(path: Path, sample_rate: float | None) -> Trace:
 
 
 def _read_jls_signals(
-    pyjls: Any, reader: Any, path: Path, sample_rate: float | None, said: list[str]
+    pyjls: Any, reader: Any, path: Path, sample_rate: float | None, said: list[str],
+    as_stored: bool = False,
 ) -> Trace:
-    """The trace from an open reader (`said`: what pyjls printed while opening the file)."""
+    """The trace from an open reader (`said`: what pyjls printed while opening the file;
+    `as_stored`: current and voltage in the file's own dtype, see `read_trace`)."""
     by_name = {
         s.name: s
         for s in reader.signals.values()
         if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0
     }
     gpio_name = next((n for n in _JLS_GPIO_ALIASES if n in by_name), None)
-    set_v = None if JLS_VOLTAGE in by_name else set_voltage_of(_rig_user_data(reader))
+    user = _rig_user_data(reader)  # read once: the set voltage and the meta both need it
+    set_v = None if JLS_VOLTAGE in by_name else set_voltage_of(user)
     missing = [n for n in (JLS_CURRENT, *(() if set_v else (JLS_VOLTAGE,))) if n not in by_name]
     if gpio_name is None:
         missing.append(JLS_GPIO)
@@ -398,7 +412,7 @@ def _read_jls_signals(
             hint="current, voltage and gpio must be recorded at one rate",
         )
     rate = float(cur.sample_rate)
-    meta = _jls_meta(reader, cur, path)
+    meta = _jls_meta(reader, cur, path, user)
     exact = meta["user_data"].get("sample_rate_hz")
     if isinstance(exact, int | float) and exact > 0 and round(exact) == rate:
         rate = float(exact)  # written by the rig: the instrument's true, fractional rate
@@ -408,9 +422,10 @@ def _read_jls_signals(
             hint="drop --sample-rate for JLS traces: the file knows its rate",
         )
     n = min(s.length for s in (cur, vol, gpi) if s is not None)
-    current = _read_fsr(reader, cur.signal_id, n, np.float64)
+    read = _read_whole if as_stored else _read_fsr
+    current = read(reader, cur.signal_id, n, np.float64)
     if vol is not None:
-        voltage = _read_fsr(reader, vol.signal_id, n, np.float64)
+        voltage = read(reader, vol.signal_id, n, np.float64)
     else:  # set, not measured: one value for every sample, a read-only view (no memory)
         assert set_v is not None
         voltage = np.broadcast_to(np.float64(set_v[0]), (n,))
@@ -447,16 +462,26 @@ def _range_covers(sig: Any, cur: Any) -> int:
 def _read_range(reader: Any, sig: Any, cur: Any, n: int) -> np.ndarray:
     """The range signal (u4, two a byte, low nibble first) for the current's `n` samples:
     `RANGE_NOT_TOLD` where it holds none (it may start later than the current)."""
-    out = np.full(n, RANGE_NOT_TOLD, dtype=np.uint8)
     shift = int(sig.sample_id_offset or 0) - int(cur.sample_id_offset or 0)
     begin, end = max(0, shift), min(n, shift + int(sig.length))
+    # One byte more than n: a block's last word may take the pad value after an odd count.
+    out = np.empty(n + 1, dtype=np.uint8)
+    out[:begin] = RANGE_NOT_TOLD
     for lo in range(begin, end, _BLOCK):  # blocks start on a byte of the signal (even)
         length = min(_BLOCK, end - lo)
         packed = np.asarray(reader.fsr(sig.signal_id, lo - shift, length), dtype=np.uint8)
-        values = np.empty(2 * len(packed), dtype=np.uint8)
-        values[0::2], values[1::2] = packed & 0x0F, packed >> 4
-        out[lo : lo + length] = values[:length]
-    return out
+        if 2 * len(packed) < length:
+            raise ValueError(f"{len(packed)} bytes of the range signal for {length} samples")
+        # Both nibbles of a byte at once, as one little-endian 16-bit word per byte: low
+        # nibble in its first byte, high nibble in its second (~5x two strided passes). The
+        # last word may write the pad nibble after an odd count: to out[end] at most.
+        whole = min(len(packed), (n + 1 - lo) // 2)
+        words = out[lo : lo + 2 * whole].view("<u2")
+        words[:] = packed[:whole]
+        words |= words << 4
+        words &= 0x0F0F
+    out[max(begin, end):] = RANGE_NOT_TOLD  # past the signal's end (and over a pad nibble)
+    return out[:n]
 
 
 def check_jls_length(path: Path) -> bool:
@@ -491,6 +516,15 @@ def check_jls_length(path: Path) -> bool:
     return length == 0
 
 
+def _read_whole(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
+    """The first `n` raw samples in the dtype the file stores (`dtype`: for an empty read),
+    in one call: no block copies, no conversion."""
+    if n == 0:
+        return np.empty(0, dtype=dtype)
+    out: np.ndarray = np.asarray(reader.fsr(signal_id, 0, n))
+    return out
+
+
 def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
     # Raw samples, never the summaries: their means are exact only at whole summary steps.
     out: np.ndarray = np.empty(n, dtype=dtype)
@@ -503,8 +537,8 @@ def _read_fsr(reader: Any, signal_id: int, n: int, dtype: type) -> np.ndarray:
 def _read_gpio(reader: Any, sig: Any, n: int, path: Path) -> np.ndarray:
     import pyjls
 
-    if sig.data_type == pyjls.DataType.U8:
-        return _read_fsr(reader, sig.signal_id, n, np.uint8)
+    if sig.data_type == pyjls.DataType.U8:  # stored as it is returned: one call, no copies
+        return np.asarray(_read_whole(reader, sig.signal_id, n, np.uint8), dtype=np.uint8)
     if sig.data_type == pyjls.DataType.U1:
         out = np.empty(n, dtype=np.uint8)
         for lo in range(0, n, _BLOCK):  # _BLOCK is a multiple of 8: blocks start on a byte
@@ -531,9 +565,11 @@ def _rig_user_data(reader: Any) -> dict[str, Any]:
     return user
 
 
-def _jls_meta(reader: Any, cur: Any, path: Path) -> dict[str, Any]:
+def _jls_meta(reader: Any, cur: Any, path: Path, user: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
     source = reader.sources.get(cur.source_id)
-    user = _rig_user_data(reader)
+    if user is None:
+        user = _rig_user_data(reader)
     annotations: list[tuple[int, str]] = []
 
     def on_annotation(timestamp: int, _y: Any, _kind: int, _group: int, data: Any) -> bool:

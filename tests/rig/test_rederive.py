@@ -254,8 +254,12 @@ def test_the_trace_is_read_once(honest: Path, monkeypatch: pytest.MonkeyPatch) -
 
     reads = []
     real = rederive.read_trace
-    monkeypatch.setattr(rederive, "read_trace", lambda p: reads.append(p) or real(p))
-    monkeypatch.setattr(rig.run.reproduce, "read_trace", lambda p: pytest.fail("read again"))
+    monkeypatch.setattr(rederive, "read_trace",
+                        lambda p, **kw: reads.append(p) or real(p, **kw))
+    monkeypatch.setattr(rig.run.reproduce, "read_trace",
+                        lambda p, **kw: pytest.fail("read again"))
+    # The run folder too: its events are read once, not again to re-derive the figures.
+    monkeypatch.setattr(rig.run.reproduce, "load_run", lambda p: pytest.fail("loaded again"))
     asc_checks(honest, LABELS)
     assert len(reads) == 1
     # A trace read by the caller (a benchmark timing the read apart) is not read at all.

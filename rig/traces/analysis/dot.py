@@ -1,7 +1,8 @@
 """Sum of i[k] * v[k] accumulated in float64, for sample arrays of any real dtype.
 
-float64 inputs are one BLAS dot. Other dtypes (float32 from instruments and JLS traces) are
-converted block by block into reused float64 scratch and multiplied there: a float32 is exactly a
+Other dtypes than float64 (float32 from instruments and JLS traces, set voltages broadcast
+from one value) are converted block by block into reused float64 scratch and multiplied there;
+contiguous float64 arrays are dotted where they lie, the same way. A float32 is exactly a
 float64 and the product of two is exact in float64 (48 significant bits), so the only rounding
 left is the summation's, as for float64 inputs. (A float32 BLAS dot accumulates in float32: its
 error grows with length, ~1e-6 relative over 1e7 samples.)
@@ -15,6 +16,8 @@ to `_THREADS` threads (numpy releases the GIL while it converts and dots): ~1.9x
 Rows are short enough that OpenBLAS runs them on the calling thread, so nothing spins on a busy
 host: a thread that gets no CPU time just takes fewer blocks. Row sums add up pairwise and block
 sums exactly (`math.fsum`), so the result does not depend on how blocks were shared.
+(One `np.dot` over a long float64 span is no faster: OpenBLAS threads a ddot past 10 000
+samples, and on a busy host its threads wait for each other, ~10x slower.)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import itertools
 import math
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -70,21 +74,57 @@ def _workers() -> ThreadPoolExecutor:
         return _pool[1]
 
 
+def _in_place(a: np.ndarray) -> bool:
+    """Whether `a` can be dotted where it lies: contiguous native float64 (no copy needed)."""
+    return a.dtype == np.float64 and a.dtype.isnative and a.flags.c_contiguous
+
+
+def float64_block(a: np.ndarray) -> np.ndarray:
+    """`a` (at most BLOCK samples) as float64: `a` itself when it is contiguous float64, else
+    converted (exactly, for float32 and smaller ints) into this thread's scratch, which the
+    next call on this thread overwrites."""
+    if _in_place(a):
+        return a
+    x = _buffers()[0][: len(a)]
+    np.copyto(x, a)
+    return x
+
+
+def _fill(y: np.ndarray, b: np.ndarray) -> None:
+    """Copy `b` into the scratch `y`; a value broadcast to every sample (a set voltage) is
+    written once per thread, not once per block, while `y` still holds it."""
+    if b.ndim == 1 and len(b) and b.strides == (0,):
+        value = float(b[0])
+        if getattr(_local, "y_holds", None) != value:  # NaN never equals: written again
+            y.fill(value)
+            _local.y_holds = value
+        return
+    _local.y_holds = None
+    np.copyto(y[: len(b)], b)
+
+
 def _block_dot(a: np.ndarray, b: np.ndarray) -> float:
-    """Dot of one block (at most BLOCK samples) through this thread's float64 scratch."""
+    """Dot of one block (at most BLOCK samples) through this thread's float64 scratch (or in
+    place for contiguous float64)."""
     x, y, rows_x, rows_y = _buffers()
     m = len(a)
-    np.copyto(x[:m], a)  # exact: every float32 (and smaller int) value is a float64
-    np.copyto(y[:m], b)
     rows = m // _ROW
+    tail = rows * _ROW
+    if _in_place(a):
+        xa, ra = a, a[:tail].reshape(rows, 1, _ROW)
+    else:
+        np.copyto(x[:m], a)  # exact: every float32 (and smaller int) value is a float64
+        xa, ra = x, rows_x[:rows]
+    if _in_place(b):
+        yb, rb = b, b[:tail].reshape(rows, _ROW, 1)
+    else:
+        _fill(y, b)
+        yb, rb = y, rows_y[:rows]
     total = 0.0
     if rows:
-        total = float(np.add.reduce(np.matmul(rows_x[:rows], rows_y[:rows]), axis=None))
-    tail = rows * _ROW
-    if tail < m:
-        t = x[tail:m]
-        np.multiply(t, y[tail:m], out=t)
-        total += float(np.add.reduce(t))
+        total = float(np.add.reduce(np.matmul(ra, rb), axis=None))
+    if tail < m:  # under one row: a single-threaded ddot
+        total += float(np.dot(xa[tail:m], yb[tail:m]))
     return total
 
 
@@ -101,9 +141,25 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
     All the spans' blocks go into one queue, so the threads wait for each other once per call,
     not once per span (a descheduled helper on a busy host costs a few ms at that wait).
     """
+    return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]))
+
+
+def _block_sum(a: np.ndarray) -> float:
+    """Sum of one block (at most BLOCK samples) in float64 (pairwise, in the scratch)."""
+    return float(np.add.reduce(float64_block(a))) if len(a) else 0.0
+
+
+def span_sums(a: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """sum(a[s:e]) for each [s, e) row of `spans`, in float64 whatever a's dtype (as
+    `span_dots` with b = 1, without the products): e.g. the current in each run of one
+    current range."""
+    return _span_blocks(spans, lambda lo, hi: _block_sum(a[lo:hi]))
+
+
+def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.ndarray:
+    """For each [s, e) row of `spans`, the exact sum of `block(lo, hi)` over its blocks of at
+    most BLOCK samples; long calls share the blocks among the threads."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    if a.dtype == np.float64 and b.dtype == np.float64:
-        return np.array([float(np.dot(a[s:e], b[s:e])) for s, e in spans.tolist()])
     tasks: list[tuple[int, int]] = []
     first: list[int] = []  # index of each span's first block in `tasks`
     for s, e in spans.tolist():
@@ -120,8 +176,7 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
                 k = next(claim, None)
             if k is None:
                 return
-            lo, hi = tasks[k]
-            sums[k] = _block_dot(a[lo:hi], b[lo:hi])
+            sums[k] = block(*tasks[k])
 
     helpers: list[Future[None]] = []
     if _THREADS > 1 and len(tasks) > 1 and int((spans[:, 1] - spans[:, 0]).sum()) >= _PARALLEL_MIN:
@@ -139,8 +194,6 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
 def dot64(a: np.ndarray, b: np.ndarray) -> float:
     """sum(a * b) of two equal-length 1-D arrays, products and sum in float64 (NaN if any
     sample is NaN)."""
-    if a.dtype == np.float64 and b.dtype == np.float64:
-        return float(np.dot(a, b))
     if len(a) <= BLOCK:
         return _block_dot(a, b) if len(a) else 0.0
     return float(span_dots(a, b, np.array([[0, len(a)]]))[0])

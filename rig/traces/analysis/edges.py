@@ -20,6 +20,30 @@ _ODD_EDGES_HINT = (
 )
 
 
+#: Samples per block `flatnonzero_sparse` skips at once when none is set.
+_SKIP = 4096
+
+
+def flatnonzero_sparse(mask: np.ndarray) -> np.ndarray:
+    """`np.flatnonzero(mask)` of a 1-D bool array, quicker where few are set (edges on a line,
+    range changes, lost samples): blocks with none set are skipped 8 bytes at a time, and only
+    the blocks holding one are searched (`np.flatnonzero` looks at every byte twice)."""
+    mask = np.ascontiguousarray(mask, dtype=bool)
+    whole = len(mask) - len(mask) % _SKIP
+    blocks = mask[:whole].view(np.uint64).reshape(-1, _SKIP // 8)
+    hit = np.flatnonzero(blocks.any(axis=1))
+    if 8 * len(hit) > len(blocks):  # set all over: nothing to skip
+        return np.flatnonzero(mask)
+    found = np.flatnonzero(mask[:whole].reshape(-1, _SKIP)[hit])
+    return np.concatenate((hit[found // _SKIP] * _SKIP + found % _SKIP,
+                           np.flatnonzero(mask[whole:]) + whole))
+
+
+def change_points(values: np.ndarray) -> np.ndarray:
+    """The indices k >= 1 of a 1-D array where values[k] != values[k - 1] (int64)."""
+    return flatnonzero_sparse(values[1:] != values[:-1]) + 1
+
+
 def falling_edges(gpio: np.ndarray, bit: int = 0, initial_level: int = 1) -> np.ndarray:
     """Sample indices k where `bit` of `gpio` goes 1 -> 0 between sample k-1 and sample k.
 
@@ -36,10 +60,13 @@ def falling_edges(gpio: np.ndarray, bit: int = 0, initial_level: int = 1) -> np.
         raise AnalysisError(f"initial_level must be 0 or 1, got {initial_level!r}")
     if gpio.size == 0:
         return np.empty(0, dtype=np.int64)
-    high = ((gpio >> bit) & 1).astype(bool)
-    # high[k-1] and not high[k], for k >= 1: on bools that is one `greater` pass.
-    inner = np.flatnonzero(np.greater(high[:-1], high[1:])) + 1
-    if initial_level == 1 and not high[0]:
+    # A line changes seldom: one compare of whole samples finds every change of any bit (no
+    # per-sample shift, mask or bool copy), and only those few are looked at for `bit` going
+    # 1 -> 0.
+    changed = change_points(gpio)
+    before, after = (gpio[changed - 1] >> bit) & 1, (gpio[changed] >> bit) & 1
+    inner = changed[(before == 1) & (after == 0)]
+    if initial_level == 1 and not (gpio[0] >> bit) & 1:
         return np.concatenate(([0], inner)).astype(np.int64)
     return inner.astype(np.int64)
 

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from rig.errors import AnalysisError
+from rig.traces.analysis.dot import BLOCK, float64_block, span_dots, span_sums
 from rig.traces.analysis.dot import dot64 as _dot64
-from rig.traces.analysis.dot import span_dots
-from rig.traces.analysis.edges import falling_edges, windows_from_edges
+from rig.traces.analysis.edges import change_points, falling_edges, windows_from_edges
 
 #: Default replicability tolerance: every trial within 5% of the reported value.
 REPLICABILITY_TOLERANCE = 0.05
@@ -41,14 +41,21 @@ def window_energies(
     (float32 samples too: products and sums in float64, see `rig.traces.analysis.dot`)."""
     current = np.asarray(current)
     voltage = np.asarray(voltage)
-    _check_signals(current, voltage, sample_rate)
     windows = np.asarray(windows, dtype=np.int64).reshape(-1, 2)
+    check_windows(current, voltage, windows, sample_rate)
+    return span_dots(current, voltage, windows) / sample_rate
+
+
+def check_windows(current: np.ndarray, voltage: np.ndarray, windows: np.ndarray,
+                  sample_rate: float) -> None:
+    """AnalysisError unless the signals pair up, the rate is a positive number and every
+    (n, 2) row of `windows` is a non-empty [start, end) inside the trace (`window_energies`)."""
+    _check_signals(current, voltage, sample_rate)
     n = len(current)
     if windows.size and (
         windows.min() < 0 or windows.max() > n or np.any(windows[:, 1] <= windows[:, 0])
     ):
         raise AnalysisError(f"windows must satisfy 0 <= start < end <= {n} samples")
-    return span_dots(current, voltage, windows) / sample_rate
 
 
 def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) -> float:
@@ -64,6 +71,170 @@ def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) 
     return _dot64(current[start:stop], voltage[start:stop]) / (stop - start)
 
 
+def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
+                 current_range: np.ndarray | None = None, range_names: Sequence[str] = ()
+                 ) -> tuple[np.ndarray, list[dict[str, dict[str, float]]] | None]:
+    """For each [start, stop) row of `spans` (they may overlap or nest, as the idle span and
+    its sub-spans do): sum(current * voltage) over it in float64 (energy x sample rate), and
+    where a range signal is given, how it spreads over the ranges (`span_range_occupancy`;
+    None without one). What `span_dots` and `span_range_occupancies` give, in one pass.
+
+    The spans are cut at every span boundary and range change into pieces, each piece dotted
+    once (`span_dots`), and each span's figures added up from its pieces (`math.fsum`). A
+    piece's current sum is its dot / v where the voltage is set (one value for every sample:
+    rounding apart, the same), else a second pass (`span_sums`). Ranges changing every few
+    samples would make too many pieces: then the two are taken apart."""
+    current = np.asarray(current)
+    voltage = np.asarray(voltage)
+    _check_signals(current, voltage, 1.0)
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    _check_spans(spans, len(current), "trace")
+    ranged = current_range is not None
+    if ranged:
+        assert current_range is not None
+        current_range = np.asarray(current_range)
+        _check_spans(spans, len(current_range), "range signal")
+    if not spans.size:
+        return np.zeros(0), ([] if ranged else None)
+    cuts = np.unique(spans)
+    if ranged and range_names:
+        assert current_range is not None
+        lo, hi = int(cuts[0]), int(cuts[-1])
+        cuts = np.union1d(cuts, change_points(current_range[lo:hi]) + lo)
+    # A piece [cuts[k], cuts[k + 1]) lies wholly inside a span or wholly outside every one.
+    depth = np.zeros(len(cuts), dtype=np.int64)
+    np.add.at(depth, np.searchsorted(cuts, spans[:, 0]), 1)
+    np.add.at(depth, np.searchsorted(cuts, spans[:, 1]), -1)
+    inside = np.cumsum(depth)[:-1] > 0
+    pieces = np.column_stack((cuts[:-1], cuts[1:]))[inside]
+    if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):  # short runs
+        dots = span_dots(current, voltage, spans)
+        if not ranged:
+            return dots, None
+        assert current_range is not None
+        return dots, span_range_occupancies(current, current_range, range_names, spans)
+    piece_dots = span_dots(current, voltage, pieces)
+    first = np.searchsorted(pieces[:, 0], spans[:, 0])  # each span: pieces [first, last)
+    last = np.searchsorted(pieces[:, 1], spans[:, 1], "right")
+    dots = np.array([_exact_sum(piece_dots[i:j]) for i, j in zip(first, last, strict=True)])
+    if not ranged:
+        return dots, None
+    assert current_range is not None
+    if not range_names:
+        return dots, [{} for _ in range(len(spans))]
+    v = float(voltage[0]) if voltage.strides == (0,) else math.nan
+    piece_sums = (piece_dots / v if math.isfinite(v) and v != 0
+                  else span_sums(current, pieces))
+    width = len(range_names)
+    column = current_range[pieces[:, 0]].astype(np.intp)  # one range a piece
+    lengths = pieces[:, 1] - pieces[:, 0]
+    shares: list[dict[str, dict[str, float]]] = []
+    for (a, b), i, j in zip(spans.tolist(), first.tolist(), last.tolist(), strict=True):
+        col = column[i:j]
+        if int(col.max()) >= width:  # a sample whose range is not known
+            shares.append({})
+            continue
+        counts = np.bincount(col, weights=lengths[i:j], minlength=width)
+        sums = np.bincount(col, weights=piece_sums[i:j], minlength=width)
+        if not np.isfinite(sums).all():  # lost (NaN) samples: counted, their current not
+            sums = _finite_sums(current, current_range, width, a, b)
+        shares.append({str(name): {"samples": int(c), "mean_current_a": float(t) / int(c)}
+                       for name, c, t in zip(range_names, counts.tolist(), sums.tolist(),
+                                             strict=True) if c})
+    return dots, shares
+
+
+def _exact_sum(values: np.ndarray) -> float:
+    """The correctly rounded sum of finite values (`math.fsum`); NaN or inf as a plain sum."""
+    return math.fsum(values.tolist()) if np.isfinite(values).all() else float(values.sum())
+
+
+def _check_spans(spans: np.ndarray, n: int, what: str) -> None:
+    """AnalysisError naming the first (n, 2) row that is not a non-empty span inside n samples."""
+    bad = np.flatnonzero((spans[:, 0] < 0) | (spans[:, 1] <= spans[:, 0]) | (spans[:, 1] > n))
+    if bad.size:
+        start, stop = spans[bad[0]].tolist()
+        raise AnalysisError(f"span [{start}, {stop}) is not a non-empty range inside the "
+                            f"{n}-sample {what}")
+
+
+#: Mean samples per run of one range from which each run is summed on its own (`span_sums`:
+#: threaded, ~10 us of Python a run); below it, each block's runs are summed in one reduceat.
+_LONG_RUN = 1 << 14
+
+
+def span_range_occupancies(current: np.ndarray, current_range: np.ndarray,
+                           range_names: Sequence[str], spans: np.ndarray
+                           ) -> list[dict[str, dict[str, float]]]:
+    """`span_range_occupancy` of each [start, stop) row of `spans`.
+
+    Ranges change seldom (an instrument switches as the current moves, not every sample), so
+    each span is cut into runs of one range where its range changes and each run's current is
+    summed at once in float64 (no per-sample scatter, no float64 copy of a span): long runs
+    each in its own `span_sums` task, short ones a block at a time in one reduceat."""
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    current_range = np.asarray(current_range)
+    _check_spans(spans, len(current_range), "range signal")
+    if not spans.size or not range_names:
+        return [{} for _ in range(len(spans))]
+    width = len(range_names)
+    lo, hi = int(spans[:, 0].min()), int(spans[:, 1].max())
+    changes = change_points(current_range[lo:hi]) + lo  # the first sample of each new run
+    # Each span's runs: [starts[k], starts[k + 1]) (the last to its stop), and their ranges.
+    starts = [np.concatenate(([a], changes[np.searchsorted(changes, a, "right"):
+                                           np.searchsorted(changes, b)]))
+              for a, b in spans.tolist()]
+    columns = [current_range[k].astype(np.intp) for k in starts]
+    known = [int(c.max()) < width for c in columns]  # else a sample's range is not known
+    runs = [np.column_stack((k, np.append(k[1:], b)))
+            for k, (_, b), ok in zip(starts, spans.tolist(), known, strict=True) if ok]
+    if not runs:
+        return [{} for _ in range(len(spans))]
+    runs_all = np.concatenate(runs)
+    if len(runs_all) * _LONG_RUN <= int((runs_all[:, 1] - runs_all[:, 0]).sum()):
+        run_sums = span_sums(current, runs_all)  # long runs: one threaded call for them all
+        sums = np.split(run_sums, np.cumsum([len(r) for r in runs])[:-1])
+    else:
+        sums = [_run_sums(current, current_range, r) for r in runs]
+    out: list[dict[str, dict[str, float]]] = []
+    done = iter(zip(runs, sums, strict=True))
+    for (a, b), column, ok in zip(spans.tolist(), columns, known, strict=True):
+        if not ok:
+            out.append({})
+            continue
+        run, run_sum = next(done)
+        counts = np.bincount(column, weights=run[:, 1] - run[:, 0], minlength=width)
+        per_range = np.bincount(column, weights=run_sum, minlength=width)
+        if not np.isfinite(per_range).all():  # lost (NaN) samples: their range counts them,
+            per_range = _finite_sums(current, current_range, width, a, b)  # their current not
+        out.append({str(name): {"samples": int(c), "mean_current_a": float(v) / int(c)}
+                    for name, c, v in zip(range_names, counts.tolist(), per_range.tolist(),
+                                          strict=True) if c})
+    return out
+
+
+def _run_sums(current: np.ndarray, ranges: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """The float64 current sum of each [start, stop) row of `runs` (consecutive runs of one
+    range each), block by block: one reduceat per block over its pieces of runs."""
+    starts = runs[:, 0]
+    total = np.zeros(len(runs))
+    for lo in range(int(runs[0, 0]), int(runs[-1, 1]), BLOCK):
+        hi = min(lo + BLOCK, int(runs[-1, 1]))
+        first = int(np.searchsorted(starts, lo, "right")) - 1  # the run holding sample lo
+        last = int(np.searchsorted(starts, hi))  # runs [first, last) meet the block
+        local = np.concatenate(([0], starts[first + 1:last] - lo))
+        total[first:last] += np.add.reduceat(float64_block(current[lo:hi]), local)
+    return total
+
+
+def _finite_sums(current: np.ndarray, ranges: np.ndarray, width: int, start: int, stop: int
+                 ) -> np.ndarray:
+    """Each range's current summed over [start, stop), non-finite samples taken as 0."""
+    amps = np.asarray(current[start:stop], dtype=np.float64)
+    amps = np.where(np.isfinite(amps), amps, 0.0)
+    return np.bincount(ranges[start:stop], weights=amps, minlength=width)
+
+
 def span_range_occupancy(current: np.ndarray, current_range: np.ndarray,
                          range_names: Sequence[str], start: int, stop: int
                          ) -> dict[str, dict[str, float]]:
@@ -72,20 +243,8 @@ def span_range_occupancy(current: np.ndarray, current_range: np.ndarray,
     "mean_current_a": their mean current}} for each range holding any, as the live recorder's
     `range_occupancy` gives it. Empty when a sample's range is not known (an index past the
     names: not recorded there)."""
-    if not 0 <= start < stop <= len(current_range):
-        raise AnalysisError(f"span [{start}, {stop}) is not a non-empty range inside the "
-                            f"{len(current_range)}-sample range signal")
-    index = np.asarray(current_range[start:stop], dtype=np.intp)
-    width = len(range_names)
-    if width == 0 or int(index.max()) >= width:
-        return {}
-    amps = np.asarray(current[start:stop], dtype=np.float64)
-    amps = np.where(np.isfinite(amps), amps, 0.0)
-    counts = np.bincount(index, minlength=width)
-    sums = np.bincount(index, weights=amps, minlength=width)
-    return {str(name): {"samples": int(c), "mean_current_a": float(s) / int(c)}
-            for name, c, s in zip(range_names, counts.tolist(), sums.tolist(), strict=True)
-            if c}
+    return span_range_occupancies(current, current_range, range_names,
+                                  np.array([[start, stop]]))[0]
 
 
 def median(values: Sequence[float] | np.ndarray) -> float:
