@@ -12,9 +12,11 @@ With `extensions` (the default) it also speaks the rig's negotiated extensions t
 implements: ``caps``, the binary ``bload`` download (raw bytes on the same pty after its
 ready line, CRC-32 checked, inter-byte timeout), ``db crc`` (``dbcrc``: the count and CRC-32 of
 the bytes a hex download left in the buffer) and, in energy mode, ``elap`` (``infer`` prints
-the lap counter of both pulses once the window has closed) and ``rcrc`` (after ``caps``, result
-lines end with their CRC-32, as the C shim's do). Without, it is plain MLPerf Tiny
-firmware that answers ``caps`` with ``e-[Unknown command: caps]``.
+the lap counter of both pulses once the window has closed), ``rcrc`` (after ``caps``, result
+lines end with their CRC-32, as the C shim's do) and ``lapcrc`` (lap lines too, and ``laps``
+prints the last ``infer``'s two lap lines again; `lap_crc` False stands for firmware from
+before it: lap lines plain, no ``laps``). Without, it is plain MLPerf Tiny firmware that answers
+``caps`` with ``e-[Unknown command: caps]``.
 
 With `uart_baud` its pty stands for a UART at that rate: a download (``bload`` and its bytes, or
 ``db load`` to its ``db crc``/``db print`` check) holds the bench's clock and moves it on by its
@@ -37,6 +39,7 @@ from protocols.dut.codec import (
     CAP_BLOAD,
     CAP_DB_CRC,
     CAP_ELAP,
+    CAP_LAP_CRC,
     CAP_RESULT_CRC,
     MAX_COMMAND,
     TIMESTAMP_MODES,
@@ -100,6 +103,7 @@ class SimDut:
         extensions: bool = True,
         bload_timeout_s: float = BLOAD_TIMEOUT_S,
         uart_baud: float | None = None,
+        lap_crc: bool = True,
     ) -> None:
         if timestamp_mode not in TIMESTAMP_MODES:
             raise ValueError(f"timestamp_mode must be one of {TIMESTAMP_MODES}")
@@ -113,6 +117,8 @@ class SimDut:
         self.name = name
         self.vendor = vendor
         self.extensions = extensions
+        #: lapcrc offered (with the extensions): lap lines CRC-checked after `caps`, `laps`.
+        self.lap_crc = extensions and lap_crc
         self.bload_timeout_s = bload_timeout_s
         self.uart_baud = uart_baud
         #: A download in progress on the paced UART (`uart_baud`), and what downloads took.
@@ -158,8 +164,11 @@ class SimDut:
         self._pos = 0
         self._results: np.ndarray | None = None
         self._rx: _BinaryReceive | None = None
-        #: rcrc: result lines carry their CRC-32 once the host has asked `caps`.
+        #: rcrc: result lines carry their CRC-32 once the host has asked `caps` (lapcrc: and
+        #: lap lines).
         self._result_crc = False
+        #: The lap counter at the last infer's two timestamps (lapcrc's `laps`), if any.
+        self._laps: tuple[int, int] | None = None
 
     def _run(self) -> None:
         world = self.world
@@ -245,6 +254,7 @@ class SimDut:
         head = words[0] if words else ""
         if head == "caps" and self.extensions:
             caps = f"{CAP_BLOAD},{CAP_DB_CRC},{CAP_RESULT_CRC}"
+            caps += f",{CAP_LAP_CRC}" if self.lap_crc else ""
             caps += f",{CAP_ELAP}" if self.timestamp_mode == "energy" else ""
             self._result_crc = True
             self._say(gen, f"m-timestamp-mode-{self.timestamp_mode}", f"m-caps-[{caps}]")
@@ -262,6 +272,11 @@ class SimDut:
             self._say(gen, self._results_line(self._results))
         elif head == "timestamp":
             self._timestamp(gen)
+        elif head == "laps" and self.lap_crc:
+            if self._laps is None:
+                self._say(gen, "e-[No inference yet]")
+            else:
+                self._say(gen, *(self._lap_line(us) for us in self._laps))
         else:
             self._say(gen, f"e-[Unknown command: {text}]")
         return True
@@ -344,6 +359,7 @@ class SimDut:
         world = self.world
         per_ns = round(world.params.inference_s * NS)
         energy = self.timestamp_mode == "energy"
+        self._laps = None
         # Register the whole run before simulated time reaches it: the energy monitor
         # integrates the power model up to "now".
         with world.lock:
@@ -362,18 +378,24 @@ class SimDut:
         if not self._sleep_until(t1, gen):
             return False
         self._say(gen, "m-warmup-done", f"m-infer-start-{n}")
+        laps = (world.dut_micros(t1), world.dut_micros(t2))
         if not energy:
-            self._say(gen, f"m-lap-us-{world.dut_micros(t1)}")
+            self._say(gen, self._lap_line(laps[0]))
         if not self._sleep_until(t2, gen):
             return False
+        self._laps = laps
         if energy and self.extensions:
             # elap: the DUT's own clock of the window, now that it has closed.
-            self._say(gen, f"m-lap-us-{world.dut_micros(t1)}", f"m-lap-us-{world.dut_micros(t2)}")
+            self._say(gen, *(self._lap_line(us) for us in laps))
         if not energy:
-            self._say(gen, f"m-lap-us-{world.dut_micros(t2)}")
+            self._say(gen, self._lap_line(laps[1]))
         self._results = scores
         self._say(gen, "m-infer-done", self._results_line(scores))
         return True
+
+    def _lap_line(self, us: int) -> str:
+        line = f"m-lap-us-{us}"
+        return result_line_with_crc(line) if self._result_crc and self.lap_crc else line
 
     def _results_line(self, scores: np.ndarray | None) -> str:
         line = _results_line(scores)
@@ -386,7 +408,7 @@ class SimDut:
             if self.timestamp_mode == "energy":
                 world.add_pulse(t)
                 return
-        self._say(gen, f"m-lap-us-{world.dut_micros(t)}")
+        self._say(gen, self._lap_line(world.dut_micros(t)))
 
     # -- I/O and time -------------------------------------------------------------------------
     def _sleep_until(self, t_ns: int, gen: int) -> bool:

@@ -24,6 +24,7 @@ from protocols.dut.codec import (
     CAP_BLOAD,
     CAP_DB_CRC,
     CAP_ELAP,
+    CAP_LAP_CRC,
     CAP_POWER,
     CAP_QUBO,
     CAP_RESULT_CRC,
@@ -73,6 +74,7 @@ from protocols.dut.codec import (
     cmd_db_load,
     cmd_db_print,
     cmd_infer,
+    cmd_laps,
     cmd_name,
     cmd_profile,
     cmd_qload,
@@ -213,8 +215,11 @@ class DutStats:
     #: Result replies re-asked after a CRC mismatch (rig extension ``rcrc``).
     result_retries: int = 0
     #: Idempotent exchanges asked again because their reply came back garbled on the line:
-    #: command -> how many times (``caps``, ``name``, ``results``, ...).
+    #: command -> how many times (``caps``, ``name``, ``results``, ``laps``, ...).
     asked_again: dict[str, int] = field(default_factory=dict)
+    #: Lines of ``infer`` replies that measure nothing (``m-warmup-start``, ``m-infer-done``)
+    #: lost on the line and taken without them, every measuring line CRC-checked.
+    lines_unread: int = 0
 
 
 @dataclass(frozen=True)
@@ -538,14 +543,15 @@ class DutClient:
             hint=LINE_HINT)
 
     def _asked_again(self, command: str, problem: str, ask: int, *,
-                     what: str | None = None) -> None:
+                     what: str | None = None, how: str = "asked again") -> None:
         """Count and say that `command` is asked again (the `ask`-th time) after `problem`;
-        `what` names it in the sentence when it is not one command (a download)."""
+        `what` names what came garbled when it is not `command`'s reply (a download, an
+        infer's lap lines), `how` what is done about it."""
         key = _command_word(command)
         self.stats.asked_again[key] = self.stats.asked_again.get(key, 0) + 1
         if self.on_retry is not None:
             what = what or f"{self.name}'s reply to {command!r}"
-            self.on_retry(f"{what} came back garbled ({problem}); asked again ({ask} of at "
+            self.on_retry(f"{what} came back garbled ({problem}); {how} ({ask} of at "
                           f"most {ASK_AGAIN})")
 
     # -- the MLPerf Tiny commands -------------------------------------------------------------
@@ -635,10 +641,23 @@ class DutClient:
             raise DutError(f"{self.name} refused {text!r}: {'; '.join(errors)}", command=text)
         # Energy-mode firmware offering `elap` prints the laps of its two pulses after the window.
         elap = self.timestamp_mode == "energy" and CAP_ELAP in (self.capabilities or ())
-        problem = _infer_problem(events, iterations, warmup,
-                                 laps_due=self.timestamp_mode == "performance" or elap)
+        laps_due = self.timestamp_mode == "performance" or elap
+        # lapcrc: its lap lines carry a CRC and `laps` reads them again (below): not a problem
+        # of the reply, and then neither is a lost echo that measures nothing.
+        lapcrc = self.laps_checked and self.results_checked
+        problems = _infer_problems(events, iterations, warmup, laps_due=laps_due,
+                                   check_laps=not lapcrc)
+        odd = _unreadable(events)
+        if lapcrc and odd and problems and all(p in _UNMEASURED for p in problems):
+            self.stats.lines_unread += len(problems)
+            if self.on_retry is not None:
+                lost = " and ".join(p.removeprefix("no ").removesuffix(" line") for p in problems)
+                self.on_retry(f"{self.name}'s reply to {text!r} came without its {lost} line, "
+                              f"garbled on the line (read {odd[0]!r}); taken: that line measures "
+                              "nothing, and the reply's lap and result lines carry their CRC")
+            problems = []
+        problem = problems[0] if problems else None
         if problem is not None:
-            odd = _unreadable(events)
             if odd:
                 raise GarbledReply(
                     f"{self.name}'s reply to {text!r} came back garbled: {problem} "
@@ -657,7 +676,8 @@ class DutClient:
                 if "m-lap-us" in problem else
                 "is this MLPerf Tiny (EEMBC) benchmark firmware at the right baud rate?",
             )
-        laps = tuple(e.us for e in events if isinstance(e, LapUs))
+        laps = self._verified_laps(events, text) if lapcrc and (laps_due or _has_laps(events)) \
+            else tuple(e.us for e in events if isinstance(e, LapUs))
         results, checked = self._verified_results(events, text)
         elapsed = None if len(laps) != 2 else (laps[-1] - laps[0]) & _LAP_MASK
         messages = tuple(e.text for e in events if isinstance(e, Message))
@@ -667,6 +687,28 @@ class DutClient:
         """``results%``: the class scores of the last inference (CRC-checked with ``rcrc``)."""
         text = cmd_results()
         return self._verified_results(self._refused_or(self._exchange(text), text), text)[0]
+
+    def _verified_laps(self, events: list[DutEvent], command: str) -> tuple[int, ...]:
+        """The two lap counter values of an ``infer`` reply, both lines CRC-checked (``lapcrc``):
+        else they are read again with ``laps%`` (`ask`: never the inferences again). A reply
+        intact but without lap lines is the firmware's: `DeviceError`."""
+        if _laps_problem(events) is None:
+            return tuple(e.us for e in events if isinstance(e, LapUs))
+        if not _has_laps(events) and not _unreadable(events):
+            raise DeviceError(
+                f"{self.name} printed 0 m-lap-us lines for {command!r}, expected 2",
+                hint="the firmware offers lapcrc but did not print its lap counter")
+        self._asked_again(cmd_laps(), str(_laps_problem(events)), 1,
+                          what=f"{self.name}'s lap lines of {command!r}",
+                          how=f"read again with {cmd_laps()!r}")
+        events = self.ask(cmd_laps(), _laps_problem)
+        return tuple(e.us for e in events if isinstance(e, LapUs))
+
+    @property
+    def laps_checked(self) -> bool:
+        """Whether lap lines must carry a matching CRC-32 (the DUT listed ``lapcrc``): one
+        digit of a lap line hit on the line otherwise goes unseen."""
+        return CAP_LAP_CRC in (self.capabilities or ())
 
     @property
     def results_checked(self) -> bool:
@@ -689,9 +731,15 @@ class DutClient:
             laps = [e.us for e in events if isinstance(e, LapUs)]
             return laps[-1] if laps else None
 
+        checked = self.laps_checked
+
         def no_lap(events: list[DutEvent]) -> str | None:
-            return None if any(isinstance(e, LapUs) for e in events) else (
-                "an m-lap-us line (performance mode)")
+            laps = [e for e in events if isinstance(e, LapUs)]
+            if not laps:
+                return "an m-lap-us line (performance mode)"
+            if checked and not laps[-1].checked:
+                return "an m-lap-us line with its CRC (lapcrc)"
+            return None
 
         try:
             events = self.ask(text, no_lap)
@@ -1153,6 +1201,7 @@ class DutClient:
         ``results%`` is asked once more, then `ResultError`. A plain DUT's reply without a
         result line is a `DeviceError` as before.
         """
+        events = [e for e in events if not _lap_mismatch(e)]  # the laps' own business
         mismatch = any(isinstance(e, ResultCrcMismatch) for e in events)
         if self.results_checked or mismatch:
             events = self._ask_again_unless(_results_problem, events, command, cmd_results())
@@ -1294,21 +1343,53 @@ def _lines(*kinds: type) -> Callable[[list[DutEvent]], str | None]:
     return missing
 
 
-def _infer_problem(events: list[DutEvent], iterations: int, warmup: int, *,
-                   laps_due: bool) -> str | None:
-    """What an ``infer N W`` reply lacks or says wrong (its result apart), or None."""
+#: The lines of an ``infer`` reply that measure nothing: one of them lost on the line is taken
+#: when every line that measures carries its CRC (``rcrc`` and ``lapcrc``). Not
+#: ``m-infer-start-N``: N is what the laps time.
+_UNMEASURED = ("no m-warmup-start line", "no m-infer-done line")
+
+
+def _infer_problems(events: list[DutEvent], iterations: int, warmup: int, *,
+                    laps_due: bool, check_laps: bool = True) -> list[str]:
+    """What an ``infer N W`` reply lacks or says wrong (its result apart, and its lap lines
+    unless `check_laps`), in order."""
+    out = []
     for kind, line, asked in ((WarmupStart, "m-warmup-start", warmup),
                               (InferStart, "m-infer-start", iterations)):
         said = [e.n for e in events if isinstance(e, kind)]
         if not said:
-            return f"no {line} line"
-        if said[0] != asked:
-            return f"{line} says {said[0]}, not {asked}"
+            out.append(f"no {line} line")
+        elif said[0] != asked:
+            out.append(f"{line} says {said[0]}, not {asked}")
     if not any(isinstance(e, InferDone) for e in events):
-        return "no m-infer-done line"
+        out.append("no m-infer-done line")
     laps = sum(isinstance(e, LapUs) for e in events)
-    if (laps_due or laps) and laps != 2:
-        return f"{laps} m-lap-us lines, expected 2"
+    if check_laps and (laps_due or laps) and laps != 2:
+        out.append(f"{laps} m-lap-us lines, expected 2")
+    return out
+
+
+def _lap_mismatch(event: DutEvent) -> bool:
+    """Whether `event` is a lap line whose CRC failed (``lapcrc``)."""
+    return isinstance(event, ResultCrcMismatch) and event.line.startswith("m-lap-us-")
+
+
+def _has_laps(events: list[DutEvent]) -> bool:
+    return any(isinstance(e, LapUs) or _lap_mismatch(e) for e in events)
+
+
+def _laps_problem(events: list[DutEvent]) -> str | None:
+    """Why a reply does not hold exactly two CRC-checked lap lines (``lapcrc``), or None."""
+    bad = [e for e in events if _lap_mismatch(e)]
+    if bad:
+        assert isinstance(bad[0], ResultCrcMismatch)
+        return (f"CRC mismatch on {bad[0].line[:40]!r} (it carried {bad[0].announced:08x}, its "
+                f"text gives {bad[0].computed:08x})")
+    laps = [e for e in events if isinstance(e, LapUs)]
+    if len(laps) != 2:
+        return f"{len(laps)} m-lap-us lines, expected 2"
+    if not all(e.checked for e in laps):
+        return "an m-lap-us line without its CRC"
     return None
 
 

@@ -47,6 +47,7 @@ from firmware.xylo.rockpool_import import (
 from firmware.xylo.spec import SpecError, XyloSpec
 from protocols.dut.codec import (
     CAP_BLOAD,
+    CAP_LAP_CRC,
     CAP_RESULT_CRC,
     CAP_SIMTIME,
     MAX_COMMAND,
@@ -416,8 +417,11 @@ class XyloShim:
         #: or by the HDK's measured inf_duration.
         self._xylo_ns = 0
         self._results: np.ndarray | None = None
-        #: rcrc: result lines carry their CRC-32 once the host has asked `caps`.
+        #: rcrc: result lines carry their CRC-32 once the host has asked `caps` (lapcrc: and
+        #: lap lines).
         self._result_crc = False
+        #: The lap counter at the last infer's two timestamps (lapcrc's `laps`), if any.
+        self._laps: tuple[int, int] | None = None
 
     def serve(self) -> int:
         """Boot banner, then one reply per command until stdin ends; the exit code."""
@@ -441,7 +445,7 @@ class XyloShim:
         if head == "caps":
             caps = (CAP_BLOAD + (",power" if self.backend.has_power else "")
                     + (f",{CAP_SIMTIME}" if self.backend.simulated_time else "")
-                    + f",{CAP_RESULT_CRC}")
+                    + f",{CAP_RESULT_CRC},{CAP_LAP_CRC}")
             self._result_crc = True
             return ["m-timestamp-mode-performance", f"m-caps-[{caps}]"]
         if head == "bload":
@@ -453,7 +457,11 @@ class XyloShim:
         if head == "results":
             return [self._results_line()]
         if head == "timestamp":
-            return [self._lap()]
+            return [self._lap_line(self._lap_us())]
+        if head == "laps":  # lapcrc: the last infer's two lap lines again
+            if self._laps is None:
+                raise Rejected("No inference yet")
+            return [self._lap_line(us) for us in self._laps]
         if head == "idle":
             return self._idle(words[1:])
         return [f"e-[Unknown command: {text}]"]
@@ -519,10 +527,12 @@ class XyloShim:
         raster = decode_raster(bytes(self._buffer[: self._loaded]), self.spec.n_input)
         # Xylo's time base: one inference is T steps of dt (integer ns, so laps add up exactly).
         per_ns = round(raster.shape[0] * self.spec.dt * 1e9)
+        self._laps = None
         lines = [f"m-warmup-start-{warmup}"]
         for _ in range(warmup):
             self._advance(self.backend.run(raster), per_ns)
-        lines += ["m-warmup-done", f"m-infer-start-{n}", self._lap()]
+        start = self._lap_us()
+        lines += ["m-warmup-done", f"m-infer-start-{n}", self._lap_line(start)]
         samples: dict[str, list[np.ndarray]] = {rail: [] for rail in POWER_RAILS}
         output = np.zeros((0, self.spec.n_output))
         durations, resolutions = np.zeros(n), np.zeros(n)
@@ -534,7 +544,8 @@ class XyloShim:
             resolutions[i] = evolved.resolution_s or 0.0
             for rail, values in evolved.power.items():
                 samples[rail].append(values)
-        lines.append(self._lap())
+        self._laps = (start, self._lap_us())
+        lines.append(self._lap_line(self._laps[1]))
         if not self.backend.simulated_time:
             lines.append(_resolution_line(durations, resolutions))
         if self.backend.has_power:
@@ -580,8 +591,12 @@ class XyloShim:
         simulator's T x dt."""
         self._xylo_ns += per_ns if evolved.duration_s is None else round(evolved.duration_s * 1e9)
 
-    def _lap(self) -> str:
-        return f"m-lap-us-{(self._xylo_ns // 1000) & LAP_MASK}"
+    def _lap_us(self) -> int:
+        return (self._xylo_ns // 1000) & LAP_MASK
+
+    def _lap_line(self, us: int) -> str:
+        line = f"m-lap-us-{us}"
+        return result_line_with_crc(line) if self._result_crc else line
 
 
 def _resolution_line(durations: np.ndarray, resolutions: np.ndarray) -> str:

@@ -61,12 +61,17 @@ CAP_SIMPOWER = "simpower"
 #: ``m-qimprove-``, and ``qresult``'s ``m-qload-us-``, ``m-qsteps-``, ``m-qenergy-uj-``,
 #: ``m-qpower-uw-``) with ``-crc-<8 hex>``, the CRC-32 (`payload_crc`) of the text before it.
 CAP_RESULT_CRC = "rcrc"
+#: Capability word of CRC-checked lap lines: with ``rcrc`` switched on (``caps`` asked), the DUT
+#: ends each ``m-lap-us-`` line (of ``infer`` and ``timestamp``) with ``-crc-<8 hex>`` as it
+#: does a result line, and ``laps`` prints the last ``infer``'s two lap lines again. Firmware
+#: that lists ``rcrc`` without it sends lap lines unchecked.
+CAP_LAP_CRC = "lapcrc"
 #: What joins a result line to its CRC-32.
 RESULT_CRC_MARK = "-crc-"
 #: Every capability word this rig knows. A word outside it in a ``caps`` reply is new firmware,
 #: or a word garbled on the line: the client takes it only when the DUT says it twice alike.
 CAPABILITY_WORDS: tuple[str, ...] = (CAP_BLOAD, CAP_DB_CRC, CAP_QUBO, CAP_ELAP, CAP_SIMTIME,
-                                     CAP_POWER, CAP_SIMPOWER, CAP_RESULT_CRC)
+                                     CAP_POWER, CAP_SIMPOWER, CAP_RESULT_CRC, CAP_LAP_CRC)
 #: Bytes of the ``qload`` header (u32 n_vars, u32 n_terms) and of one term (u32 i, u32 j, i32 w).
 QUBO_HEADER_BYTES = 8
 QUBO_TERM_BYTES = 12
@@ -166,9 +171,11 @@ class InferDone:
 
 @dataclass(frozen=True)
 class LapUs:
-    """``m-lap-us-<n>``: the DUT's 32-bit microsecond counter (performance mode)."""
+    """``m-lap-us-<n>``: the DUT's 32-bit microsecond counter (performance mode, and ``elap``);
+    `checked` when the line carried a CRC-32 that matched (rig extension ``lapcrc``)."""
 
     us: int
+    checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -472,6 +479,11 @@ def cmd_timestamp() -> str:
     return "timestamp"
 
 
+def cmd_laps() -> str:
+    """``laps`` (rig extension ``lapcrc``): the last ``infer``'s two lap lines again."""
+    return "laps"
+
+
 # -- commands of the rig's negotiated extensions ----------------------------------------------
 def _check_uint(value: object, what: str, *, low: int = 0, high: int = 0xFFFFFFFF) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not (low <= value <= high):
@@ -696,11 +708,11 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], DutEvent]]] = [
 
 #: A result line with its CRC-32 (rig extension ``rcrc``): the kinds it may carry, the suffix.
 _CHECKED_LINE = re.compile(
-    r"(m-(?:results|qbest-cost|qbest-time-us|qstate|qimprove|qload-us|qsteps|qenergy-uj"
+    r"(m-(?:results|lap-us|qbest-cost|qbest-time-us|qstate|qimprove|qload-us|qsteps|qenergy-uj"
     r"|qpower-uw)-.*)"
     + re.escape(RESULT_CRC_MARK) + r"([0-9a-f]{8})"
 )
-_CHECKED_KINDS = (Results, QbestCost, QbestTime, QstateChunk, Qimprove, QloadUs, Qsteps,
+_CHECKED_KINDS = (Results, LapUs, QbestCost, QbestTime, QstateChunk, Qimprove, QloadUs, Qsteps,
                   Qenergy, Qpower)
 
 

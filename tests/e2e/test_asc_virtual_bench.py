@@ -88,7 +88,7 @@ def test_run_folder_has_everything_labelled_simulated(sim_run) -> None:
     assert emon["simulated"] is True and emon["version"].endswith("-sim")
     dut = manifest["instruments"]["dut"]
     assert dut["timestamp_mode"] == "energy"
-    assert dut["capabilities"] == ["bload", "dbcrc", "elap", "rcrc"]
+    assert dut["capabilities"] == ["bload", "dbcrc", "elap", "lapcrc", "rcrc"]
     assert dut["model"] == "asc01"
     # gcc is on every machine this suite runs on: the real C firmware was the DUT.
     assert manifest["instruments"]["virtual_bench"]["dut"].startswith("c-shim")

@@ -67,7 +67,7 @@ def test_info_json_takes_the_mode_from_caps(make_dut, capsys) -> None:
     assert out == {
         "name": "dut", "vendor": VENDOR, "profile": "ULPMark for tinyML Firmware V0.0.1",
         "model": "asc01", "timestamp_mode": "performance",
-        "capabilities": ["bload", "dbcrc", "rcrc"],
+        "capabilities": ["bload", "dbcrc", "lapcrc", "rcrc"],
     }
 
 
@@ -118,7 +118,8 @@ def test_info_human_output(make_dut, capsys) -> None:
     dut = make_dut()
     assert main(["dut", "--port", dut.path, "info", "--boot-wait", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "timestamp_mode  energy" in lines and "capabilities    bload, dbcrc, elap, rcrc" in lines
+    assert "timestamp_mode  energy" in lines
+    assert "capabilities    bload, dbcrc, elap, lapcrc, rcrc" in lines
 
 
 @pytest.mark.parametrize(("extensions", "method"), [(True, "binary"), (False, "hex")])

@@ -51,8 +51,9 @@ def test_direct_binary_download_and_infer(binary, audio, mode) -> None:
     world, dut, client = booted(binary, mode)
     try:
         # Energy-mode firmware also offers `elap`: its lap counter around the window.
-        assert client.negotiate() == ({"bload", "dbcrc", "rcrc"} if mode == "performance"
-                                     else {"bload", "dbcrc", "rcrc", "elap"})
+        assert client.negotiate() == ({"bload", "dbcrc", "rcrc", "lapcrc"}
+                                     if mode == "performance"
+                                     else {"bload", "dbcrc", "rcrc", "lapcrc", "elap"})
         info = client.identify()
         assert (info.model, info.vendor) == ("asc01", "neurobench-rig host shim")
         loaded = client.load(audio)
@@ -114,7 +115,7 @@ def test_through_the_io_manager_same_api(binary, audio) -> None:
         world.power(True)
         assert client.wait_for_boot(10.0) == "energy"
         # The DUT could download binary, the path cannot:
-        assert client.negotiate() == frozenset({"bload", "dbcrc", "rcrc", "elap"})
+        assert client.negotiate() == frozenset({"bload", "dbcrc", "rcrc", "lapcrc", "elap"})
         loaded = client.load(audio)
         assert loaded.method == "hex"  # so the client used hex, 26 bytes a command...
         assert loaded.check == "crc"  # ...and the DUT's db crc, which passes through

@@ -115,6 +115,26 @@ def test_no_score_the_dut_did_not_send_is_accepted(noisy_runs) -> None:
             assert tuple(s["scores"]) in truth, (seed, s["index"], s["scores"], truth)
 
 
+def test_no_time_the_dut_did_not_send_is_accepted(noisy_runs) -> None:
+    """lapcrc: a lap line with one digit hit (+400 us on one sample) passed every check; now
+    every time the run took is the difference of two lap lines the DUT sent for that input."""
+    wrong = []
+    for seed, _, run, line in noisy_runs:
+        crcs = input_crcs(run)
+        recorded = events(run)
+        for e in recorded:
+            if e["event"] == "sample_classified":
+                key, took = crcs[e["index"]], e["dut_time_s"]
+            elif e["event"] == "latency_run":
+                key, took = crcs[0], e["dut_elapsed_s"]
+            else:
+                continue
+            true = {(b - a) & 0xFFFFFFFF for a, b in line.true_laps.get(key, [])}
+            if round(took * 1e6) not in true:
+                wrong.append((seed, e["event"], e.get("index"), took, sorted(true)))
+    assert wrong == []
+
+
 def input_crcs(run: Path) -> list[int]:
     """The CRC-32 of each test sample's input, as the run's bench (`bench_file`) loads them."""
     bench = load_bench(run.parent.parent / "noisy.toml")

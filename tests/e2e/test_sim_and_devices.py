@@ -68,7 +68,7 @@ def test_rig_dut_talks_to_the_c_shim_served_by_rig_sim() -> None:
         assert out.returncode == 0, out.stderr
         dut = json.loads(out.stdout)
         assert dut["model"] == "asc01" and dut["timestamp_mode"] == "energy"
-        assert dut["capabilities"] == ["bload", "dbcrc", "elap", "rcrc"]
+        assert dut["capabilities"] == ["bload", "dbcrc", "elap", "lapcrc", "rcrc"]
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -82,7 +82,7 @@ def test_rig_dut_commands_through_the_emulated_uno(tmp_path: Path, tag: bytes) -
     assert json.loads(info.stdout) == {
         "name": "dut", "vendor": "neurobench-rig host shim",
         "profile": "ULPMark for tinyML Firmware V0.0.1", "model": "asc01",
-        "timestamp_mode": "energy", "capabilities": ["bload", "dbcrc", "elap", "rcrc"],
+        "timestamp_mode": "energy", "capabilities": ["bload", "dbcrc", "elap", "lapcrc", "rcrc"],
         # the sketch's own name: the Python simulation calls itself "(simulated)"
         "io_manager": "neurobench-rig IO manager 1.0.0",
     }

@@ -279,11 +279,11 @@ def test_name_profile_and_caps_exact_lines(start_shim) -> None:
     )
     # Energy mode adds `elap`: infer prints its lap counter once the window has closed.
     assert shim.exchange(b"caps%") == (
-        b"m-timestamp-mode-energy\r\nm-caps-[bload,dbcrc,rcrc,elap]\r\nm-ready\r\n"
+        b"m-timestamp-mode-energy\r\nm-caps-[bload,dbcrc,rcrc,lapcrc,elap]\r\nm-ready\r\n"
     )
     performance = start_shim("performance")
     assert performance.exchange(b"caps%") == (
-        b"m-timestamp-mode-performance\r\nm-caps-[bload,dbcrc,rcrc]\r\nm-ready\r\n"
+        b"m-timestamp-mode-performance\r\nm-caps-[bload,dbcrc,rcrc,lapcrc]\r\nm-ready\r\n"
     )
     info = shim.client.identify()
     assert (info.name, info.vendor, info.model) == ("dut", VENDOR, "asc01")
@@ -398,8 +398,49 @@ def test_result_lines_carry_their_crc_once_caps_was_asked(start_build) -> None:
     checked = f"{plain}-crc-{zlib.crc32(plain.encode()):08x}"
     assert shim.exchange(b"results%") == (checked + "\r\nm-ready\r\n").encode()
     assert shim.exchange(b"infer 1 0%").decode().split("\r\n")[6] == checked
-    assert shim.client.negotiate() == {"bload", "dbcrc", "rcrc"}
+    assert shim.client.negotiate() == {"bload", "dbcrc", "rcrc", "lapcrc"}
     assert shim.client.infer(1, 0).checked
+
+
+def _crc_line(line: str) -> str:
+    return f"{line}-crc-{zlib.crc32(line.encode()):08x}"
+
+
+def test_lap_lines_carry_their_crc_once_caps_was_asked_and_laps_prints_them_again(
+        start_build) -> None:
+    """lapcrc (issue 39): one digit of a lap line hit on the line (+400 us) passed every check.
+    After `caps` each m-lap-us line ends with the CRC-32 of its text, as a result line does,
+    and `laps` prints the last infer's two lap lines again (idempotent: the client reads them
+    again instead of running the inferences again). Before `caps`: plain lines, as the
+    reference runner expects."""
+    shim = start_build()
+    assert shim.events(b"laps%") == [DutErrorLine("No inference yet"), Ready()]
+    bload_ok(shim, audio_input(1))
+    plain = shim.exchange(b"infer 2 0%").decode().split("\r\n")
+    assert re.fullmatch(r"m-lap-us-\d+", plain[3]) and re.fullmatch(r"m-lap-us-\d+", plain[4])
+    assert shim.exchange(b"laps%").decode().split("\r\n") == [plain[3], plain[4], "m-ready", ""]
+    shim.exchange(b"caps%")
+    lines = shim.exchange(b"infer 2 0%").decode().split("\r\n")
+    laps = [line.partition("-crc-")[0] for line in lines[3:5]]
+    assert all(re.fullmatch(r"m-lap-us-\d+", lap) for lap in laps)
+    assert lines[3:5] == [_crc_line(lap) for lap in laps]
+    assert shim.exchange(b"laps%").decode().split("\r\n") == [*lines[3:5], "m-ready", ""]
+    assert re.fullmatch(r"m-lap-us-\d+-crc-[0-9a-f]{8}\r\nm-ready\r\n",
+                        shim.exchange(b"timestamp%").decode())
+    assert shim.exchange(b"laps%").decode().split("\r\n")[:2] == lines[3:5]  # infer's only
+    shim.client.negotiate()
+    result = shim.client.infer(3, 0)
+    assert result.elapsed_us is not None and result.checked
+
+
+def test_energy_mode_elap_lines_carry_their_crc_and_laps_prints_them_again(start_shim) -> None:
+    shim = start_shim("energy")
+    bload_ok(shim, audio_input())
+    shim.exchange(b"caps%")
+    lines = shim.exchange(b"infer 4 1%").decode().split("\r\n")
+    assert lines[3:5] == [_crc_line(line.partition("-crc-")[0]) for line in lines[3:5]]
+    assert lines[5] == "m-infer-done"
+    assert shim.exchange(b"laps%").decode().split("\r\n") == [*lines[3:5], "m-ready", ""]
 
 
 def test_energy_mode_standalone_logs_gpio_edges_on_stderr(start_shim) -> None:
@@ -468,7 +509,7 @@ SAME_AS_SIMDUT = [
     b"db crc%", b"db load 5%", b"db 0a0B0c%", b"db crc%", b"db 0d0e%", b"db print%",
     b"db crc%", b"db 0f%",
     b"db 123%", b"db zz%", b"db 0g%", b"db load 0%", b"db load abc%", b"db load%",
-    b"db load 40000%", b"db load 00040000000000000000%", b"db%", b"db print%",
+    b"db load 40000%", b"db load 00040000000000000000%", b"db%", b"db print%", b"laps%",
     b"infer 0%", b"infer -1 2%", b"infer 1 -1%", b"infer x%",
     b"frobnicate  x%", b"  name  %", b"%", b"NAME%",
     b"x" * 100 + b"%",  # longer than the 80-character buffer: truncated, then unknown

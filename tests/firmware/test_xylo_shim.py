@@ -32,6 +32,7 @@ from firmware.xylo.spec import (
     load_spec,
     save_spec,
 )
+from protocols.dut.codec import LapUs
 from tests.requires import needs
 
 pytestmark = needs("rockpool", "xylosim")
@@ -223,7 +224,7 @@ def test_shim_scores_equal_direct_xylosim(
 ) -> None:
     assert client.timestamp_mode == "performance"
     # XyloSim's lap counter is its time base, not a measured time: `simtime` says so.
-    assert client.negotiate() == frozenset({"bload", "simtime", "rcrc"})
+    assert client.negotiate() == frozenset({"bload", "simtime", "rcrc", "lapcrc"})
     info = client.identify()
     assert (info.name, info.model) == ("xylo", "xylo-test01")
     assert client.load(encode_raster(raster)).method == "binary"
@@ -236,6 +237,9 @@ def test_shim_scores_equal_direct_xylosim(
     # The warmups ran on the same clock before the window opened.
     assert result.lap_us[0] == STEPS * 1000 * warmup
     np.testing.assert_array_equal(client.results(), result.results)
+    # lapcrc: the lap lines carried their CRC, and `laps` prints the same two again
+    laps = [e for e in client.command("laps") if isinstance(e, LapUs)]
+    assert tuple(e.us for e in laps) == result.lap_us and all(e.checked for e in laps)
     assert client.timestamp() == STEPS * 1000 * (warmup + n)
 
 

@@ -81,7 +81,8 @@ def test_hdk_laps_are_the_board_time_without_the_polling_floor(harness: Harness,
     assert harness.devkit.blocking_read is original  # Rockpool's own is back after each evolve
     # The board's output went through Rockpool's readout: output neuron 1 only.
     assert lines[-1].startswith("m-results-[0.000,1.000,0.000,0.000]")
-    assert shim.execute("caps") == ["m-timestamp-mode-performance", "m-caps-[bload,power,rcrc]"]
+    assert shim.execute("caps") == ["m-timestamp-mode-performance",
+                                    "m-caps-[bload,power,rcrc,lapcrc]"]
     checked = parse_line(shim.execute("results")[0])
     assert isinstance(checked, Results) and checked.checked and len(checked.values) == 4
 

@@ -30,5 +30,7 @@ def open_hdk_shim(harness: Harness, spec: XyloSpec, raster: np.ndarray, power_hz
 
 
 def laps(lines: list[str]) -> list[int]:
-    """The values of the ``m-lap-us-<n>`` lines among a reply's lines."""
-    return [int(line.rsplit("-", 1)[1]) for line in lines if line.startswith("m-lap-us-")]
+    """The values of the ``m-lap-us-<n>`` lines among a reply's lines (with ``lapcrc``'s
+    ``-crc-`` suffix or without)."""
+    return [int(line[len("m-lap-us-"):].partition("-")[0]) for line in lines
+            if line.startswith("m-lap-us-")]

@@ -34,10 +34,10 @@ def bench_file(tmp_path: Path, port: str) -> Path:
     return path
 
 
-def run_garbled(tmp_path: Path, rules: list[tuple[bytes, int, bytes]]
+def run_garbled(tmp_path: Path, rules: list[tuple[bytes, int, bytes]], *, lap_crc: bool = True
                 ) -> tuple[list[Event], GarblingTransport, BaseException | None]:
     world = World(speed=1000.0)
-    dut = SimDut(world, LinearAscModel.load(), timestamp_mode="performance")
+    dut = SimDut(world, LinearAscModel.load(), timestamp_mode="performance", lap_crc=lap_crc)
     dut.start()
     transport = GarblingTransport(SerialTransport(dut.path, 115200, name="DUT"), rules)
     client = DutClient(transport)
@@ -56,7 +56,12 @@ def run_garbled(tmp_path: Path, rules: list[tuple[bytes, int, bytes]]
     return events, transport, error
 
 
-def test_garbled_infer_replies_are_re_run_and_said(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lap_crc", [False, True])
+def test_garbled_infer_replies_are_re_run_and_said(tmp_path: Path, lap_crc: bool) -> None:
+    """Firmware from before lapcrc: its plain lap lines cannot be read again, nor can an end
+    line garbled be told from a lost one: three re-runs. With lapcrc only the count's echo
+    needs one; the lap lines are read again with `laps`, the lost end line is taken (every line
+    that measures carries its CRC)."""
     events, transport, error = run_garbled(tmp_path, [
         # the first timed run after the calibration: its echo of the count
         (b"m-infer-start-", 2, b"m-infer-stqrt-9999\r\n"),
@@ -64,7 +69,7 @@ def test_garbled_infer_replies_are_re_run_and_said(tmp_path: Path) -> None:
         (b"m-infer-done", 7, b"e-infer-done\r\n"),
         # a lap line of the second timed run (plain lap lines: no way to read them again)
         (b"m-lap-us-", 7, b"m-lap-us-1\xb02\r\n"),
-    ])
+    ], lap_crc=lap_crc)
     assert error is None
     assert len(transport.hits) == 3
     runs = [e for e in events if isinstance(e, LatencyRun)]
@@ -79,13 +84,19 @@ def test_garbled_infer_replies_are_re_run_and_said(tmp_path: Path) -> None:
     assert all(s.execution_time_s == pytest.approx(12.5e-3, rel=1e-6) for s in samples)
     notes = [e.text for e in events if isinstance(e, Note)]
     reruns = [n for n in notes if " re-run: " in n]
-    assert len(reruns) == 3, notes
     assert any("timed run 0" in n and "m-infer-start" in n for n in reruns)
-    assert any("sample 1" in n and "m-infer-done" in n for n in reruns)
-    assert any("timed run 1" in n and "m-lap-us" in n for n in reruns)
-    # the count, once, at the end of the run
-    (count,) = [n for n in notes if n.startswith("DUT line: ")]
-    assert "3 infer re-runs" in count
+    (count,) = [n for n in notes if n.startswith("DUT line: ")]  # once, at the end of the run
+    if not lap_crc:
+        assert len(reruns) == 3, notes
+        assert any("sample 1" in n and "m-infer-done" in n for n in reruns)
+        assert any("timed run 1" in n and "m-lap-us" in n for n in reruns)
+        assert "3 infer re-runs" in count
+        return
+    assert len(reruns) == 1, notes
+    assert any("lap lines of 'infer 41 1' came back garbled" in n and "'laps'" in n
+               for n in notes)
+    assert any("without its m-infer-done line" in n and "taken" in n for n in notes)
+    assert "1 infer re-runs" in count and "laps 1" in count
 
 
 def test_an_infer_garbled_every_time_ends_the_run_naming_it(tmp_path: Path) -> None:

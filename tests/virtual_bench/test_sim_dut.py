@@ -23,6 +23,7 @@ from protocols.dut.codec import (
     DutErrorLine,
     ExpectingBytes,
     InferStart,
+    LapUs,
     LoadDone,
     Name,
     Ready,
@@ -117,10 +118,11 @@ def converse(bench: Bench, *writes: bytes) -> list:
 
 def test_caps_reply_has_the_mode_and_the_capability_words(make_bench) -> None:
     assert converse(make_bench("performance"), b"caps%") == [
-        TimestampMode("performance"), Capabilities(("bload", "dbcrc", "rcrc")), Ready()
+        TimestampMode("performance"), Capabilities(("bload", "dbcrc", "rcrc", "lapcrc")), Ready()
     ]
     assert converse(make_bench("energy"), b"caps%") == [
-        TimestampMode("energy"), Capabilities(("bload", "dbcrc", "rcrc", "elap")), Ready()
+        TimestampMode("energy"), Capabilities(("bload", "dbcrc", "rcrc", "lapcrc", "elap")),
+        Ready()
     ]
     assert converse(make_bench(extensions=False), b"caps%") == [
         DutErrorLine("Unknown command: caps"), Ready()
@@ -136,6 +138,25 @@ def test_result_lines_carry_their_crc_once_caps_was_asked(make_bench) -> None:
                                              lambda buf: buf.endswith(b"m-ready\r\n"))
     assert raw == b"m-results-[]-crc-%08x\r\nm-ready\r\n" % zlib.crc32(b"m-results-[]")
     assert converse(bench, b"results%") == [Results((), checked=True), Ready()]
+
+
+@pytest.mark.parametrize("mode", ["performance", "energy"])
+def test_lap_lines_carry_their_crc_once_caps_was_asked_and_laps_repeats_them(make_bench,
+                                                                             mode: str) -> None:
+    bench = make_bench(mode)
+    assert converse(bench, b"laps%") == [DutErrorLine("No inference yet"), Ready()]
+    bench.client.capabilities = frozenset({"bload"})  # no `caps` asked yet
+    bench.client.load(bytes(INPUT_SIZE))
+    plain = [e for e in converse(bench, b"infer 2 0%") if isinstance(e, LapUs)]
+    assert len(plain) == 2 and not any(e.checked for e in plain)  # no `caps`: plain lines
+    assert converse(bench, b"laps%") == [*plain, Ready()]
+    converse(bench, b"caps%")
+    laps = [e for e in converse(bench, b"infer 2 0%") if isinstance(e, LapUs)]
+    assert len(laps) == 2 and all(e.checked for e in laps)
+    assert laps[1].us - laps[0].us == 2 * round(bench.world.params.inference_s * 1e6)
+    assert converse(bench, b"laps%") == [*laps, Ready()]
+    assert bench.client.negotiate() >= {"lapcrc"}
+    assert bench.client.infer(2, 0).elapsed_us == laps[1].us - laps[0].us
 
 
 def test_bload_exchange_exactly_per_spec(make_bench) -> None:

@@ -28,16 +28,19 @@ static uint8_t g_input[DUT_INPUT_CAPACITY];
 static uint32_t g_expected;
 static uint32_t g_pos;
 
-/* Energy mode: the lap counter at the last two timestamp pulses of `infer` (capability elap),
- * printed once the window has closed: no UART traffic inside a timed window. */
+/* The lap counter at the last two timestamps of `infer`: in energy mode printed once the window
+ * has closed (capability elap: no UART traffic inside a timed window); in both modes printed
+ * again by `laps` (capability lapcrc). `g_have_laps`: an infer has completed since reset. */
 static uint32_t g_pulse_lap[2];
+static int g_have_laps;
 
 /* Scores of the last inference; `results` prints m-results-[] before the first one. */
 static float g_scores[ASC_MODEL_CLASSES];
 static int g_have_scores;
 
 /* Capability rcrc: once the host has asked `caps`, result lines end with -crc-<8 hex>, the
- * CRC-32 of the text before it. Off after reset, so the reference runner sees plain lines. */
+ * CRC-32 of the text before it; lap lines too (capability lapcrc). Off after reset, so the
+ * reference runner sees plain lines. */
 static int g_result_crc;
 /* While a result line is written: 1, and `put` adds what it writes to `g_line_crc`. */
 static int g_line_crc_on;
@@ -133,10 +136,27 @@ static void put_score(float score)
     put(&digits[i]);
 }
 
-static void put_results(void)
+/* Start a line whose CRC-32 ends it once `caps` was asked (rcrc, lapcrc). */
+static void begin_checked_line(void)
 {
     g_line_crc = 0u;
     g_line_crc_on = 1;
+}
+
+/* End it: "-crc-<8 hex>" when rcrc is on, then the line end. */
+static void end_checked_line(void)
+{
+    g_line_crc_on = 0;
+    if (g_result_crc) {
+        put("-crc-");
+        put_hex8(g_line_crc);
+    }
+    end_line();
+}
+
+static void put_results(void)
+{
+    begin_checked_line();
     put("m-results-[");
     if (g_have_scores) {
         int c;
@@ -148,12 +168,7 @@ static void put_results(void)
         }
     }
     put("]");
-    g_line_crc_on = 0;
-    if (g_result_crc) {
-        put("-crc-");
-        put_hex8(g_line_crc);
-    }
-    end_line();
+    end_checked_line();
 }
 
 static void put_error(const char *text)
@@ -377,13 +392,14 @@ static void cmd_db(int argc, char **words)
 
 static void put_lap(uint32_t us)
 {
+    begin_checked_line();
     put("m-lap-us-");
     put_u32(us);
-    end_line();
+    end_checked_line();
 }
 
-/* One timestamp now: a GPIO edge in energy mode (the lap counter latched in *lap when lap is
- * not NULL), a lap line in performance mode. */
+/* One timestamp now: a GPIO edge in energy mode, a lap line in performance mode; the lap
+ * counter is latched in *lap when lap is not NULL. */
 static void timestamp_now(uint32_t *lap)
 {
     if (g_cfg.mode == DUT_MODE_ENERGY) {
@@ -392,8 +408,24 @@ static void timestamp_now(uint32_t *lap)
         }
         port_timestamp();
     } else {
-        put_lap(port_timer_us());
+        uint32_t us = port_timer_us();
+        if (lap != NULL) {
+            *lap = us;
+        }
+        put_lap(us);
     }
+}
+
+/* `laps` (capability lapcrc): the last infer's two lap lines again; idempotent, so a host that
+ * read them garbled asks again instead of running the inferences again. */
+static void cmd_laps(void)
+{
+    if (!g_have_laps) {
+        put_error("No inference yet");
+        return;
+    }
+    put_lap(g_pulse_lap[0]);
+    put_lap(g_pulse_lap[1]);
 }
 
 /* Run the model once on the input; 0 on success, else the model's error code. */
@@ -432,6 +464,7 @@ static void cmd_infer(int argc, char **words)
     }
 
     port_compute_begin();
+    g_have_laps = 0;
     put("m-warmup-start-");
     put_u32((uint32_t)warmup);
     end_line();
@@ -453,6 +486,7 @@ static void cmd_infer(int argc, char **words)
     }
     if (rc == 0) {
         timestamp_now(&g_pulse_lap[1]);
+        g_have_laps = 1;
         if (g_cfg.mode == DUT_MODE_ENERGY) {
             /* elap: the window is closed, the DUT's own clock of it may go out now. */
             put_lap(g_pulse_lap[0]);
@@ -618,6 +652,8 @@ static void run_command(const char *raw)
         cmd_caps();
     } else if (strcmp(words[0], "bload") == 0) {
         cmd_bload(argc, words);
+    } else if (strcmp(words[0], "laps") == 0) {
+        cmd_laps();
     } else {
         cmd_unknown(text);
     }
@@ -630,6 +666,7 @@ void dut_init(const dut_config *cfg)
     g_cmd_len = 0;
     g_expected = g_pos = 0;
     g_have_scores = 0;
+    g_have_laps = 0;
     g_result_crc = 0;
     g_line_crc_on = 0;
     memset(g_input, 0, sizeof g_input);

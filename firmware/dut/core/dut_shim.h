@@ -31,8 +31,10 @@ extern "C" {
 /* What m-name-<name>-[...] reports. */
 #define DUT_NAME "dut"
 #define DUT_PROFILE "ULPMark for tinyML Firmware V0.0.1"
-/* Capability words answered to `caps` (comma separated). */
-#define DUT_CAPABILITIES "bload,dbcrc,rcrc"
+/* Capability words answered to `caps` (comma separated). lapcrc: once `caps` was asked, lap
+ * lines end with their CRC-32 as result lines do (rcrc), and `laps` prints the last infer's
+ * two lap lines again. */
+#define DUT_CAPABILITIES "bload,dbcrc,rcrc,lapcrc"
 /* Added to them in energy mode: `infer` also prints its lap counter at both timestamp pulses
  * (m-lap-us lines after the window has closed), so the DUT's timer and the energy monitor time
  * the same window. */
