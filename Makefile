@@ -18,7 +18,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: run test lint bench sim clean firmware-host firmware-arm lava-env system-deps
-.PHONY: firmware-avr test-setup docs
+.PHONY: firmware-avr test-setup docs soak
 
 run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtual bench.
 	$(BIN)/rig measure asc --device sim
@@ -63,7 +63,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)  ## Speed and memory figures (printed, never asserted).
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(filter-out benchmarks/soak.py,$(wildcard benchmarks/*.py)); do \
+		echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+# A night of faults (benchmarks/soak.py, issue 39): sweeps on a Dask cluster and ASC runs through
+# `rig serve` and directly, for HOURS hours, with broker, scheduler, worker, rig, DUT, monitor,
+# disk and dashboard faults drawn from SEED; then the audit (lost, doubled, unexplained,
+# leftovers, recovery times, resources), printed and written to build/soak-SEED.json. Run as
+# root, the runs volume is a tmpfs of its own, so that it can be filled. `make test` runs a
+# 72 s one (tests/e2e/test_soak_short.py).
+HOURS ?= 1
+SEED ?= 1
+soak: $(STAMP) firmware-host  ## The overnight soak: HOURS=1 SEED=1 (the audit in build/).
+	@mkdir -p build
+	$(BIN)/python benchmarks/soak.py --hours $(HOURS) --seed $(SEED) --json build/soak-$(SEED).json
 
 sim: $(STAMP)  ## Start a virtual bench in the foreground and print its ports.
 	$(BIN)/rig sim

@@ -1,5 +1,8 @@
 """A real mosquitto broker for the tests: 127.0.0.1 on a free port, a generated passwd file,
-the ACL from docs/mqtt/aclfile.example, optional TLS with a generated CA; stopped by pid."""
+the ACL from docs/mqtt/aclfile.example, optional TLS with a generated CA; stopped by pid.
+
+It imports nothing of the rig: benchmarks/mqtt.py, benchmarks/dashboard.py and benchmarks/soak.py
+start their brokers with it too."""
 
 from __future__ import annotations
 
@@ -36,10 +39,11 @@ def free_port() -> int:
 class Broker:
     """One mosquitto process; `start()`, `stop()`, `restart()` on the same port."""
 
-    def __init__(self, folder: Path, *, tls: bool = False, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, folder: Path, *, tls: bool = False, extra: tuple[str, ...] = (),
+                 port: int = 0) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.tls = tls
         self.proc: subprocess.Popen | None = None
         self.log = self.folder / "mosquitto.log"
@@ -124,6 +128,16 @@ class Broker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+    def kill(self) -> None:
+        """The broker dies (SIGKILL by its pid: no clean disconnect for its clients); `start()`
+        brings it back on the same port."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
 
     def restart(self) -> None:
         self.stop()

@@ -1,0 +1,113 @@
+"""The short soak (issue 39): benchmarks/soak.py for 0.02 h (72 s) with a fixed seed, every kind
+of fault injected at least once, and the audit's exactly-once and no-leftovers parts asserted.
+`make soak` runs the long one (HOURS=1 by default); its figures are printed, not asserted.
+
+It starts a mosquitto, a Dask scheduler, three rig workers, the dashboard and `rig serve`, and
+runs sweeps and ASC runs beside them: `serial`, so it has the machine to itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SOAK = [sys.executable, str(REPO / "benchmarks" / "soak.py")]
+FAULT_KINDS = ("broker_restart", "scheduler_restart", "worker_kill", "serve_kill", "dut_unplug",
+               "monitor_unplug", "dut_stop", "disk_full", "dashboard_restart")
+
+
+def soak_env(tmp_path: Path, lock: str | None = None) -> dict[str, str]:
+    """The soak's temp folder under `tmp_path` (what it leaves is seen), its own lock name."""
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(temp),
+            "RIG_SOAK_LOCK": lock or f"rig-soak-test-{uuid.uuid4().hex}"}
+
+
+@pytest.mark.serial
+@pytest.mark.slow
+def test_a_short_soak_loses_doubles_and_leaves_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "audit.json"
+    started = time.monotonic()
+    done = subprocess.run([*SOAK, "--hours", "0.02", "--seed", "7", "--json", str(out)],
+                          cwd=REPO, env=soak_env(tmp_path), capture_output=True, text=True,
+                          timeout=600, check=False)
+    wall = time.monotonic() - started
+    assert out.is_file(), done.stderr[-3000:]
+    audit = json.loads(out.read_text())
+    why = f"{done.stdout}\n{done.stderr[-3000:]}"
+    # Every kind of fault at least once (the runs volume needs root for a filesystem of its own).
+    skipped = {"disk_full"} if "disk_full not injected" in audit["runs_volume"] else set()
+    assert {k: n for k, n in audit["faults"].items() if n < 1} == {k: 0 for k in skipped}, why
+    assert set(audit["faults"]) == set(FAULT_KINDS)
+    # Exactly once: every sweep point in its sweep's events once, none lost, none doubled.
+    assert audit["points_total"] > 0, why
+    assert audit["points_lost"] == 0 and audit["points_doubled"] == 0, audit["sweeps"]
+    # Every ASC run complete, or ended by an injected fault its folder names.
+    assert audit["runs_total"] > 0 and audit["runs_complete"] > 0, why
+    assert audit["runs_failed_unexplained"] == 0, audit["runs_unexplained"]
+    assert audit["runs_analyze_failed"] == 0, audit["analyze_failures"]
+    # Nothing outlives the soak.
+    assert audit["leftover_processes"] == 0, audit["leftover_process_list"]
+    assert audit["leftover_temp_files"] == 0, audit["leftover_temp_file_list"]
+    assert audit["temp_folder_removed"] is True
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert done.returncode == 0, why
+    # The audit's table ends what it prints.
+    assert "sweep points" in done.stdout and "fault" in done.stdout
+    assert wall < 240, f"the short soak took {wall:.0f} s"  # a bound, not a measurement
+
+
+def bad(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([*SOAK, *args], cwd=REPO, env=env or soak_env(tmp_path),
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def refused(done: subprocess.CompletedProcess, tmp_path: Path) -> str:
+    """Exit 2, one line on stderr, nothing on stdout, nothing started (no temp folder)."""
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("soak: error: "), done.stderr
+    assert done.stdout == ""
+    assert list((tmp_path / "tmp").iterdir()) == []
+    return lines[0]
+
+
+@pytest.mark.parametrize("hours", ["0", "-1", "nan", "inf", "0.001", "abc"])
+def test_hours_that_are_no_soak_are_refused(tmp_path: Path, hours: str) -> None:
+    line = refused(bad(tmp_path, "--hours", hours, "--seed", "1"), tmp_path)
+    assert "--hours" in line
+
+
+def test_a_negative_seed_is_refused(tmp_path: Path) -> None:
+    line = refused(bad(tmp_path, "--hours", "1", "--seed", "-3"), tmp_path)
+    assert "--seed -3" in line
+
+
+def test_a_soak_while_another_holds_the_lock_is_refused(tmp_path: Path) -> None:
+    name = f"rig-soak-test-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as holder:
+        holder.bind("\0" + name)  # what a running soak holds
+        line = refused(bad(tmp_path, "--hours", "1", "--seed", "1",
+                           env=soak_env(tmp_path, lock=name)), tmp_path)
+    assert "another soak is running" in line
+
+
+def test_a_soak_whose_port_is_taken_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = refused(bad(tmp_path, "--hours", "1", "--seed", "1", "--dashboard-port",
+                           str(port)), tmp_path)
+    assert f"127.0.0.1:{port} is in use" in line
