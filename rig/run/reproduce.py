@@ -74,6 +74,9 @@ class Reproduction:
     #: `rig verify` compares figure by figure and event by event (`rig.submission.rederive`).
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)
     events: list[Event] = dataclasses.field(default_factory=list)
+    #: True when every sample of the trace is a finite number (none lost), as the pass over
+    #: it found; None when it could not tell (a caller that needs to know looks itself).
+    trace_finite: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -139,13 +142,14 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     spans = np.array([[w.start_sample, w.end_sample] for w in windows], dtype=np.int64)
     check_windows(trace.current, trace.voltage, spans, fs)
     # Every window, idle span and idle sub-span (and their ranges' shares, where the trace
-    # holds ranges) from one pass over the samples: `span_figures`.
+    # holds ranges) from one pass over the samples, which also tells whether any is lost.
     idle_spans = [(i.start_sample, i.end_sample) for i in idles]
     subs = [list(itertools.pairwise(int(k) for k in i.sub_span_edges)) for i in idles]
     every = np.array([*spans.tolist(), *idle_spans, *itertools.chain(*subs)],
                      dtype=np.int64).reshape(-1, 2)
-    dots, shares = span_figures(trace.current, trace.voltage, every, trace.current_range,
-                                trace.range_names)
+    found = span_figures(trace.current, trace.voltage, every, trace.current_range,
+                         trace.range_names, whole=True)
+    dots, shares = found.dots, found.shares
     energies = dots[: len(windows)] / fs
     powers = iter((dots[len(windows):] / (every[len(windows):, 1] - every[len(windows):, 0]))
                   .tolist())
@@ -188,7 +192,7 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
                         figures, off_edge, recomputed.get("uncertainty", {}), recomputed,
-                        events)
+                        events, trace_finite=found.finite)
 
 
 def _trace_file(run: Path, events: list[Event]) -> Path:

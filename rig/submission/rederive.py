@@ -449,8 +449,10 @@ def _lost_samples(r: _Run) -> Check:
     declared dropped at most, and none inside a window or the idle span."""
     assert r.trace is not None
     current = r.trace.current
-    # A sum is NaN or inf when any sample is (one pass, no mask); only then are they found.
-    clean = bool(np.isfinite(np.add.reduce(current))) if len(current) else True
+    # The re-derivation's pass over every sample said whether any is lost; else a sum is NaN
+    # or inf when any sample is (one pass, no mask). Only then are they found.
+    clean = (r.rep.trace_finite if r.rep is not None and r.rep.trace_finite is not None
+             else bool(np.isfinite(np.add.reduce(current))) if len(current) else True)
     bad = np.empty(0, np.int64) if clean else flatnonzero_sparse(~np.isfinite(current))
     dropped = sum(e.dropped for e in r.events if isinstance(e, TraceSaved))
     stated = r.summary.get("dropped_samples")

@@ -14,7 +14,8 @@ dotted there row by row (`_ROW` samples, one BLAS ddot each, no product array), 
 does in ~2.4x one float32 `np.dot`; the blocks of a call (all its spans) are then shared among up
 to `_THREADS` threads (numpy releases the GIL while it converts and dots): ~1.9x on two cores.
 Rows are short enough that OpenBLAS runs them on the calling thread, so nothing spins on a busy
-host: a thread that gets no CPU time just takes fewer blocks. Row sums add up pairwise and block
+host: a thread that gets no CPU time just takes fewer blocks, and one taken off its CPU halfway
+through a block is not waited for (its block is done again). Row sums add up pairwise and block
 sums exactly (`math.fsum`), so the result does not depend on how blocks were shared.
 (One `np.dot` over a long float64 span is no faster: OpenBLAS threads a ddot past 10 000
 samples, and on a busy host its threads wait for each other, ~10x slower.)
@@ -167,6 +168,7 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.nd
         tasks.extend((lo, min(lo + BLOCK, e)) for lo in range(s, e, BLOCK))
     first.append(len(tasks))
     sums = [0.0] * len(tasks)
+    done = [False] * len(tasks)
     claim = iter(range(len(tasks)))
     lock = threading.Lock()
 
@@ -177,6 +179,7 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.nd
             if k is None:
                 return
             sums[k] = block(*tasks[k])
+            done[k] = True
 
     helpers: list[Future[None]] = []
     if _THREADS > 1 and len(tasks) > 1 and int((spans[:, 1] - spans[:, 0]).sum()) >= _PARALLEL_MIN:
@@ -186,8 +189,12 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.nd
         work()
     finally:
         for f in helpers:
-            if not f.cancel():  # a helper that never started (pool busy) is not waited for
-                f.result()
+            f.cancel()  # a helper that never started (pool busy) is not waited for
+    # Nor one the host took off its CPU halfway through a block (a busy host: it may sleep for
+    # a whole time slice, ~10 blocks): its blocks are done here again instead. A block's sum
+    # is the same on any thread, so the helper's late write changes nothing.
+    for k in [k for k, finished in enumerate(done) if not finished]:
+        sums[k] = block(*tasks[k])
     return np.array([_total(sums[i:j]) for i, j in itertools.pairwise(first)])
 
 

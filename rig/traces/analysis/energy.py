@@ -71,58 +71,70 @@ def span_power(current: np.ndarray, voltage: np.ndarray, start: int, stop: int) 
     return _dot64(current[start:stop], voltage[start:stop]) / (stop - start)
 
 
+@dataclass(frozen=True, eq=False)
+class SpanFigures:
+    """What `span_figures` finds over a trace's spans."""
+
+    #: sum(current * voltage) over each span, in float64 (its energy times the sample rate).
+    dots: np.ndarray
+    #: Each span's range occupancy (`span_range_occupancy`); None without a range signal.
+    shares: list[dict[str, dict[str, float]]] | None
+    #: With `whole`: whether every sample's product came out finite, so that no current sample
+    #: is NaN or infinite (False: some product is not, or the pass was not one); else None.
+    finite: bool | None = None
+
+
 def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
-                 current_range: np.ndarray | None = None, range_names: Sequence[str] = ()
-                 ) -> tuple[np.ndarray, list[dict[str, dict[str, float]]] | None]:
+                 current_range: np.ndarray | None = None, range_names: Sequence[str] = (),
+                 *, whole: bool = False) -> SpanFigures:
     """For each [start, stop) row of `spans` (they may overlap or nest, as the idle span and
-    its sub-spans do): sum(current * voltage) over it in float64 (energy x sample rate), and
-    where a range signal is given, how it spreads over the ranges (`span_range_occupancy`;
-    None without one). What `span_dots` and `span_range_occupancies` give, in one pass.
+    its sub-spans do): sum(current * voltage) over it in float64, and where a range signal is
+    given, how it spreads over the ranges. What `span_dots` and `span_range_occupancies`
+    give, in one pass over the samples; `whole`: the samples outside every span are dotted
+    too, so that `finite` tells whether any sample is lost (NaN) without another pass.
 
     The spans are cut at every span boundary and range change into pieces, each piece dotted
     once (`span_dots`), and each span's figures added up from its pieces (`math.fsum`). A
     piece's current sum is its dot / v where the voltage is set (one value for every sample:
     rounding apart, the same), else a second pass (`span_sums`). Ranges changing every few
-    samples would make too many pieces: then the two are taken apart."""
+    samples would make too many pieces: then the two are taken apart (and `finite` is None)."""
     current = np.asarray(current)
     voltage = np.asarray(voltage)
     _check_signals(current, voltage, 1.0)
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    _check_spans(spans, len(current), "trace")
-    ranged = current_range is not None
-    if ranged:
-        assert current_range is not None
+    n = len(current)
+    _check_spans(spans, n, "trace")
+    if current_range is not None:
         current_range = np.asarray(current_range)
         _check_spans(spans, len(current_range), "range signal")
-    if not spans.size:
-        return np.zeros(0), ([] if ranged else None)
-    cuts = np.unique(spans)
-    if ranged and range_names:
-        assert current_range is not None
-        lo, hi = int(cuts[0]), int(cuts[-1])
+    cuts = np.unique(np.concatenate((spans.ravel(), [0, n] if whole else [])).astype(np.int64))
+    if current_range is not None and range_names and spans.size:
+        lo, hi = int(spans.min()), int(spans.max())
         cuts = np.union1d(cuts, change_points(current_range[lo:hi]) + lo)
     # A piece [cuts[k], cuts[k + 1]) lies wholly inside a span or wholly outside every one.
     depth = np.zeros(len(cuts), dtype=np.int64)
     np.add.at(depth, np.searchsorted(cuts, spans[:, 0]), 1)
     np.add.at(depth, np.searchsorted(cuts, spans[:, 1]), -1)
     inside = np.cumsum(depth)[:-1] > 0
-    pieces = np.column_stack((cuts[:-1], cuts[1:]))[inside]
-    if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):  # short runs
-        dots = span_dots(current, voltage, spans)
-        if not ranged:
-            return dots, None
-        assert current_range is not None
-        return dots, span_range_occupancies(current, current_range, range_names, spans)
-    piece_dots = span_dots(current, voltage, pieces)
+    pieces = np.column_stack((cuts[:-1], cuts[1:]))
+    if not whole:
+        pieces, inside = pieces[inside], inside[inside]
+    if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):
+        # Runs of one range too short to take one by one: each figure on its own.
+        return SpanFigures(span_dots(current, voltage, spans), None if current_range is None
+                           else span_range_occupancies(current, current_range, range_names,
+                                                       spans))
+    every_dot = span_dots(current, voltage, pieces)
+    finite = bool(np.isfinite(every_dot).all()) if whole else None
+    pieces, piece_dots = pieces[inside], every_dot[inside]
     first = np.searchsorted(pieces[:, 0], spans[:, 0])  # each span: pieces [first, last)
     last = np.searchsorted(pieces[:, 1], spans[:, 1], "right")
     dots = np.array([_exact_sum(piece_dots[i:j]) for i, j in zip(first, last, strict=True)])
-    if not ranged:
-        return dots, None
-    assert current_range is not None
+    if current_range is None:
+        return SpanFigures(dots, None, finite)
     if not range_names:
-        return dots, [{} for _ in range(len(spans))]
-    v = float(voltage[0]) if voltage.strides == (0,) else math.nan
+        return SpanFigures(dots, [{} for _ in range(len(spans))], finite)
+    v = float(voltage[0]) if voltage.strides == (0,) and n else math.nan
     piece_sums = (piece_dots / v if math.isfinite(v) and v != 0
                   else span_sums(current, pieces))
     width = len(range_names)
@@ -141,7 +153,7 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
         shares.append({str(name): {"samples": int(c), "mean_current_a": float(t) / int(c)}
                        for name, c, t in zip(range_names, counts.tolist(), sums.tolist(),
                                              strict=True) if c})
-    return dots, shares
+    return SpanFigures(dots, shares, finite)
 
 
 def _exact_sum(values: np.ndarray) -> float:
