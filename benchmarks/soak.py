@@ -16,7 +16,7 @@ What runs (everything on 127.0.0.1, started here, each process by its pid):
 - `rig dashboard`, with an HTTP client polling /api/state and holding /api/stream open (a page).
 
 Faults, at times drawn from numpy.random.default_rng(SEED), every kind at least once however
-short the soak (each round is a permutation of the kinds, the rounds spread over the soak):
+short the soak (each round is a permutation of the kinds, one every half hour, spread out):
 broker_restart (SIGKILL, restarted on its port), scheduler_restart (SIGKILL, restarted on its
 port, workers back, the sweep resumed), worker_kill (SIGKILL, restarted), serve_kill (SIGKILL of
 `rig serve` during a run, restarted), dut_unplug and monitor_unplug (SIGUSR2 / SIGUSR1 to the
@@ -39,7 +39,7 @@ operator's `status` command gets rig serve's reply again; the scheduler until th
 records a point; a worker until it has joined the scheduler again; the dashboard until the page
 reads /api/state again; an unplugged or stopped DUT or monitor until a run on that bench (its
 replug) completes; the full disk until a run started after it was freed completes. Resources:
-the first 10 % of the soak (at most 60 s) after each (re)start of a process is left out.
+the first 10 % of the soak (at most 5 min) after each (re)start of a process is left out.
 
 The runs volume is kept under a third full: runs read back (and analysed) lose their traces and
 move off it, the last two complete runs of each bench staying whole for the bundle. `--keep DIR`
@@ -235,11 +235,12 @@ class Fault:
 
 def draw_schedule(rng: Any, start_s: float, end_s: float, short: bool) -> list[Fault]:
     """Rounds of every kind of fault in an order drawn from `rng`, spread over [start, end):
-    one round for a short soak, about one fault every 90 s for a long one. A DUT stop waits out
-    its reply deadline: in the final 60 s it comes first of the faults injected into runs."""
+    one round every half hour (at least one), so that each kind comes about twice an hour. A
+    DUT stop waits out its reply deadline: in the final 60 s it comes first of the faults
+    injected into runs."""
     kinds = list(FAULT_KINDS)
     span = end_s - start_s
-    rounds = max(1, int(span // (len(kinds) * 90.0)))
+    rounds = max(1, round(span / 1800.0))
     slot = span / (rounds * len(kinds))
     faults: list[Fault] = []
     for r in range(rounds):
@@ -380,6 +381,8 @@ class Soak:
             d.mkdir()
         self.lava = (ROOT / ".venv-lava" / "bin" / "python").is_file()
         self.stop_load = threading.Event()
+        #: The load's time is up (set when the drain starts).
+        self.load_over = threading.Event()
         self.lock = threading.RLock()
         self.pids: set[int] = set()
         self.children: dict[str, Child] = {}
@@ -934,6 +937,7 @@ class Soak:
     def drain(self) -> None:
         """No more faults: the tracks end their runs, the sweep finishes its points."""
         self.say("load over: the tracks end their runs, the sweep finishes")
+        self.load_over.set()
         for track in self.tracks.values():
             track.stopping.set()
         grace = time.monotonic() + max(60.0, 0.05 * self.total_s)
@@ -1163,14 +1167,15 @@ class Soak:
 
     def audit_resources(self) -> dict[str, Any]:
         """Per long-lived role: each metric's mean over the second and the last third of the
-        soak (hours 2 and last for soaks of 3 h or more), the first 10 % of each incarnation's
-        life (its start-up) left out; flat when within 10 % (counts: or within one)."""
+        soak (hours 2 and last for soaks of 3 h or more), the first 10 % of the soak (at most
+        5 min) of each incarnation's life (its start-up) left out; flat when within 10 %
+        (counts: or within one)."""
         end = max((s[0] for s in self.samples), default=0.0)
         if self.hours >= 3:
             windows = ((3600.0, 7200.0), (end - 3600.0, end))
         else:
             windows = ((end / 3, 2 * end / 3), (2 * end / 3, end + 1e-9))
-        warmup = min(60.0, 0.1 * self.total_s)
+        warmup = min(300.0, 0.1 * self.total_s)
         started: dict[int, float] = {}
         for t, _, pid, *_ in self.samples:
             started.setdefault(pid, t)
@@ -1365,13 +1370,20 @@ class AscTrack(threading.Thread):
         self.soak.mark(fault, f"{fault.params['bench']} virtual bench (pid {vb.pid})")
         return True
 
-    def cont(self, fault: Fault) -> None:
-        """SIGCONT the stopped DUT (the run gave up on it: past its reply deadline)."""
+    def cont(self, fault: Fault, record: RunRecord) -> None:
+        """SIGCONT the stopped DUT (the run gave up on it: past its reply deadline). A run that
+        completed all the same needed its DUT no more: the stop did not bite, and is injected
+        again into a later run."""
         for pid in list(self.soak.stopped_pids):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
             self.soak.stopped_pids.discard(pid)
         fault.cleared_s = self.soak.now()
+        if record.folder is not None and _sweep_status(record.folder) == "complete":
+            self.soak.say(f"dut_stop on {fault.params['bench']}: its run completed all the same "
+                          "(the DUT was needed no more); stopped again in a later run")
+            fault.injected_s = fault.injected_wall = fault.cleared_s = None
+            record.faults.remove(fault.kind)
 
 
 class DirectTrack(AscTrack):
@@ -1405,7 +1417,7 @@ class DirectTrack(AscTrack):
             if popen.poll() is None:  # past its bound, or the soak is ending
                 stop_pid(popen, grace_s=30.0)
             if fault is not None and fault.kind == "dut_stop" and fault.injected:
-                self.cont(fault)
+                self.cont(fault, record)
         record.code = popen.returncode
         record.ended_s = soak.now()
         record.folder = record.folder or self.new_folder(device, before)
@@ -1460,7 +1472,7 @@ class ServeTrack(AscTrack):
                     record.faults.append(fault.kind)
             time.sleep(0.05)
         if fault is not None and fault.kind == "dut_stop" and fault.injected:
-            self.cont(fault)
+            self.cont(fault, record)
         record.ended_s = soak.now()
 
     def wait_idle(self, timeout: float) -> None:
@@ -1706,12 +1718,18 @@ def _point_times(folder: Path) -> list[float]:
 
 
 def _sweep_status(folder: Path | None) -> str:
+    """A run folder's status as the rig reads it (a sweep's: every point on disk for
+    `complete`)."""
     if folder is None:
         return "no folder"
-    from rig.qubo.sweep import read_sweep
+    from rig.qubo.sweep import is_sweep, read_sweep
+    from rig.run.store import load_run
 
     try:
-        return read_sweep(folder, check_running=False).status
+        run = load_run(folder)
+        if is_sweep(run.manifest):
+            return read_sweep(folder, check_running=False).status
+        return run.status
     except Exception as exc:
         return f"unreadable ({type(exc).__name__}: {exc})"
 
@@ -1767,13 +1785,13 @@ def explain(soak: Soak, record: RunRecord, notes: str) -> str:
     for f in soak.faults:
         if not f.injected or f.kind not in EXPLAINS:
             continue
-        end = f.cleared_s if f.cleared_s is not None else f.injected_s + 1.0  # type: ignore[operator]
+        end = f.cleared_s if f.cleared_s is not None else math.inf  # still going
         overlaps = f.injected_s <= hi and end >= lo  # type: ignore[operator]
         own = f.kind in record.faults or RUN_FAULTS.get(f.kind) is None
         if overlaps and own and EXPLAINS[f.kind].search(text):
             return f.kind
-    if record.status == "interrupted" and soak.stop_load.is_set():
-        return "soak_end"
+    if record.status == "interrupted" and soak.load_over.is_set():
+        return "soak_end"  # a run past the end's grace, stopped (SIGTERM) by the soak
     return ""
 
 
@@ -1870,7 +1888,8 @@ def main(argv: list[str] | None = None) -> int:
             audit = {}
         finally:
             if soak is not None:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop is not cut short
+                for signum in (signal.SIGINT, signal.SIGTERM):  # the stop is not cut short
+                    signal.signal(signum, signal.SIG_IGN)
                 try:
                     leftovers = soak.cleanup()
                 finally:

@@ -138,6 +138,8 @@ class Broker:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
+        if proc.stderr is not None:  # a broker killed every few minutes: no pipe left open
+            proc.stderr.close()
 
     def restart(self) -> None:
         self.stop()
