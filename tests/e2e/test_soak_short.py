@@ -111,3 +111,44 @@ def test_a_soak_whose_port_is_taken_is_refused(tmp_path: Path) -> None:
         line = refused(bad(tmp_path, "--hours", "1", "--seed", "1", "--dashboard-port",
                            str(port)), tmp_path)
     assert f"127.0.0.1:{port} is in use" in line
+
+
+def soak_module():
+    """benchmarks/soak.py as a module (it is a script, not a package)."""
+    import importlib.util
+
+    name = "benchmarks_soak"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "soak.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("hours", [0.02, 0.1, 1.0, 8.0])
+def test_the_schedule_has_every_fault_and_depends_on_the_seed_only(hours: float) -> None:
+    import numpy as np
+
+    soak = soak_module()
+    total = hours * 3600
+    start, end = max(8.0, 0.04 * total), total - max(8.0, min(300.0, 0.08 * total))
+    for seed in range(20):
+        faults = soak.draw_schedule(np.random.default_rng(seed), start, end, hours < 0.1)
+        kinds = [f.kind for f in faults]
+        assert set(kinds) == set(FAULT_KINDS)
+        rounds = len(kinds) // len(FAULT_KINDS)
+        assert all(kinds.count(k) == rounds for k in FAULT_KINDS)
+        assert rounds == max(1, round((end - start) / 1800))
+        times = [f.due_s for f in faults]
+        assert times == sorted(times) and start <= times[0] and times[-1] < end
+        # A DUT stop waits out its reply deadline: in the last minute it comes first of the
+        # last round's faults injected into runs.
+        last = [f for f in faults[-len(FAULT_KINDS):] if f.kind in soak.RUN_FAULTS]
+        stop = next(f for f in last if f.kind == "dut_stop")
+        assert stop.due_s <= end - 60 or last[0] is stop
+        again = soak.draw_schedule(np.random.default_rng(seed), start, end, hours < 0.1)
+        assert [(f.kind, f.due_s, f.params) for f in again] == \
+            [(f.kind, f.due_s, f.params) for f in faults]
