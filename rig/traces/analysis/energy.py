@@ -79,8 +79,9 @@ class SpanFigures:
     dots: np.ndarray
     #: Each span's range occupancy (`span_range_occupancy`); None without a range signal.
     shares: list[dict[str, dict[str, float]]] | None
-    #: With `whole`: whether every sample's product came out finite, so that no current sample
-    #: is NaN or infinite (False: some product is not, or the pass was not one); else None.
+    #: With `whole`: whether every sample's product came out finite, which no NaN or infinite
+    #: current sample lets happen (False: one did not, whatever made it). None when not looked
+    #: at (no `whole`, or the figures were taken one by one).
     finite: bool | None = None
 
 
@@ -207,7 +208,7 @@ def span_range_occupancies(current: np.ndarray, current_range: np.ndarray,
         run_sums = span_sums(current, runs_all)  # long runs: one threaded call for them all
         sums = np.split(run_sums, np.cumsum([len(r) for r in runs])[:-1])
     else:
-        sums = [_run_sums(current, current_range, r) for r in runs]
+        sums = [_run_sums(current, r) for r in runs]
     out: list[dict[str, dict[str, float]]] = []
     done = iter(zip(runs, sums, strict=True))
     for (a, b), column, ok in zip(spans.tolist(), columns, known, strict=True):
@@ -225,7 +226,7 @@ def span_range_occupancies(current: np.ndarray, current_range: np.ndarray,
     return out
 
 
-def _run_sums(current: np.ndarray, ranges: np.ndarray, runs: np.ndarray) -> np.ndarray:
+def _run_sums(current: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """The float64 current sum of each [start, stop) row of `runs` (consecutive runs of one
     range each), block by block: one reduceat per block over its pieces of runs."""
     starts = runs[:, 0]
