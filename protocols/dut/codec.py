@@ -745,12 +745,17 @@ _PROMPT = "m-ready"
 
 
 def _near_prompt(line: str) -> bool:
-    """Whether `line` is ``m-ready`` with one byte corrupted: one character changed (a flipped
-    bit; invalid UTF-8 decodes as one U+FFFD), or one more character after it (its CR flipped
-    into a printable byte)."""
+    """Whether `line` is ``m-ready`` with one or two bytes corrupted: up to two characters
+    changed (a flipped bit each; invalid UTF-8 decodes as one U+FFFD), or one more character
+    after it (its CR flipped into a printable byte) and at most one changed. No other protocol
+    line is within two characters of it."""
     if len(line) == len(_PROMPT):
-        return sum(a != b for a, b in zip(line, _PROMPT, strict=True)) == 1
-    return len(line) == len(_PROMPT) + 1 and line.startswith(_PROMPT)
+        return 1 <= _differ(line, _PROMPT) <= 2
+    return len(line) == len(_PROMPT) + 1 and _differ(line[:-1], _PROMPT) <= 1
+
+
+def _differ(a: str, b: str) -> int:
+    return sum(x != y for x, y in zip(a, b, strict=True))
 
 
 def _parse_plain(line: str) -> DutEvent:
@@ -761,8 +766,9 @@ def _parse_plain(line: str) -> DutEvent:
     return Unparsed(line)
 
 
-#: The bytes one flipped bit makes of a line feed.
+#: The bytes one flipped bit makes of a line feed, and of a CR.
 _LF_FLIPS = bytes(0x0A ^ (1 << k) for k in range(8))
+_CR_FLIPS = bytes(0x0D ^ (1 << k) for k in range(8))
 #: Where a line ends: a line feed, or a CR followed by a line feed that one bit flip made into
 #: another byte (that byte is dropped).
 _LINE_END = re.compile(rb"\n|\r[" + re.escape(_LF_FLIPS) + rb"]")
@@ -817,6 +823,12 @@ class DutDecoder:
             line = raw.decode("utf-8", errors="replace").strip()
             if line:
                 events.append(parse_line(line))
+        if (len(self._partial) == len(_PROMPT) + 2 and self._partial.startswith(b"m-ready")
+                and self._partial[-2] in _CR_FLIPS and self._partial[-1] in _LF_FLIPS):
+            # The prompt with both bytes of its line end hit: nothing follows a prompt until
+            # the next command, so this line would end only with the next reply's first one.
+            self._partial.clear()
+            events.append(Ready(garbled=True))
         return events
 
     def reset(self) -> None:

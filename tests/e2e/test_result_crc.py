@@ -1,12 +1,12 @@
 """Results the DUT did not send are never accepted (issue 22.5).
 
 The real host-built C shim serves the virtual bench; a relay (`NoisyResultLine`) between its
-pty and the rig's flips one bit in 2% of the bytes of every result line, seeded. An accuracy
+pty and the rig's flips one bit in 3% of the bytes of every result line, seeded. An accuracy
 pass of 152 samples then runs through the CLI. Every score vector the rig accepted is compared
 with the one the DUT sent: none may differ. A sample whose result stays corrupted after the
 re-asks (`ASK_AGAIN` of them) is failed by name, the others are kept, and the run says its
-results were CRC-checked. (Issue 22.5's 0.4% has corrupted a result four times in a row only
-rarely since issue 39 raised the re-asks from one to three: 2% exercises that path.)
+results were CRC-checked. (Issue 22.5's 0.4% corrupts a result nine times in a row almost never
+since issue 39 raised the re-asks from one to eight: 3% exercises that path.)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 #: 4 classes x 38 = 152 test samples.
 SAMPLES_PER_CLASS = 38
-RATE = 0.02
+RATE = 0.03
 SEED = 22
 
 
@@ -89,7 +89,7 @@ def test_every_sample_is_classified_or_failed_by_name(noisy_run) -> None:
     # a corrupted line was re-asked: most samples hit once are classified all the same
     recovered = [i for i in classified if line.hit[i]]
     assert len(recovered) >= 5
-    assert failed  # this rate corrupts some results four times in a row: the path is exercised
+    assert failed  # this rate corrupts some results nine times in a row: the path is exercised
     manifest = json.loads((run / "manifest.json").read_text())
     summary = manifest["summary"]
     assert summary["samples"] == len(classified)
