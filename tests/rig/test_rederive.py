@@ -684,12 +684,26 @@ def test_a_qubo_cost_edited_fails_by_name(sweep_copy: Path) -> None:
 
 
 def test_a_qubo_point_past_its_timeout_fails_by_name(sweep_copy: Path) -> None:
-    edit_point(sweep_copy, 0, lambda r: r.update(elapsed_s=3 * TIMEOUT,
+    """A longer solve passed off as one of this timeout: it ran, on its CPU, past it."""
+    edit_point(sweep_copy, 0, lambda r: r.update(elapsed_s=3 * TIMEOUT, solver_cpu_s=3 * TIMEOUT,
                                                  energy_j=POWER_W * 3 * TIMEOUT))
     checks = by_item(qubo_checks(sweep_copy))
     assert failed(list(checks.values())) == {rederive.QUBO_TIMEOUT}
     assert "elapsed_s 0.30000000000000004 > timeout 0.1 s + 0.006 s" in checks[
         rederive.QUBO_TIMEOUT].detail
+
+
+def test_a_solve_the_host_kept_off_its_cpu_may_end_past_the_timeout(sweep_copy: Path) -> None:
+    """Wall time past the timeout that the SUT's own CPU count says it spent waiting (a busy
+    host): allowed on top of the last slice; the same overrun on the CPU is not."""
+    edit_point(sweep_copy, 0, lambda r: r.update(elapsed_s=1.5 * TIMEOUT,
+                                                 solver_cpu_s=TIMEOUT,
+                                                 energy_j=POWER_W * 1.5 * TIMEOUT))
+    assert rederive.QUBO_TIMEOUT not in failed(qubo_checks(sweep_copy))
+    edit_point(sweep_copy, 0, lambda r: r.update(solver_cpu_s=1.2 * TIMEOUT))
+    checks = by_item(qubo_checks(sweep_copy))
+    assert checks[rederive.QUBO_TIMEOUT].ok is False
+    assert "off the CPU (elapsed_s - solver_cpu_s)" in checks[rederive.QUBO_TIMEOUT].detail
 
 
 def test_a_qubo_cost_found_after_the_timeout_fails(sweep_copy: Path) -> None:
