@@ -41,6 +41,8 @@ class Event:
         if cls is None:
             return UnknownEvent(record=record)
         names = _field_names(cls)
+        if names.issuperset(data):  # the usual record: every key a field, nothing to drop
+            return cls(**data)
         return cls(**{k: v for k, v in data.items() if k in names})
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from numbers import Real
 from typing import Any
 
@@ -38,6 +39,10 @@ def first_non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
     return None
 
 
+#: The whitespace JSON allows around a value (`json.decoder.WHITESPACE`).
+_JSON_WHITESPACE = " \t\n\r"
+
+
 class NonFiniteWatch:
     """JSON parsing (`loads`, as `json.loads` parses text) that notes in `seen` whether any
     number it read was NaN or infinite: json hands every float and every NaN / Infinity
@@ -47,6 +52,11 @@ class NonFiniteWatch:
     def __init__(self) -> None:
         self.seen = False
         self._decoder = json.JSONDecoder(parse_float=self._float, parse_constant=self._constant)
+        #: The decoder's value scanner: `loads` calls it directly on a text that is one value
+        #: and nothing else (an events.jsonl line), as `JSONDecoder.decode` would, without its
+        #: two whitespace matches and its Python frames per text.
+        self._scan: Callable[[str, int], tuple[Any, int]] = (
+            self._decoder.scan_once)  # type: ignore[attr-defined]
 
     def _float(self, text: str) -> float:
         number = float(text)  # what json makes of it by default
@@ -62,6 +72,19 @@ class NonFiniteWatch:
         """`json.loads(text)` (JSONDecodeError alike)."""
         if text.startswith("\ufeff"):  # as json.loads refuses it
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        try:
+            # What `decode` does when the value starts at 0 (no whitespace before it): the
+            # same scan, the same hooks called on the same numbers.
+            value, end = self._scan(text, 0)
+        except (StopIteration, json.JSONDecodeError):
+            pass  # whitespace first, or not JSON: `decode` says which, as json.loads would
+        else:
+            # Nothing after it but JSON's whitespace (a file's last newline): `decode`'s value.
+            if end == len(text) or not text[end:].strip(_JSON_WHITESPACE):
+                return value
+        # Text after the value (`decode` raises "Extra data"), or whitespace before it: the
+        # same value scanned again (the hooks see the same numbers: `seen` is unchanged), or
+        # the same error.
         return self._decoder.decode(text)
 
 

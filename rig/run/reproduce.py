@@ -183,12 +183,15 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
         diff = relative_difference(float(a), float(b))
         figures.append(FigureCheck(name, float(a), float(b), diff, diff <= TOLERANCE))
 
-    boundaries = np.unique(np.concatenate([
+    boundaries = np.concatenate([
         spans.ravel(), np.array([s for i in idles for s in (i.start_sample, i.end_sample)],
-                                dtype=np.int64)]))
+                                dtype=np.int64)]).tolist()
     if edges is None:
         edges = falling_edges(trace.gpio)
-    off_edge = boundaries[~np.isin(boundaries, edges)].tolist()
+    # A few dozen boundaries against a few hundred edges: Python sets (numpy's unique and
+    # isin cost more than the work on so few values); ascending, each once, as np.unique.
+    on_edge = set(edges.tolist())
+    off_edge = [s for s in sorted(set(boundaries)) if s not in on_edge]
     simulated = trace.simulated or run_simulated(record)  # the trace's or the run's word
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
                         figures, off_edge, recomputed.get("uncertainty", {}), recomputed,
