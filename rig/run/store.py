@@ -16,14 +16,18 @@ still written if they can be, so the folder keeps everything that reached the di
 back as incomplete when even `run_finished` could not be written. A run folder keeps some room
 (`.reserve`, preallocated) until its run ends and gives it back at the first write that fails:
 a disk another program filled to the last block still takes the run's end, naming the disk.
+events.jsonl keeps room allocated past its own end too, which nothing else can take: its last
+lines, run_finished among them, reach a disk that another program keeps full.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import datetime as dt
 import errno
+import functools
 import json
 import os
 import platform
@@ -74,6 +78,11 @@ TRACES = "traces"
 #: ledger entry) then fits on a disk another program filled to the last block.
 RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
+#: Room kept allocated past the end of events.jsonl, the file's size unchanged, so that only its
+#: own appends use it: the run's last lines, run_finished among them, reach it even on a disk
+#: another program keeps full, taking the room the folder gave back (Linux: fallocate with
+#: FALLOC_FL_KEEP_SIZE; released when the run ends).
+EVENTS_ROOM = 256 << 10
 
 #: Status of a run whose process ended without writing `run_finished` (killed, crashed, power cut).
 INCOMPLETE = "incomplete"
@@ -132,6 +141,7 @@ class RunStore:
         self.path = path
         self.manifest: dict[str, Any] = {}
         self._events = open(path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        _room_past_end(self._events.fileno())
         #: The room kept for the run's end (None: the disk had not that much left).
         self._reserve = _keep_room(path / RESERVE)
         #: An events.jsonl line may be torn (a write failed): the next one starts a line.
@@ -205,6 +215,7 @@ class RunStore:
         self._events.flush()
         os.fsync(self._events.fileno())
         self._torn = False
+        _room_past_end(self._events.fileno())  # what this line used, allocated again
         if isinstance(event, RunStarted):
             self.manifest = {
                 "run_id": event.run_id,
@@ -300,7 +311,40 @@ class RunStore:
         self._give_room_back()
         if not self._events.closed:
             with contextlib.suppress(OSError):
+                self._events.flush()
+            _room_past_end(self._events.fileno(), release=True)
+            with contextlib.suppress(OSError):
                 self._events.close()
+
+
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 1, 2
+
+
+@functools.cache
+def _fallocate() -> Any:
+    """libc's fallocate(2) (Linux), or None."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    function.restype = ctypes.c_int
+    return function
+
+
+def _room_past_end(fd: int, *, release: bool = False) -> None:
+    """Keep `EVENTS_ROOM` bytes allocated past the end of the file `fd`, its size unchanged
+    (`release`: free them). Best effort: a full disk, or a system without fallocate, keeps what
+    it can."""
+    fallocate = _fallocate()
+    if fallocate is None:
+        return
+    with contextlib.suppress(OSError):
+        size = os.fstat(fd).st_size
+        mode = _FALLOC_FL_KEEP_SIZE | (_FALLOC_FL_PUNCH_HOLE if release else 0)
+        fallocate(fd, mode, size, EVENTS_ROOM)
+        if release:  # ext4 punches no hole past the end, its truncation frees those blocks
+            os.ftruncate(fd, size)
 
 
 def _keep_room(path: Path) -> Path | None:

@@ -8,6 +8,10 @@ process was killed does, with nothing saying the disk was full.
 
 The disk is a real 8 MiB tmpfs mounted in a user namespace (the kernel's own ENOSPC); the run is
 a `RunStore` fed the events a run publishes, in a Python process inside that namespace.
+
+A program that keeps writing takes the room the folder gave back, too (the 1-hour soak: the
+run's last line was cut at 16 KiB): events.jsonl keeps room allocated past its end, which only
+its own appends use, so that run_finished is on disk whatever else fills it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 #: Inside the namespace: a run starts, another writer fills the disk, the next manifest write
-#: fails (StorageError), the run ends as the runner ends it; then the folder is read back.
+#: fails (StorageError), the run ends as the runner ends it; then the folder is read back. With
+#: "greedy" the writer takes what the run gave back before the run's end is written.
 PROGRAM = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
@@ -32,43 +37,54 @@ PROGRAM = textwrap.dedent("""
     from rig.run.events import InstrumentInfo, RunFinished, RunStarted
     from rig.run.store import RunStore, load_run
 
-    disk = Path(sys.argv[1])
+    disk, greedy = Path(sys.argv[1]), sys.argv[2] == "greedy"
+
+    def fill(name):  # another program takes every block left
+        fd = os.open(disk / name, os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, bytes(4096)):
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+
     store = RunStore.create(disk / "runs", "asc", "sim")
     store(RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True))
-    fd = os.open(disk / "ballast", os.O_WRONLY | os.O_CREAT)  # another program takes
-    try:                                                       # every block left
-        while os.write(fd, bytes(4096)):
-            pass
-    except OSError:
-        pass
-    os.close(fd)
+    fill("ballast")
     error = None
     try:
         store(InstrumentInfo(role="dut", info={"name": "x" * 20000}))
     except StorageError as exc:
         error = str(exc)
-    store(RunFinished(status="failed", summary={}, error=error))
+    if greedy:
+        fill("ballast2")
+    store(RunFinished(status="failed", summary={"note": "y" * 30000}, error=error))
     run = load_run(store.path)
     print(json.dumps({"raised": error, "status": run.status,
+                      "finished_error": run.finished.error if run.finished else None,
                       "manifest": run.manifest.get("status"),
                       "manifest_error": run.manifest.get("error"),
                       "files": sorted(p.name for p in store.path.iterdir())}))
 """)
 
 
-def test_the_end_of_a_run_reaches_a_disk_another_program_filled(tmp_path: Path) -> None:
+def run_on_a_small_disk(tmp_path: Path, how: str) -> dict:
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1) to mount a small disk")
     disk = tmp_path / "disk"
     disk.mkdir()
     script = 'mount -t tmpfs -o size=8m rigtest "$0" || exit 99; exec "$@"'
     done = subprocess.run(["unshare", "-Urm", "sh", "-c", script, str(disk), sys.executable,
-                           "-c", PROGRAM, str(disk)], cwd=REPO, capture_output=True,
+                           "-c", PROGRAM, str(disk), how], cwd=REPO, capture_output=True,
                           text=True, timeout=120, check=False)
     if done.returncode == 99:
         pytest.skip(f"cannot mount a tmpfs in a user namespace: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_end_of_a_run_reaches_a_disk_another_program_filled(tmp_path: Path) -> None:
+    out = run_on_a_small_disk(tmp_path, "once")
     assert out["raised"] and "the disk is full" in out["raised"]
     # The folder says how the run ended, in both files, naming the disk.
     assert out["status"] == "failed"
@@ -77,3 +93,12 @@ def test_the_end_of_a_run_reaches_a_disk_another_program_filled(tmp_path: Path) 
     # No debris: no half-written manifest, no room kept for the end once the run ended.
     assert out["files"] == ["events.jsonl", "manifest.json", "results.csv", "results.parquet",
                             "traces"]
+
+
+def test_the_end_of_a_run_reaches_a_disk_another_program_keeps_full(tmp_path: Path) -> None:
+    out = run_on_a_small_disk(tmp_path, "greedy")
+    assert out["raised"] and "the disk is full" in out["raised"]
+    # events.jsonl says how the run ended (the manifest may not have found room again)
+    assert out["status"] == "failed"
+    assert "the disk is full" in (out["finished_error"] or "")
+    assert "manifest.json.tmp" not in out["files"]
