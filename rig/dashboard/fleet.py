@@ -214,8 +214,8 @@ class Fleet:
              now: float) -> list[dict[str, Any]]:
         """Fold one message; the updates it makes (none if it was dropped)."""
         where = topics.split(topic)
-        if where is not None and where[1] in (["cmd"], ["cmd", "reply"]):
-            return []  # the command channel: known, not shown
+        if where is not None and where[1] in (["cmd"], ["cmd", "reply"], ["ledger"]):
+            return []  # the command channel and the ledger's head: known, not shown
         if where is not None and (len(where[0]) > MAX_RIG_NAME or not where[0]):
             self.board.dropped["unknown topic"] += 1
             return []

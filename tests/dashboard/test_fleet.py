@@ -169,6 +169,16 @@ def test_the_command_channel_is_neither_shown_nor_counted():
     assert f.dropped == {} and f.snapshot()["rigs"] == []
 
 
+def test_the_ledger_head_is_neither_shown_nor_counted():
+    """A rig's retained ledger head (neurobench/<rig>/ledger) is ours: not a bad message."""
+    f = Fleet()
+    head = b'{"seq": 3, "digest": "' + b"a" * 64 + b'", "run": "r"}'
+    assert f.take("neurobench/rig-a/ledger", head, retained=True, now=1.0) == []
+    assert f.dropped == {} and f.snapshot()["rigs"] == []
+    f.take("neurobench/rig-a/ledgers", b"{}", now=1.0)  # not the ledger: still unknown
+    assert f.dropped == {"unknown topic": 1}
+
+
 def test_a_rig_name_with_markup_is_kept_as_data():
     """Escaping is the page's job (it sets text, never markup); the fold keeps the name as is
     so the page can show it as text."""

@@ -126,7 +126,7 @@ def test_the_wheel_installed_in_a_fresh_venv_measures_analyzes_and_reports(
     out = run(["rig", "measure", "asc", "--device", "sim"], lab, env)
     assert f"note: bench 'sim' found in 2 places; using {lab / 'benches' / 'sim.toml'} (lab)" \
         in out
-    (folder,) = (lab / "runs").iterdir()
+    (folder,) = [p for p in (lab / "runs").iterdir() if p.is_dir()]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["status"] == "complete"
     assert manifest["software"]["neurobench-rig"] == version
