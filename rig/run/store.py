@@ -146,6 +146,8 @@ class RunStore:
         self._reserve = _keep_room(path / RESERVE)
         #: An events.jsonl line may be torn (a write failed): the next one starts a line.
         self._torn = False
+        #: The folder was removed: not even the run's first line reached the disk.
+        self.removed = False
         self._rows: list[dict[str, Any]] = []
         #: The first write that failed (then raised once; later failures pass quietly).
         self.error: StorageError | None = None
@@ -180,7 +182,7 @@ class RunStore:
         return self.path / TRACES
 
     def __call__(self, event: Event) -> None:
-        if event.transient:  # a display stream (live power): the trace file has the samples
+        if event.transient or self.removed:  # a display stream (the trace has the samples)
             return
         if isinstance(event, RunFinished):
             self._give_room_back()  # for the end's files (and not among its digests)
@@ -199,6 +201,14 @@ class RunStore:
         self._give_room_back()  # the run ends now: its end must fit
         if self.error is not None:
             return
+        if self._nothing_on_disk():
+            self._remove()
+            self.error = StorageError(
+                f"{write_failure(exc)}: cannot start the run folder {self.path}: nothing of it "
+                "reached the disk, so it was removed",
+                hint="free space on that disk or write the runs to another one",
+            )
+            raise self.error from exc
         self.error = StorageError(
             f"{write_failure(exc)}: cannot write {self._writing} in the run folder "
             f"{self.path}",
@@ -290,6 +300,27 @@ class RunStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()  # no half-written copy left beside the manifest
             raise
+
+    def _nothing_on_disk(self) -> bool:
+        """Whether not one line of the run reached events.jsonl (and no manifest exists)."""
+        try:
+            return (os.stat(self.path / EVENTS).st_size == 0
+                    and not (self.path / MANIFEST).exists())
+        except OSError:
+            return False
+
+    def _remove(self) -> None:
+        """Remove the folder of a run none of which reached the disk: empty, nothing could read
+        it back (a sweep's resume refused it); the user starts again once there is room."""
+        with contextlib.suppress(OSError, ValueError):
+            self._events.close()  # its buffered line cannot be written: dropped
+        for name in (EVENTS, MANIFEST + ".tmp", RESERVE):
+            with contextlib.suppress(OSError):
+                (self.path / name).unlink()
+        with contextlib.suppress(OSError):
+            (self.path / TRACES).rmdir()
+            self.path.rmdir()
+        self.removed = True
 
     def _give_room_back(self) -> None:
         """Free the room kept for the run's end (safe to call twice)."""

@@ -37,7 +37,7 @@ PROGRAM = textwrap.dedent("""
     from rig.run.events import InstrumentInfo, RunFinished, RunStarted
     from rig.run.store import RunStore, load_run
 
-    disk, greedy = Path(sys.argv[1]), sys.argv[2] == "greedy"
+    disk, how = Path(sys.argv[1]), sys.argv[2]
 
     def fill(name):  # another program takes every block left
         fd = os.open(disk / name, os.O_WRONLY | os.O_CREAT)
@@ -48,6 +48,16 @@ PROGRAM = textwrap.dedent("""
             pass
         os.close(fd)
 
+    if how == "full-at-start":  # nothing of the run fits: not even its first line
+        (disk / "runs").mkdir()
+        fill("ballast")
+        store = RunStore.create(disk / "runs", "asc", "sim")
+        try:
+            store(RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True))
+        except StorageError as exc:
+            print(json.dumps({"raised": str(exc),
+                              "left": sorted(p.name for p in (disk / "runs").iterdir())}))
+        raise SystemExit(0)
     store = RunStore.create(disk / "runs", "asc", "sim")
     store(RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True))
     fill("ballast")
@@ -56,7 +66,7 @@ PROGRAM = textwrap.dedent("""
         store(InstrumentInfo(role="dut", info={"name": "x" * 20000}))
     except StorageError as exc:
         error = str(exc)
-    if greedy:
+    if how == "greedy":
         fill("ballast2")
     store(RunFinished(status="failed", summary={"note": "y" * 30000}, error=error))
     run = load_run(store.path)
@@ -102,3 +112,12 @@ def test_the_end_of_a_run_reaches_a_disk_another_program_keeps_full(tmp_path: Pa
     assert out["status"] == "failed"
     assert "the disk is full" in (out["finished_error"] or "")
     assert "manifest.json.tmp" not in out["files"]
+
+
+def test_a_run_none_of_which_fits_leaves_no_folder(tmp_path: Path) -> None:
+    """Its first line did not fit either: an empty folder that nothing can read or resume (a
+    sweep's `rig sweep resume` refused it, 'holds no sweep run_started') is removed."""
+    out = run_on_a_small_disk(tmp_path, "full-at-start")
+    assert "the disk is full" in out["raised"]
+    assert "nothing of it reached the disk" in out["raised"]
+    assert out["left"] == []
