@@ -189,23 +189,25 @@ class RunStore:
         try:
             self._record(event)
         except OSError as exc:
-            self.failed(exc)
+            self.failed(exc, starting=isinstance(event, RunStarted))
         finally:
             if isinstance(event, RunFinished):
                 self.close()
 
-    def failed(self, exc: OSError) -> None:
+    def failed(self, exc: OSError, *, starting: bool = False) -> None:
         """A write that failed (`exc`): the first raises `StorageError` naming the file, which
         ends the run, and gives back the room kept for the run's end; later ones pass quietly
-        (the run is ending: what still fits is kept). Subclasses' own writes come here too."""
+        (the run is ending: what still fits is kept). Subclasses' own writes come here too.
+        A run that could not start (`starting`: recording its run_started; or not one line of
+        it on disk) leaves no folder."""
         self._give_room_back()  # the run ends now: its end must fit
         if self.error is not None:
             return
-        if self._nothing_on_disk():
+        if starting or self._nothing_on_disk():
             self._remove()
             self.error = StorageError(
-                f"{write_failure(exc)}: cannot start the run folder {self.path}: nothing of it "
-                "reached the disk, so it was removed",
+                f"{write_failure(exc)}: cannot start the run folder {self.path} (cannot write "
+                f"{self._writing}): the run did not start, and its folder was removed",
                 hint="free space on that disk or write the runs to another one",
             )
             raise self.error from exc
@@ -310,11 +312,12 @@ class RunStore:
             return False
 
     def _remove(self) -> None:
-        """Remove the folder of a run none of which reached the disk: empty, nothing could read
-        it back (a sweep's resume refused it); the user starts again once there is room."""
+        """Remove the folder of a run that could not start: nothing could read it back (a
+        sweep's resume refused it, an ASC run read back as incomplete with no error); the user
+        starts again once there is room."""
         with contextlib.suppress(OSError, ValueError):
             self._events.close()  # its buffered line cannot be written: dropped
-        for name in (EVENTS, MANIFEST + ".tmp", RESERVE):
+        for name in (EVENTS, MANIFEST, MANIFEST + ".tmp", RESERVE):
             with contextlib.suppress(OSError):
                 (self.path / name).unlink()
         with contextlib.suppress(OSError):

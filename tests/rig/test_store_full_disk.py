@@ -48,10 +48,13 @@ PROGRAM = textwrap.dedent("""
             pass
         os.close(fd)
 
-    if how == "full-at-start":  # nothing of the run fits: not even its first line
+    if how in ("full-before", "full-at-start"):  # the run cannot start
         (disk / "runs").mkdir()
-        fill("ballast")
+        if how == "full-before":  # not even its first line fits
+            fill("ballast")
         store = RunStore.create(disk / "runs", "asc", "sim")
+        if how == "full-at-start":  # its first line fits (events.jsonl's room), its manifest not
+            fill("ballast")
         try:
             store(RunStarted(run_id="r1", procedure="asc", device="sim", simulated=True))
         except StorageError as exc:
@@ -114,10 +117,12 @@ def test_the_end_of_a_run_reaches_a_disk_another_program_keeps_full(tmp_path: Pa
     assert "manifest.json.tmp" not in out["files"]
 
 
-def test_a_run_none_of_which_fits_leaves_no_folder(tmp_path: Path) -> None:
-    """Its first line did not fit either: an empty folder that nothing can read or resume (a
-    sweep's `rig sweep resume` refused it, 'holds no sweep run_started') is removed."""
-    out = run_on_a_small_disk(tmp_path, "full-at-start")
+@pytest.mark.parametrize("how", ["full-before", "full-at-start"])
+def test_a_run_that_cannot_start_leaves_no_folder(tmp_path: Path, how: str) -> None:
+    """The run's start (its run_started line and its first manifest) did not reach the disk:
+    a folder that nothing can read or resume (a sweep's `rig sweep resume` refused it, 'holds
+    no sweep run_started'; an ASC run's read back as incomplete, with no error) is removed."""
+    out = run_on_a_small_disk(tmp_path, how)
     assert "the disk is full" in out["raised"]
-    assert "nothing of it reached the disk" in out["raised"]
+    assert "cannot start the run folder" in out["raised"]
     assert out["left"] == []
