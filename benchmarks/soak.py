@@ -248,12 +248,13 @@ def draw_schedule(rng: Any, start_s: float, end_s: float, short: bool) -> list[F
         for i, kind in enumerate(order):
             at = start_s + (r * len(kinds) + i + float(rng.uniform(0.1, 0.6))) * slot
             faults.append(Fault(kind, round(at, 2), _params(rng, kind, short)))
-    # The DUT stop last on its track near the end would run past the soak: swap it with the
-    # earliest other direct-track fault of its round.
+    # A DUT stop late in the soak would run past it (it waits out a 30 s deadline): in a short
+    # soak, and in the last minute of a long one, it is the first of its round's faults
+    # injected into runs (their kinds and parameters swapped).
     last_round = faults[-len(kinds):]
     stop = next(f for f in last_round if f.kind == "dut_stop")
     in_runs = [f for f in last_round if f.kind in RUN_FAULTS]
-    if stop is not in_runs[0] and end_s - stop.due_s < 60.0:
+    if stop is not in_runs[0] and (short or end_s - stop.due_s < 60.0):
         first = in_runs[0]
         first.kind, stop.kind = stop.kind, first.kind
         first.params, stop.params = stop.params, first.params
@@ -280,8 +281,8 @@ def _params(rng: Any, kind: str, short: bool) -> dict[str, Any]:
         return {"bench": UNPLUGGABLE[int(rng.integers(len(UNPLUGGABLE)))],
                 "after_runs": int(rng.integers(1, 3))}
     bench = BENCHES[int(rng.integers(len(BENCHES)))][0]
-    if kind == "dut_stop":  # in the timed runs (a 30 s deadline) or the accuracy pass
-        return {"bench": bench, "at": "accuracy" if short or rng.uniform() < 0.5 else "runs"}
+    if kind == "dut_stop":  # during a timed run, past its reply deadline (30 s at least)
+        return {"bench": bench, "after_runs": 1 if short else int(rng.integers(1, 4))}
     return {"bench": bench, "after_runs": int(rng.integers(1, 3))}
 
 
@@ -413,6 +414,7 @@ class Soak:
         self.run_faults: queue.Queue[Fault] = queue.Queue()
         self.sweep_runner: SweepRunner | None = None
         self._rid = 0
+        self.next_due_s = 0.0
 
     # -- small things ----------------------------------------------------------------------
     def now(self) -> float:
@@ -742,7 +744,10 @@ class Soak:
     # -- faults ----------------------------------------------------------------------------
     def inject_faults(self) -> None:
         """Each fault when it is due (run faults handed to their track), until the end."""
-        for fault in self.faults:
+        for n, fault in enumerate(self.faults):
+            #: When the next fault is due: a fault waits for its moment no longer.
+            self.next_due_s = self.faults[n + 1].due_s if n + 1 < len(self.faults) else \
+                self.total_s
             while self.now() < fault.due_s:
                 if self.now() >= self.total_s:
                     break
@@ -788,11 +793,14 @@ class Soak:
         fault.recovery_s = round(self.now() - fault.injected_s, 2)  # type: ignore[operator]
 
     def fault_scheduler_restart(self, fault: Fault) -> None:
-        # A sweep session with points under way, so that the resume has something to do.
+        # A sweep session with points under way, so that the resume has something to do (if
+        # one comes before the load's end).
         runner = self.sweep_runner
-        deadline = time.monotonic() + 30.0
+        deadline = time.monotonic() + min(10.0, max(0.0, self.next_due_s - self.now() - 1.0),
+                                          max(0.0, self.total_s - self.now() - 5.0))
         while runner is not None and not runner.busy() and time.monotonic() < deadline:
             time.sleep(0.2)
+        fault.params["sweep_under_way"] = runner is not None and runner.busy()
         with self.lock:
             for role in ("scheduler", "worker-1", "worker-2", "worker-3"):
                 self.children[role].expected_down = True
@@ -818,11 +826,10 @@ class Soak:
             for role in ("scheduler", "worker-1", "worker-2", "worker-3"):
                 self.children[role].expected_down = False
         fault.cleared_s = self.now()
-        # Recovered: the sweep (resumed) records a point again.
-        if runner is not None:
-            at = runner.next_point_after(fault.injected_wall or 0.0, 180.0)
-            if at is not None:
-                fault.recovery_s = round(at - (fault.injected_wall or 0.0), 2)
+        # Recovered: the resumed sweep records a point again (found in its folder by the
+        # audit); with no sweep under way, once the workers are back.
+        if not fault.params["sweep_under_way"]:
+            fault.recovery_s = round(fault.cleared_s - (fault.injected_s or 0.0), 2)
 
     def fault_worker_kill(self, fault: Fault) -> None:
         i = fault.params["worker"]
@@ -1038,14 +1045,18 @@ class Soak:
         """Exactly-once of the sweep points, the runs explained, analysed and verified, the
         faults and their recovery, the resources (before the processes are stopped)."""
         out: dict[str, Any] = {"hours": self.hours, "seed": self.args.seed,
-                               "lava": self.lava, "runs_volume": self.volume_note}
-        out.update(self.audit_sweeps())
-        out.update(self.audit_runs())
-        self.say("audit: sweeps and runs read back")
-        out["verify"] = self.bundle_and_verify()
-        self.say(f"audit: rig verify {out['verify']['status']}")
-        out.update(self.audit_faults())
-        out.update(self.audit_resources())
+                               "lava": self.lava, "runs_volume": self.volume_note,
+                               "audit_errors": []}
+        for part in (self.audit_sweeps, self.audit_runs, self.bundle_and_verify,
+                     self.audit_faults, self.audit_resources):
+            try:
+                found = part()
+            except Exception as exc:  # said, and the other parts still audited
+                out["audit_errors"].append(f"{part.__name__}: {type(exc).__name__}: {exc}")
+                self.say(f"audit: {part.__name__} failed: {type(exc).__name__}: {exc}")
+                continue
+            out.update({"verify": found} if part == self.bundle_and_verify else found)
+        self.say(f"audit done (rig verify {out.get('verify', {}).get('status')})")
         out["unexpected_exits"] = self.unexpected_exits
         return out
 
@@ -1056,7 +1067,12 @@ class Soak:
         total = lost = doubled = failed = 0
         sweeps = []
         for path in self.sweeps:
-            record = read_sweep(path, check_running=False)
+            try:
+                record = read_sweep(path, check_running=False)
+            except Exception as exc:  # a folder no reader can take is a finding, not a crash
+                sweeps.append({"folder": path.name, "status": "unreadable",
+                               "error": f"{type(exc).__name__}: {exc}"})
+                continue
             counts: dict[str, int] = {}
             for event in load_run(path).events:
                 if isinstance(event, SweepPointDone):
@@ -1148,6 +1164,11 @@ class Soak:
                          and r.bench == f.params.get("bench") and r.started_s > f.injected_s]
                 if after:
                     f.recovery_s = round(after[0].ended_s - f.injected_s, 2)  # type: ignore[operator]
+            elif f.kind == "scheduler_restart" and f.injected_wall is not None:
+                later = [t for path in self.sweeps for t in _point_times(path)
+                         if t > f.injected_wall]
+                if later:
+                    f.recovery_s = round(min(later) - f.injected_wall, 2)
             elif f.kind == "disk_full" and f.cleared_s is not None:
                 after = [r for r in self.runs if r.status == "complete"
                          and r.started_s >= f.cleared_s]
@@ -1201,7 +1222,13 @@ class Soak:
                                  "last": None if last is None else round(last / scale, 1),
                                  "flat": flat}
             roles[role] = entry
+        series: dict[str, list[list[float]]] = {}
+        for t, role, pid, rss, fds, threads in self.samples:
+            series.setdefault(role, []).append([round(t, 1), pid, round(rss / 2**20, 1), fds,
+                                                threads])
         return {"resources": roles, "resources_flat": bool(flat_all) and all(flat_all),
+                "resource_series": {"columns": ["t_s", "pid", "rss_mb", "fds", "threads"],
+                                    **series},
                 "runs_volume_use": [(t, round(u / 2**20, 1), round(f / 2**20, 1))
                                     for t, u, f in self.volume_samples],
                 "resource_samples": len(self.samples),
@@ -1341,8 +1368,6 @@ class AscTrack(threading.Thread):
             text = (folder / "events.jsonl").read_text(errors="replace")
         except OSError:
             return False
-        if fault.params.get("at") == "accuracy":
-            return '"phase": "accuracy"' in text and '"event": "phase_started"' in text
         return text.count('"event": "latency_run"') >= int(fault.params.get("after_runs", 1))
 
     def inject(self, fault: Fault, parent: int) -> bool:
@@ -1433,6 +1458,7 @@ class ServeTrack(AscTrack):
         soak = self.soak
         device = f"soak-{record.bench}"
         before = self.folders(device)
+        sent = time.perf_counter()
         reply = soak.ask({"action": "start", "procedure": "asc", "bench": device}, timeout=5.0)
         if reply is None or not reply.get("ok"):
             why = "no reply" if reply is None else reply.get("reason", "refused")
@@ -1447,8 +1473,9 @@ class ServeTrack(AscTrack):
         while time.monotonic() < started + 300.0 and not self.aborted.is_set():
             if record.folder is None:
                 record.folder = self.new_folder(device, before)
-                if record.folder is None and time.monotonic() > started + 15.0:
-                    break  # an accepted start with no folder: refused before one (a full disk)
+                if record.folder is None and (self.refused_since(sent)
+                                              or time.monotonic() > started + 30.0):
+                    break  # an accepted start that failed before a folder (a full disk)
             if record.folder is not None and _finished(record.folder):
                 break
             if record.folder is not None and time.monotonic() - asked > 2.0:  # a run that
@@ -1475,6 +1502,14 @@ class ServeTrack(AscTrack):
             self.cont(fault, record)
         record.ended_s = soak.now()
 
+    def refused_since(self, sent: float) -> bool:
+        """Whether rig serve said `error` (a run that failed) since `sent` (perf_counter)."""
+        for m in self.soak.operator.received(f"neurobench/{RIG}/status"):
+            with contextlib.suppress(ValueError, AttributeError):
+                if m.at > sent and m.json().get("state") == "error":
+                    return True
+        return False
+
     def wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.aborted.is_set():
@@ -1497,7 +1532,8 @@ class SweepRunner(threading.Thread):
         self.proc: subprocess.Popen | None = None
         self.folder: Path | None = None
         self.session_points = 0
-        self.seeds = 2 if soak.short else 20
+        #: Seeds a batch: a short soak's take ~15 s, so that one is under way most of the time.
+        self.seeds = 1 if soak.short else 20
         #: How long each complete batch took (start to complete, resumes included).
         self.took: list[float] = []
         self.batch_started = 0.0
@@ -1514,18 +1550,6 @@ class SweepRunner(threading.Thread):
         proc, folder = self.proc, self.folder
         return (proc is not None and proc.poll() is None and folder is not None
                 and _count_points(folder) > self.session_points)
-
-    def next_point_after(self, wall: float, timeout: float) -> float | None:
-        """When (wall time) the current sweep recorded its first point after `wall`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not self.aborted.is_set():
-            folder = self.folder
-            if folder is not None:
-                later = [t for t in _point_times(folder) if t > wall]
-                if later:
-                    return min(later)
-            time.sleep(0.5)
-        return None
 
     def run(self) -> None:
         soak = self.soak
@@ -1581,6 +1605,10 @@ class SweepRunner(threading.Thread):
             said = _tail(soak.logs / "sweeps.log", 1)
             soak.sweep_failures.append(f"{soak.now():.1f} s: exit {code}, {status}: {said}")
             soak.say(f"sweep stopped (exit {code}, {status}): {said[:160]}")
+            if self.folder is not None and not self.folder.exists():
+                with soak.lock:  # none of it reached the disk: the rig removed its folder
+                    soak.sweeps.remove(self.folder)
+                self.folder = None
             if self.folder is None:
                 complete = True  # refused before a folder existed (a full disk): start anew
             failures += 1
@@ -1842,6 +1870,9 @@ def table(audit: dict[str, Any]) -> str:
 
 
 def passed(audit: dict[str, Any]) -> bool:
+    if audit.get("audit_errors") or any(s.get("status") == "unreadable"
+                                        for s in audit.get("sweeps", [])):
+        return False
     return (audit["points_lost"] == 0 and audit["points_doubled"] == 0
             and audit["runs_failed_unexplained"] == 0 and audit["leftover_processes"] == 0
             and audit["leftover_temp_files"] == 0)
@@ -1900,12 +1931,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: interrupted; every process stopped (leftovers: "
               f"{audit.get('leftover_processes')})", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if "points_total" not in audit:
-        return EXIT_AUDIT_FAILED
-    print(table(audit), flush=True)
-    if args.json is not None:
+    if args.json is not None and audit:
         args.json.write_text(json.dumps(audit, indent=2, default=str) + "\n")
-    return 0 if passed(audit) else EXIT_AUDIT_FAILED
+    try:
+        print(table(audit), flush=True)
+        return 0 if passed(audit) else EXIT_AUDIT_FAILED
+    except (KeyError, TypeError):  # a part of the audit failed (said above), or the soak did
+        print(f"soak: the audit is incomplete: {audit.get('audit_errors') or 'no audit'}",
+              file=sys.stderr)
+        return EXIT_AUDIT_FAILED
 
 
 if __name__ == "__main__":
