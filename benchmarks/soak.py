@@ -1907,6 +1907,9 @@ def main(argv: list[str] | None = None) -> int:
     soak: Soak | None = None
     audit: dict[str, Any] = {}
     interrupted = False
+    # Ctrl-C (or kill -INT) stops the soak even where it was started with SIGINT ignored (a
+    # background job of a shell without job control).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with lock, sigterm_as_interrupt():
         try:
             soak = Soak(args)
