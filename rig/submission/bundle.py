@@ -42,7 +42,13 @@ from rig.run.ledger import (
     sha256_file,
 )
 from rig.run.store import MANIFEST, load_run
-from rig.submission.statement import load_private_key, public_pem, sign, statement
+from rig.submission.statement import (
+    load_private_key,
+    public_pem,
+    refuse_to_overwrite,
+    sign,
+    statement,
+)
 
 ENVELOPE = "statement.dsse.json"
 SIGNER = "signer.pub"
@@ -113,12 +119,7 @@ def make_bundle(runs: list[Path], key_path: Path, out: Path, *, report: Path | N
     key = load_private_key(key_path)  # before anything is read: a bad key costs nothing
     if not runs:
         raise ConfigError("no run folders given", hint="rig bundle RUN... --key K --out FILE")
-    if out.exists():
-        raise ConfigError(f"{out} exists: a bundle is never overwritten",
-                          hint="give --out a new file name")
-    if not out.parent.is_dir():
-        raise ConfigError(f"{out.parent} is not a folder", hint="give --out a file in an "
-                          "existing folder")
+    refuse_to_overwrite((out,), "a bundle", "give --out a new file name")
     folders = [Path(r).resolve() for r in runs]
     names = [f.name for f in folders]
     if len(set(names)) != len(names):

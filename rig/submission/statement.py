@@ -64,17 +64,23 @@ def public_pem(public: Ed25519PublicKey) -> bytes:
                                serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
+def refuse_to_overwrite(paths: tuple[Path, ...], what: str, hint: str) -> None:
+    """`ConfigError` unless every path is new and its folder exists (keys and bundles are
+    never overwritten)."""
+    for p in paths:
+        if p.exists():
+            raise ConfigError(f"{p} exists: {what} is never overwritten", hint=hint)
+        if not p.parent.is_dir():
+            raise ConfigError(f"{p.parent} is not a folder",
+                              hint="create it, or name a file in an existing folder")
+
+
 def new_key_pair(out: Path) -> tuple[Path, Path, str]:
     """Write ``out.key`` (private, mode 0600, created exclusively) and ``out.pub``; refuse to
     overwrite either. Returns both paths and the key id."""
     key_path, pub_path = out.with_name(out.name + ".key"), out.with_name(out.name + ".pub")
-    for p in (key_path, pub_path):
-        if p.exists():
-            raise ConfigError(f"{p} exists: a key is never overwritten",
-                              hint="choose another --out name, or remove the old pair first")
-    if not out.parent.is_dir():
-        raise ConfigError(f"{out.parent} is not a folder", hint="create it, or give --out a "
-                          "name in an existing folder")
+    refuse_to_overwrite((key_path, pub_path), "a key",
+                        "choose another --out name, or remove the old pair first")
     private = Ed25519PrivateKey.generate()
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())

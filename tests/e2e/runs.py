@@ -91,6 +91,16 @@ def window_scheduled(world, k1: int, k2: int, fs: int,
         helper.join(5.0)
 
 
+def fast_energy_run(tmp: Path, **fast: tuple[str, str]) -> Path:
+    """One short energy-mode ASC run on the virtual bench under `tmp` (the bench's text
+    replaced by `fast`, e.g. test_analyze_run.FAST); its run folder."""
+    bench = bench_variant(tmp, **fast)
+    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp / "runs"),
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    return only_run(tmp / "runs")
+
+
 def only_run(runs_dir: Path) -> Path:
     """The single run folder under `runs_dir`."""
     runs = [p for p in runs_dir.iterdir() if p.is_dir()]

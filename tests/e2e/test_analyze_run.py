@@ -14,7 +14,7 @@ from rig.run.events import IdleMeasured, WindowMeasured
 from rig.run.store import load_run
 from rig.traces.files import TraceWriter, read_trace
 
-from .runs import TRUTH, bench_variant, only_run, run_rig
+from .runs import TRUTH, fast_energy_run, run_rig
 
 pytestmark = pytest.mark.slow
 
@@ -32,12 +32,7 @@ FIGURES = ["idle_power_w", "active_power_w", "dynamic_power_w", "energy_per_infe
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
     """One short energy-mode run on the virtual bench (LPM01A at 1 kHz)."""
-    tmp = tmp_path_factory.mktemp("reproduce")
-    bench = bench_variant(tmp, **FAST)
-    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp / "runs"),
-                   "--json")
-    assert done.returncode == 0, done.stderr
-    return only_run(tmp / "runs")
+    return fast_energy_run(tmp_path_factory.mktemp("reproduce"), **FAST)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from tests.requires import needs
 
-from .runs import bench_variant, only_run, run_rig
+from .runs import fast_energy_run, run_rig
 from .test_analyze_run import FAST
 
 pytestmark = [pytest.mark.slow, needs("matplotlib")]
@@ -25,12 +25,7 @@ TRACE = "traces/emon.jls"
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> Path:
     """One short energy-mode run on the virtual bench (LPM01A at 1 kHz, a trace)."""
-    tmp = tmp_path_factory.mktemp("damaged-trace")
-    bench = bench_variant(tmp, **FAST)
-    done = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp / "runs"),
-                   "--json")
-    assert done.returncode == 0, done.stderr
-    return only_run(tmp / "runs")
+    return fast_energy_run(tmp_path_factory.mktemp("damaged-trace"), **FAST)
 
 
 @pytest.fixture
