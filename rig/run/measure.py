@@ -207,13 +207,21 @@ def measure_asc(
             for note in cleanup_notes:
                 bus.publish(Note(level="warning", text=note))
             if parts.recorder is not None:
+                lost, first_lost = parts.recorder.lost_in_trace()
                 bus.publish(TraceSaved(
                     path=f"traces/{EMON_TRACE}", samples=parts.recorder.trace_samples,
                     sample_rate_hz=parts.recorder.sample_rate,
                     dropped=sum(max(0, b - a) for a, b in parts.recorder.gaps)
-                    + (parts.emon.stats.dropped if parts.emon else 0),
+                    + (parts.emon.stats.dropped if parts.emon else 0) + lost,
                     clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
                 ))
+                if lost:  # the live figures stand, but the trace cannot show them
+                    raise StorageError(
+                        f"trace file {parts.recorder.trace_path} lost {lost:,} samples while it "
+                        f"was written (the first at sample {first_lost:,}): its disk was "
+                        "full, or failed, for a moment the free-space checks did not see",
+                        hint="free space on that disk or write the runs to another one, and "
+                        "measure again: this run's figures cannot be reproduced from its trace")
         except StorageError as exc:  # a full disk: the folder still gets its end (the store
             # gave back the room it kept for it), failed and naming the disk
             status = "interrupted" if interrupted else "failed"

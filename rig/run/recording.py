@@ -44,11 +44,13 @@ from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError, StorageError
 from rig.run.live_power import PowerDecimator, PowerPreview
-from rig.traces.files import TraceWriter
+from rig.traces.files import JLS_CURRENT, TraceWriter
 from rig.traces.space import binary_size, space_left, write_failure
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
 _EDGE_CAPACITY = 1024
+#: Samples read back at a time by `lost_in_trace` (16 MiB of float32): memory stays bounded.
+_READ_BACK_CHUNK = 1 << 22
 #: Host seconds between two looks at the trace disk's free space (one cheap statvfs call).
 SPACE_CHECK_S = 0.25
 
@@ -559,6 +561,50 @@ class EmonRecorder:
         with self._writer_lock:
             if self._writer is not None:
                 self._writer.annotate(sample_id, text)
+
+    def lost_in_trace(self) -> tuple[int, int | None]:
+        """After `close`: how many samples the trace file holds as lost (not finite) where the
+        stream delivered finite ones, and the first such sample id (None: none), read back
+        from the file. pyjls loses data it cannot write without telling its caller (on a full
+        disk it prints to stderr and reads back NaN there), which the free-space checks
+        between chunks cannot always forestall; samples past the file's end count too.
+        (0, None) without a trace."""
+        if self.trace_path is None or not self.trace_path.is_file():
+            return 0, None
+        import pyjls
+
+        with self._cond:
+            expected = self._n if self._trace_end is None else self._trace_end
+            invalid = np.array(self._invalid, dtype=np.int64).reshape(-1, 2)
+        try:
+            lost, first, length = self._read_back(pyjls, invalid, expected)
+        except Exception:  # pyjls raises its own kinds on a file it cannot read
+            return expected, 0  # holds none of them
+        if length < expected:
+            lost += expected - length
+            first = length if first is None else first
+        return lost, first
+
+    def _read_back(self, pyjls: Any, invalid: np.ndarray, expected: int
+                   ) -> tuple[int, int | None, int]:
+        """`lost_in_trace`'s pass over the file: lost samples, the first, the length read."""
+        assert self.trace_path is not None
+        lost, first = 0, None
+        with pyjls.Reader(str(self.trace_path)) as reader:
+            signal = next((x for x in reader.signals.values() if x.name == JLS_CURRENT), None)
+            length = 0 if signal is None else min(int(signal.length), expected)
+            for start in range(0, length, _READ_BACK_CHUNK):
+                count = min(_READ_BACK_CHUNK, length - start)
+                assert signal is not None
+                ids = start + np.flatnonzero(
+                    ~np.isfinite(reader.fsr(signal.signal_id, start, count)))
+                if ids.size and invalid.size:  # not lost: the stream's own gaps and NaNs
+                    k = np.searchsorted(invalid[:, 0], ids, side="right") - 1
+                    ids = ids[(k < 0) | (ids >= invalid[np.maximum(k, 0), 1])]
+                if ids.size:
+                    lost += int(ids.size)
+                    first = int(ids[0]) if first is None else first
+        return lost, first, length
 
     def close(self) -> None:
         """Hand over the last whole preview bins and finish the trace file; safe twice."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rig.errors import ConfigError
+from rig.errors import AnalysisError, ConfigError
 from rig.run import asc
 from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.run.store import RunRecord, load_run
@@ -150,6 +150,8 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     found = span_figures(trace.current, trace.voltage, every, trace.current_range,
                          trace.range_names, whole=True)
     dots, shares = found.dots, found.shares
+    _refuse_lost(run, trace, trace_path, every[: len(windows) + len(idles)], len(windows),
+                 dots[: len(windows) + len(idles)])
     energies = dots[: len(windows)] / fs
     powers = iter((dots[len(windows):] / (every[len(windows):, 1] - every[len(windows):, 0]))
                   .tolist())
@@ -196,6 +198,28 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
                         figures, off_edge, recomputed.get("uncertainty", {}), recomputed,
                         events, trace_finite=found.finite)
+
+
+def _refuse_lost(run: Path, trace: Trace, trace_path: Path, spans: np.ndarray, n_windows: int,
+                 dots: np.ndarray) -> None:
+    """AnalysisError naming each window and idle span whose samples in the trace are not all
+    finite: a lost sample (NaN) there leaves nothing to integrate again (a trace whose writer
+    lost data, as pyjls does on a full disk, or an edited one)."""
+    bad = np.flatnonzero(~np.isfinite(dots)).tolist()
+    if not bad:
+        return
+    named = []
+    for k in bad[:5]:
+        a, b = (int(x) for x in spans[k])
+        what = f"window {k} [{a}, {b})" if k < n_windows else f"idle span [{a}, {b})"
+        lost = int(np.count_nonzero(~np.isfinite(trace.current[a:b])))
+        named.append(f"{what}: {lost:,} of {b - a:,} samples")
+    more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+    raise AnalysisError(
+        f"{run}: its trace {trace_path.name} holds lost (not finite) samples inside "
+        f"{'; '.join(named)}{more}: their energy cannot be integrated again from it",
+        hint="the figures were measured live, but this trace cannot reproduce them: measure "
+        "again (pyjls loses what it cannot write, as on a full disk)")
 
 
 def _trace_file(run: Path, events: list[Event]) -> Path:

@@ -1,0 +1,159 @@
+"""A trace that lost samples while it was written (found by the short soak, issue 39).
+
+pyjls loses data it cannot write without telling its caller: on a full disk it prints to stderr
+and the file reads back NaN there. The recorder looks at the free space between chunks, but a
+disk that fills and empties between two looks slipped through: the run ended "complete" and
+`rig analyze` of it then crashed on a NaN uncertainty. Now the recorder reads its trace back at
+the end (`lost_in_trace`), the run fails naming the file and the first lost sample, and an
+analysis of such a trace names the windows and idle spans that hold lost samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drivers.emon.base import Chunk
+from rig.cli import main
+from rig.errors import AnalysisError
+from rig.run import recording
+from rig.run import reproduce as reproduce_module
+from rig.run.events import IdleMeasured, TraceSaved, WindowMeasured
+from rig.run.recording import EmonRecorder
+from rig.run.reproduce import reproduce_run
+from rig.run.store import load_run
+from rig.traces.files import read_trace
+from tests.e2e.runs import bench_variant, fast_energy_run, only_run
+from tests.e2e.test_analyze_run import FAST
+
+FS, N = 10_000.0, 10_000  # samples per second; samples per chunk
+
+
+def chunk(k: int, value: float = 1e-3) -> Chunk:
+    current = np.full(N, value, dtype=np.float32)
+    return Chunk(k * N, current, np.full(N, 1.8, dtype=np.float32), np.zeros(N, dtype=np.uint8))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of its own (needs root: the soak's runs volume is made the same way)."""
+    if os.geteuid() != 0:
+        pytest.skip("a filesystem of its own needs root (mount -t tmpfs)")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], check=True,
+                   timeout=30)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False, timeout=30)
+
+
+def fill(disk: Path) -> Path:
+    """Fill `disk` to its last byte; the filler file (unlink it to free the disk)."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_samples_lost_on_a_full_disk_are_counted_from_the_file(
+        small_disk: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The free-space look happens once (the first chunk): the disk then fills and empties
+    # between two looks, as it did in the soak.
+    monkeypatch.setattr(recording, "SPACE_CHECK_S", 3600.0)
+    rec = EmonRecorder(FS, small_disk / "t.jls")
+    rec.on_chunk(chunk(0))
+    filler = fill(small_disk)
+    for k in range(1, 6):
+        rec.on_chunk(chunk(k))
+    rec._writer._writer.flush()  # pyjls writes on its own thread: let it meet the full disk
+    filler.unlink()
+    for k in range(6, 9):
+        rec.on_chunk(chunk(k))
+    rec.close()
+    lost, first = rec.lost_in_trace()
+    # What pyjls lost is exactly what reads back NaN, and it lies in what came while full.
+    current = read_trace(small_disk / "t.jls").current
+    assert len(current) == 9 * N
+    assert lost == int(np.isnan(current).sum()) > 0
+    assert first == int(np.flatnonzero(np.isnan(current))[0])
+    assert N <= first < 6 * N
+
+
+def test_a_whole_trace_and_the_streams_own_lost_samples_are_not_lost(tmp_path: Path) -> None:
+    rec = EmonRecorder(FS, tmp_path / "t.jls")
+    rec.on_chunk(chunk(0))
+    rec.on_chunk(chunk(1, value=float("nan")))  # the instrument could not measure these
+    rec.on_chunk(chunk(3))  # a gap: chunk 2 never came (written as NaN, marked)
+    rec.close()
+    current = read_trace(tmp_path / "t.jls").current
+    assert int(np.isnan(current).sum()) == 2 * N  # the file does hold NaN: the stream's own
+    assert rec.lost_in_trace() == (0, None)
+    # A file shorter than the stream: the missing end counts, from the file's end.
+    rec2 = EmonRecorder(FS, tmp_path / "u.jls")
+    rec2.on_chunk(chunk(0))
+    rec2.close()
+    rec2._n += 5  # five samples the file never got
+    assert rec2.lost_in_trace() == (5, N)
+    (tmp_path / "u.jls").write_bytes(b"not a JLS file")
+    assert rec2.lost_in_trace() == (N + 5, 0)  # unreadable: it holds none of them
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fast_energy_run(tmp_path_factory.mktemp("lost"), **FAST)
+
+
+@pytest.mark.parametrize("where", ["window", "idle"])
+def test_analysis_of_a_trace_with_lost_samples_names_the_span(
+        run: Path, where: str, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    record = load_run(run)
+    kind = WindowMeasured if where == "window" else IdleMeasured
+    span = [e for e in record.events if isinstance(e, kind)][-1]
+    trace = read_trace(run / "traces" / "emon.jls", dtype=np.float32)
+    current = np.array(trace.current)
+    current[span.start_sample + 7: span.start_sample + 10] = np.nan
+    damaged = dataclasses.replace(trace, current=current)
+    with pytest.raises(AnalysisError) as caught:
+        reproduce_run(run, trace=damaged)
+    name = (f"window {sum(isinstance(e, kind) for e in record.events) - 1}"
+            if where == "window" else "idle span")
+    assert (f"{name} [{span.start_sample}, {span.end_sample}): 3 of "
+            f"{span.end_sample - span.start_sample:,} samples") in caught.value.message
+    # `rig analyze RUN` says it in one line and exits 2 (no traceback, no ValueError).
+    monkeypatch.setattr(reproduce_module, "read_trace", lambda *a, **k: damaged)
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds lost (not finite) samples inside" in err
+
+
+def test_a_run_whose_trace_lost_samples_fails_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    # The read-back as it finds a full disk's loss (the test above makes that loss for real).
+    monkeypatch.setattr(EmonRecorder, "lost_in_trace", lambda self: (5, 1234))
+    bench = bench_variant(tmp_path, **FAST)
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "runs")])
+    assert code != 0
+    folder = only_run(tmp_path / "runs")
+    record = load_run(folder)
+    assert record.finished is not None and record.finished.status == "failed"
+    assert "lost 5 samples while it was written (the first at sample 1,234)" in (
+        record.finished.error or "")
+    saved = [e for e in record.events if isinstance(e, TraceSaved)]
+    assert len(saved) == 1 and saved[0].dropped >= 5
+    # Nothing measured is lost: every timed window is in the folder.
+    assert sum(isinstance(e, WindowMeasured) for e in record.events) >= 2
+    assert "lost 5 samples" in capsys.readouterr().err
