@@ -29,8 +29,9 @@ sweep's events (the rig's own reader); every ASC run complete, or ended by an in
 its folder names (manifest status and error; `incomplete`, the rig's word for a process killed
 outright, for a run whose `rig serve` was SIGKILLed); every complete run passes `rig analyze
 RUN`, and a bundle of complete runs `rig verify`; RSS, open fds and threads of every long-lived
-process sampled on a fixed period, flat when the last third's mean (the last hour's, for soaks of
-3 h or more) is within 10 % of the second third's (the second hour's); no process outlives the
+process sampled on a fixed period, each process judged over its own life after its start-up (the
+faults restart every role): flat when its last third's mean (its last hour's, for lives of 3 h or
+more) is within 10 % of its second third's (its second hour's); no process outlives the
 soak (every process started carries RIG_SOAK_ID in its environment, so that its children are found
 too); no temporary file outlives it (the children's TMPDIR is inside the soak's one temp folder).
 
@@ -103,6 +104,9 @@ FLAT_SHARE = 0.10
 #: ... and, for the counts (open fds, threads), within one of it: an integer cannot move by
 #: less, and a process with 8 threads is not "growing" when a 9th comes and goes.
 FLAT_COUNT_SLACK = 1
+#: A process is judged flat or not over its own life from this many samples after its
+#: start-up (two in each third); one that lived shorter (a fault restarted it) is not judged.
+MIN_LIFE_SAMPLES = 6
 #: Dask's shared lock files in the temp folder: made by every Dask worker, by design never
 #: removed (two files, however many workers came and went); listed apart from leftovers.
 DASK_LOCK_FILES = ("dask-scratch-space/global.lock", "dask-scratch-space/purge.lock")
@@ -1187,39 +1191,49 @@ class Soak:
                 "fault_log": [{**asdict(f), "due_s": f.due_s} for f in self.faults]}
 
     def audit_resources(self) -> dict[str, Any]:
-        """Per long-lived role: each metric's mean over the second and the last third of the
-        soak (hours 2 and last for soaks of 3 h or more), the first 10 % of the soak (at most
-        5 min) of each incarnation's life (its start-up) left out; flat when within 10 %
-        (counts: or within one)."""
-        end = max((s[0] for s in self.samples), default=0.0)
-        if self.hours >= 3:
-            windows = ((3600.0, 7200.0), (end - 3600.0, end))
-        else:
-            windows = ((end / 3, 2 * end / 3), (2 * end / 3, end + 1e-9))
+        """Per long-lived role, each process (pid) judged over its own life: a fault restarts
+        every role, and a fresh process has not yet grown to its working size, so a role's
+        mean across restarts mixes start-ups into it. Each process's samples after its
+        start-up (the first 10 % of the soak, at most 5 min) are split like the soak's: the
+        last third's mean against the second third's (the last hour against the second hour,
+        for lives of 3 h or more); flat within 10 % (counts: or within one). A process with
+        fewer than `MIN_LIFE_SAMPLES` such samples is too short-lived to judge. A role shows
+        the figures of its process that moved most."""
         warmup = min(300.0, 0.1 * self.total_s)
-        started: dict[int, float] = {}
-        for t, _, pid, *_ in self.samples:
-            started.setdefault(pid, t)
+        by_pid: dict[int, list[tuple[Any, ...]]] = {}
+        for sample in self.samples:
+            by_pid.setdefault(sample[2], []).append(sample)
         roles: dict[str, Any] = {}
         flat_all: list[bool] = []
         for role in sorted({s[1] for s in self.samples}):
-            mine = [s for s in self.samples if s[1] == role and s[0] - started[s[2]] >= warmup]
+            pids = sorted({s[2] for s in self.samples if s[1] == role})
             entry: dict[str, Any] = {"samples": sum(1 for s in self.samples if s[1] == role),
-                                     "incarnations": self.children[role].incarnations}
+                                     "incarnations": self.children[role].incarnations,
+                                     "judged": 0}
+            lives = []
+            for pid in pids:
+                life = by_pid[pid]
+                born = life[0][0]
+                grown = [x for x in life if x[0] - born >= warmup]
+                if len(grown) >= MIN_LIFE_SAMPLES:
+                    lives.append(grown)
+            entry["judged"] = len(lives)
             for index, metric in ((3, "rss_mb"), (4, "fds"), (5, "threads")):
-                means = []
-                for lo, hi in windows:
-                    xs = [s[index] for s in mine if lo <= s[0] < hi]
-                    means.append(statistics.fmean(xs) if xs else None)
-                second, last = means
-                flat = None
-                if second is not None and last is not None:
-                    slack = FLAT_COUNT_SLACK if metric != "rss_mb" else 0
-                    flat = abs(last - second) <= max(FLAT_SHARE * second, slack)
+                slack = FLAT_COUNT_SLACK if metric != "rss_mb" else 0
+                worst: tuple[float, float, float] | None = None  # (moved, second, last)
+                flats = []
+                for grown in lives:
+                    second, last = _life_windows(grown, index)
+                    flats.append(abs(last - second) <= max(FLAT_SHARE * second, slack))
+                    moved = abs(last - second) / max(second, 1e-9)
+                    if worst is None or moved > worst[0]:
+                        worst = (moved, second, last)
+                flat = all(flats) if flats else None
+                if flat is not None:
                     flat_all.append(flat)
                 scale = 2**20 if metric == "rss_mb" else 1
-                entry[metric] = {"second": None if second is None else round(second / scale, 1),
-                                 "last": None if last is None else round(last / scale, 1),
+                entry[metric] = {"second": None if worst is None else round(worst[1] / scale, 1),
+                                 "last": None if worst is None else round(worst[2] / scale, 1),
                                  "flat": flat}
             roles[role] = entry
         series: dict[str, list[list[float]]] = {}
@@ -1233,6 +1247,20 @@ class Soak:
                                     for t, u, f in self.volume_samples],
                 "resource_samples": len(self.samples),
                 "sample_period_s": getattr(self, "sample_period", None)}
+
+
+def _life_windows(life: list[tuple[Any, ...]], index: int) -> tuple[float, float]:
+    """The means of metric `index` over a process's second and last thirds of its samples
+    (its second and last hours when it lived 3 h or more)."""
+    born, end = life[0][0], life[-1][0]
+    if end - born >= 3 * 3600.0:
+        second = [x[index] for x in life if born + 3600.0 <= x[0] < born + 7200.0]
+        last = [x[index] for x in life if x[0] >= end - 3600.0]
+        if second and last:
+            return statistics.fmean(second), statistics.fmean(last)
+    n = len(life)  # thirds by count: the samples come on a fixed period
+    return (statistics.fmean(x[index] for x in life[n // 3: 2 * n // 3]),
+            statistics.fmean(x[index] for x in life[2 * n // 3:]))
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -1857,7 +1885,7 @@ def table(audit: dict[str, Any]) -> str:
         out.append(f"{kind:<18} {r['count']:>5} {r['recovered']:>9} {mean:>8} {top:>8}")
     out.append("")
     out.append(f"{'process':<12} {'RSS MB 2nd/last':>18} {'fds 2nd/last':>15} "
-               f"{'threads 2nd/last':>18} {'starts':>6} flat")
+               f"{'threads 2nd/last':>18} {'starts':>6} {'judged':>6} flat")
     for role, e in audit["resources"].items():
         def pair(m: dict[str, Any]) -> str:
             return f"{m['second'] if m['second'] is not None else '-'}/" \
@@ -1865,7 +1893,7 @@ def table(audit: dict[str, Any]) -> str:
         flats = [e[m]["flat"] for m in ("rss_mb", "fds", "threads")]
         flat = "n/a" if any(f is None for f in flats) else ("yes" if all(flats) else "NO")
         out.append(f"{role:<12} {pair(e['rss_mb']):>18} {pair(e['fds']):>15} "
-                   f"{pair(e['threads']):>18} {e['incarnations']:>6} {flat}")
+                   f"{pair(e['threads']):>18} {e['incarnations']:>6} {e['judged']:>6} {flat}")
     return "\n".join(out)
 
 

@@ -152,3 +152,42 @@ def test_the_schedule_has_every_fault_and_depends_on_the_seed_only(hours: float)
         again = soak.draw_schedule(np.random.default_rng(seed), start, end, hours < 0.1)
         assert [(f.kind, f.due_s, f.params) for f in again] == \
             [(f.kind, f.due_s, f.params) for f in faults]
+
+
+def test_resources_are_judged_per_process_over_its_own_life() -> None:
+    """A role restarted by faults is flat when each of its processes is (a fresh one starts
+    small: across restarts its mean would move with no leak); a process that grows all its
+    life is not; one too short-lived to judge is left out, and said to be."""
+    from types import SimpleNamespace
+
+    soak = soak_module()
+    mb = 2**20
+    samples = []
+
+    def life(role: str, pid: int, born: float, minutes: int, rss_mb, fds=10) -> None:
+        for k in range(minutes):
+            samples.append((born + 60.0 * k, role, pid, rss_mb(k) * mb, fds, 2))
+
+    # Workers: each grows to its working size in its first 4 minutes, then stays; the second
+    # restart came at 40 min, so the soak's last third holds a young one (at 100 MB).
+    grown = lambda k: 100 + 10 * min(k, 4)  # noqa: E731
+    life("worker-1", 11, 0.0, 40, grown)
+    life("worker-1", 12, 2400.0, 20, grown)
+    life("serve", 21, 0.0, 60, lambda k: 150 + 2 * k)  # +2 MB a minute: a leak
+    life("broker", 31, 0.0, 60, lambda k: 8, fds=11)
+    life("dashboard", 41, 3300.0, 5, lambda k: 60)  # restarted near the end: too short
+    fake = SimpleNamespace(
+        samples=samples, total_s=3600.0, volume_samples=[], sample_period=60.0,
+        children={r: SimpleNamespace(incarnations=n) for r, n in
+                  (("worker-1", 2), ("serve", 1), ("broker", 1), ("dashboard", 2))})
+    audit = soak.Soak.audit_resources(fake)
+    roles = audit["resources"]
+    assert roles["worker-1"]["judged"] == 2 and roles["worker-1"]["rss_mb"]["flat"] is True
+    assert roles["broker"]["rss_mb"]["flat"] is True and roles["broker"]["fds"]["flat"] is True
+    serve = roles["serve"]["rss_mb"]
+    assert serve["flat"] is False and serve["last"] > 1.1 * serve["second"]
+    assert roles["dashboard"]["judged"] == 0 and roles["dashboard"]["rss_mb"]["flat"] is None
+    assert audit["resources_flat"] is False  # the leak
+    samples[:] = [s for s in samples if s[1] != "serve"]
+    fake.children.pop("serve")
+    assert soak.Soak.audit_resources(fake)["resources_flat"] is True
