@@ -69,7 +69,9 @@ def test_an_unplugged_lpm01a_ends_the_recording_with_its_samples_kept(
 
 def test_record_with_the_timestamp_on_the_n6705_aux_input(tmp_path: Path, capsys) -> None:
     out = tmp_path / "n6705.jls"
-    k1, k2, rate = 1200, 2000, 2000
+    # The window half-way (0.375 s of wall time at SPEED after the capture starts: a loaded
+    # host once took longer than 0.15 s to schedule one at 0.6 s).
+    k1, k2, rate = 3000, 3800, 2000
     with VirtualBench(load_description(REPO / "benches" / "sim-n6705.toml"), speed=SPEED) as vb:
         with window_scheduled(vb.world, k1, k2, rate, lambda: vb.emon.elog_t0) as errors:
             code = main(["emon", "record", "--driver", "n6705", "--resource", vb.ports["emon"],
@@ -88,7 +90,7 @@ def test_record_with_the_timestamp_on_the_n6705_aux_input(tmp_path: Path, capsys
     assert fs == pytest.approx(1 / 491.52e-6)
     assert main(["analyze", str(out), "--json"]) == 0
     [window] = json.loads(capsys.readouterr().out)["windows"]
-    # The window [0.6 s, 1.0 s) of the capture, to a sample of the 491.52 us grid.
+    # The window [1.5 s, 1.9 s) of the capture, to a sample of the 491.52 us grid.
     assert window["start_s"] == pytest.approx(k1 / rate, abs=1.5 / fs)
     assert window["end_s"] - window["start_s"] == pytest.approx((k2 - k1) / rate, abs=1.5 / fs)
     assert window["mean_power_w"] == pytest.approx(3.6e-3, rel=1e-2)
