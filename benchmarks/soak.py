@@ -34,6 +34,8 @@ faults restart every role): flat when its last third's mean (its last hour's, fo
 more) is within 10 % of its second third's (its second hour's); no process outlives the
 soak (every process started carries RIG_SOAK_ID in its environment, so that its children are found
 too); no temporary file outlives it (the children's TMPDIR is inside the soak's one temp folder).
+A soak killed outright (SIGKILL) can clean nothing up: the next soak clears what it left (its
+processes, its mounted runs volume, its temp folder), found by the owner file in that folder.
 
 Recovery, per fault, from the moment it was injected: the broker and `rig serve` until an
 operator's `status` command gets rig serve's reply again; the scheduler until the resumed sweep
@@ -94,6 +96,12 @@ MIN_HOURS = 0.02
 MAX_HOURS = 24.0 * 7
 #: Marks every process the soak starts (and, inherited, every process those start).
 MARKER_ENV = "RIG_SOAK_ID"
+#: In each soak's temp folder: its pid and marker, so that a later soak can tell the folder of
+#: a soak killed outright (SIGKILL: no cleanup ran), with its mounted runs volume and the
+#: processes its marker names, and clear them (`clear_killed_soaks`).
+OWNER_FILE = "soak.owner"
+#: The source name of the runs volume's tmpfs (as /proc/mounts lists it).
+VOLUME_SOURCE = "rig-soak-runs"
 #: The soak's lock: an abstract unix socket of this name (no file to leave behind; the kernel
 #: drops it when the process dies). The environment may name another (tests).
 LOCK_ENV = "RIG_SOAK_LOCK"
@@ -378,6 +386,8 @@ class Soak:
         self.wall0 = time.time()
         self.marker = uuid.uuid4().hex
         self.tmp = Path(tempfile.mkdtemp(prefix="rig-soak-"))
+        (self.tmp / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(),
+                                                       "marker": self.marker}) + "\n")
         self.tmp_entries_before = _tmp_rig_entries()
         self.children_tmp = self.tmp / "tmp"
         self.logs = self.tmp / "logs"
@@ -467,6 +477,8 @@ class Soak:
         """Start, load and inject until the end, then drain (the audit's raw material)."""
         os.environ[MARKER_ENV] = self.marker  # the broker and scheduler helpers inherit it
         os.environ["TMPDIR"] = str(self.children_tmp)
+        for line in clear_killed_soaks(self.tmp.parent):
+            self.say(line)
         self.mount_volume()
         self.write_files()
         self.start_all()
@@ -493,7 +505,7 @@ class Soak:
             self.volume_note = "not root: no filesystem of its own, disk_full not injected"
         else:
             done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755",
-                                   "rig-soak-runs", str(mount)],
+                                   VOLUME_SOURCE, str(mount)],
                                   capture_output=True, text=True, timeout=30, check=False)
             if done.returncode == 0:
                 self.volume = mount
@@ -1740,6 +1752,58 @@ def _marked(marker: str, psutil: Any) -> list[Any]:
             if p.environ().get(MARKER_ENV) == marker and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
     return found
+
+
+def clear_killed_soaks(temp: Path) -> list[str]:
+    """What soaks killed outright left under `temp` (a SIGKILL lets no cleanup run): for each
+    `rig-soak-*` folder whose owner (`OWNER_FILE`) is no running soak, its processes (those
+    carrying its marker) killed, its runs volume unmounted and the folder removed. What was
+    cleared, one line each; a live soak's folder is left alone."""
+    import psutil
+
+    said = []
+    mounts = _volume_mounts()
+    for folder in sorted(temp.glob("rig-soak-*")):
+        owner = folder / OWNER_FILE
+        try:
+            record = json.loads(owner.read_text())
+            pid, marker = int(record["pid"]), str(record["marker"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a soak's folder, or one still being made
+        if _soak_alive(pid, psutil):
+            continue
+        killed = 0
+        for p in _marked(marker, psutil):
+            with contextlib.suppress(psutil.Error, OSError):
+                p.kill()
+                killed += 1
+        unmounted = [m for m in mounts if m.parent == folder]
+        for m in unmounted:
+            subprocess.run(["umount", "-l", str(m)], capture_output=True, timeout=30,
+                           check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+        said.append(f"cleared what a killed soak (pid {pid}) left: {killed} processes, "
+                    f"{len(unmounted)} mounted runs volume(s), {folder}")
+    return said
+
+
+def _volume_mounts() -> list[Path]:
+    """Where a soak's runs volume is mounted (a tmpfs named `VOLUME_SOURCE`)."""
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+        # Spaces in a mount point are octal escapes in /proc/mounts.
+        return [Path(f[1].replace("\\040", " ")) for f in (x.split() for x in lines)
+                if len(f) > 2 and f[0] == VOLUME_SOURCE]
+    return []
+
+
+def _soak_alive(pid: int, psutil: Any) -> bool:
+    """Whether `pid` is a running soak (not a pid reused by something else)."""
+    with contextlib.suppress(psutil.Error, OSError):
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and any(
+            "soak.py" in part for part in p.cmdline())
+    return False
 
 
 def _is_virtual_bench(p: Any) -> bool:

@@ -191,3 +191,44 @@ def test_resources_are_judged_per_process_over_its_own_life() -> None:
     samples[:] = [s for s in samples if s[1] != "serve"]
     fake.children.pop("serve")
     assert soak.Soak.audit_resources(fake)["resources_flat"] is True
+
+
+def test_what_a_killed_soak_left_is_cleared_by_the_next(tmp_path: Path) -> None:
+    """A soak killed outright (SIGKILL) runs no cleanup: its processes, its mounted runs volume
+    and its temp folder stay. The next soak clears them, by the owner file each soak leaves in
+    its folder; a running soak's folder is left alone."""
+    soak = soak_module()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / "rig-soak-killed"
+    (stale / "volume").mkdir(parents=True)
+    (stale / soak.OWNER_FILE).write_text(json.dumps({"pid": dead.pid, "marker": "m-killed"}))
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, soak.MARKER_ENV: "m-killed"})
+    # A running soak (its command line names soak.py) and the process it started.
+    live = tmp_path / "rig-soak-live"
+    live.mkdir()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "soak.py"])
+    (live / soak.OWNER_FILE).write_text(json.dumps({"pid": owner.pid, "marker": "m-live"}))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, soak.MARKER_ENV: "m-live"})
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", soak.VOLUME_SOURCE, str(stale / "volume")],
+        timeout=30, check=False).returncode == 0
+    try:
+        if mounted:
+            assert stale / "volume" in soak._volume_mounts()
+        said = soak.clear_killed_soaks(tmp_path)
+        assert orphan.wait(10) != 0  # killed
+        assert not stale.exists()
+        assert said == [f"cleared what a killed soak (pid {dead.pid}) left: 1 processes, "
+                        f"{int(mounted)} mounted runs volume(s), {stale}"]
+        if mounted:
+            assert stale / "volume" not in soak._volume_mounts()
+        assert owner.poll() is None and child.poll() is None and live.is_dir()
+    finally:
+        for p in (orphan, owner, child):
+            p.kill()
+            p.wait(10)
+        if mounted and stale / "volume" in soak._volume_mounts():
+            subprocess.run(["umount", "-l", str(stale / "volume")], timeout=30, check=False)
