@@ -17,7 +17,9 @@ back as incomplete when even `run_finished` could not be written. A run folder k
 (`.reserve`, preallocated) until its run ends and gives it back at the first write that fails:
 a disk another program filled to the last block still takes the run's end, naming the disk.
 events.jsonl keeps room allocated past its own end too, which nothing else can take: its last
-lines, run_finished among them, reach a disk that another program keeps full.
+lines, run_finished among them, reach a disk that another program keeps full. A run killed
+outright cannot give that room back: each live run holds its `.reserve` locked, and the next run
+made in the same runs folder frees the rooms whose lock is gone (`reclaim_room`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import ctypes
 import dataclasses
 import datetime as dt
 import errno
+import fcntl
 import functools
 import json
 import os
@@ -143,7 +146,7 @@ class RunStore:
         self._events = open(path / EVENTS, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
         _room_past_end(self._events.fileno())
         #: The room kept for the run's end (None: the disk had not that much left).
-        self._reserve = _keep_room(path / RESERVE)
+        self._reserve, self._reserve_fd = _keep_room(path / RESERVE)
         #: An events.jsonl line may be torn (a write failed): the next one starts a line.
         self._torn = False
         #: The folder was removed: not even the run's first line reached the disk.
@@ -174,6 +177,7 @@ class RunStore:
             except FileExistsError:
                 continue
         (path / TRACES).mkdir()
+        reclaim_room(root)
         return cls(path)
 
     @property
@@ -317,6 +321,7 @@ class RunStore:
         starts again once there is room."""
         with contextlib.suppress(OSError, ValueError):
             self._events.close()  # its buffered line cannot be written: dropped
+        self._give_room_back()
         for name in (EVENTS, MANIFEST, MANIFEST + ".tmp", RESERVE):
             with contextlib.suppress(OSError):
                 (self.path / name).unlink()
@@ -331,6 +336,10 @@ class RunStore:
         if reserve is not None:
             with contextlib.suppress(OSError):
                 reserve.unlink()
+        fd, self._reserve_fd = self._reserve_fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # its lock goes with it
 
     def finished_events(self) -> list[Event]:
         """Once the run finished: the ledger's new head, for telemetry (`EventBus`)."""
@@ -381,12 +390,19 @@ def _room_past_end(fd: int, *, release: bool = False) -> None:
             os.ftruncate(fd, size)
 
 
-def _keep_room(path: Path) -> Path | None:
-    """`RESERVE_BYTES` preallocated at `path`; None (and nothing left) where they do not fit."""
+def _keep_room(path: Path) -> tuple[Path | None, int | None]:
+    """`RESERVE_BYTES` preallocated at `path`, and the file held open under an exclusive lock
+    (the kernel drops it when the run's process ends, however it ends: `reclaim_room` tells a
+    killed run's room by it); (None, None), nothing left, where they do not fit."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     except OSError:
-        return None
+        return None, None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another live store keeps this folder's room: it stays theirs
+        os.close(fd)
+        return None, None
     try:
         try:
             os.posix_fallocate(fd, 0, RESERVE_BYTES)
@@ -396,13 +412,44 @@ def _keep_room(path: Path) -> Path | None:
             block = bytes(1 << 16)
             for _ in range(RESERVE_BYTES // len(block)):
                 os.write(fd, block)
-        return path
+        return path, fd
     except OSError:
         with contextlib.suppress(OSError):
             path.unlink()
-        return None
-    finally:
         os.close(fd)
+        return None, None
+
+
+def reclaim_room(root: Path) -> list[Path]:
+    """Give back the room that runs killed outright (SIGKILL, a power cut) kept in their
+    folders under `root`: the `.reserve` file and the allocation past events.jsonl's end (a
+    run that ends, however it fails, gives them back itself). A live run holds its reserve
+    locked, so only those whose process is gone are touched. The folders reclaimed."""
+    done = []
+    for reserve in root.glob(f"*/{RESERVE}"):
+        try:
+            fd = os.open(reserve, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its run is still going
+            os.close(fd)
+            continue
+        try:
+            reserve.unlink()
+            with contextlib.suppress(OSError):
+                events = os.open(reserve.parent / EVENTS, os.O_WRONLY)
+                try:
+                    _room_past_end(events, release=True)
+                finally:
+                    os.close(events)
+            done.append(reserve.parent)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return done
 
 
 def event_line(event: Event) -> str:
