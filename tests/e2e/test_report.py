@@ -1,6 +1,11 @@
 """`rig report` end to end: a virtual-bench ASC run, a Xylo (XyloSim) run and a small real QUBO
 sweep, made here, turned into report.md / report.html / report.pdf / results.json. The PDF is read
-back with poppler (pdftotext, pdftoppm) as a person would see it."""
+back with poppler (pdftotext, pdftoppm) as a person would see it.
+
+Most runs, reports and refusals are made in this process (`rig_in_process`): a new
+interpreter's start-up and imports (numpy, matplotlib, weasyprint) cost more CPU than most of
+these commands' work. Still run as a user runs them: the Xylo run, the report over all three,
+one `rig show`, one refusal (its single line on stderr is all the console script prints)."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import pytest
 from rig.traces.analysis.uncertainty import with_uncertainty
 from tests.requires import needs
 
-from .runs import REPO, RIG, bench_variant, only_run, run_rig
+from .runs import REPO, RIG, bench_variant, only_run, rig_in_process, run_rig
 
 pytestmark = [pytest.mark.slow, needs("matplotlib", "weasyprint")]
 
@@ -66,7 +71,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out: dict[str, Path] = {}
     bench = bench_variant(root, "sim-small", samples=("samples_per_class = 10",
                                                       "samples_per_class = 2"))
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(root / "asc"))
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(root / "asc"))
     assert proc.returncode == 0, proc.stderr
     out["asc"] = only_run(root / "asc")
 
@@ -76,6 +82,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
                         f'spec = "{model}"').replace("samples_per_class = 10",
                                                      "samples_per_class = 1")
     (root / "xylo.toml").write_text(text)
+    # As a user runs it (the file's one console-script `rig measure`), which also keeps Rockpool
+    # out of this process (its import warns of a missing torch).
     env = dict(os.environ)  # RIG_CACHE: the session's (conftest)
     proc = subprocess.run([*RIG, "measure", "asc", "--bench", str(root / "xylo.toml"),
                            "--runs-dir", str(root / "xylo")], cwd=REPO, env=env,
@@ -84,8 +92,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out["xylo"] = only_run(root / "xylo")
 
     (root / "tiny.toml").write_text(SMALL_SWEEP)
-    proc = run_rig("sweep", "qubo", str(root / "tiny.toml"), "--runs-dir", str(root / "sweep"),
-                   timeout=300)
+    proc = rig_in_process("sweep", "qubo", str(root / "tiny.toml"), "--runs-dir",
+                          str(root / "sweep"))
     assert proc.returncode == 0, proc.stderr
     out["sweep"] = only_run(root / "sweep")
     return out
@@ -127,8 +135,9 @@ def test_every_number_in_results_json_is_rig_show_json(report, runs) -> None:
     results = json.loads((out / "results.json").read_text())
     by_path = {r["path"]: r for r in results["runs"]}
     assert set(by_path) == {str(p.resolve()) for p in runs.values()}
-    for path in runs.values():
-        proc = run_rig("show", str(path.resolve()), "--json")
+    for n, path in enumerate(runs.values()):
+        # the first as a user runs it, the others in this process (start-up and imports)
+        proc = (run_rig if n == 0 else rig_in_process)("show", str(path.resolve()), "--json")
         assert proc.returncode == 0, proc.stderr
         assert by_path[str(path.resolve())]["show"] == json.loads(proc.stdout)
 
@@ -226,7 +235,7 @@ def test_run_folders_are_not_modified(report, runs) -> None:
 
 # -- system.toml -------------------------------------------------------------------------------
 def test_template_lists_the_systems_and_a_filled_file_clears_the_boxes(runs, tmp_path) -> None:
-    proc = run_rig("report", "--template", str(runs["asc"]), str(runs["sweep"]))
+    proc = rig_in_process("report", "--template", str(runs["asc"]), str(runs["sweep"]))
     assert proc.returncode == 0, proc.stderr
     data = tomllib.loads(proc.stdout)
     assert set(data["systems"]) == {"dut-asc01", "cpu-sa"}
@@ -237,8 +246,8 @@ def test_template_lists_the_systems_and_a_filled_file_clears_the_boxes(runs, tmp
     system = tmp_path / "system.toml"
     system.write_text(_toml(data))
     out = tmp_path / "report"
-    proc = run_rig("report", str(runs["asc"]), str(runs["sweep"]), "--out", str(out),
-                   "--system", str(system), "--format", "md,html", "--strict")
+    proc = rig_in_process("report", str(runs["asc"]), str(runs["sweep"]), "--out", str(out),
+                          "--system", str(system), "--format", "md,html", "--strict")
     assert proc.returncode == 0, proc.stderr
     md = (out / "report.md").read_text()
     assert "TO BE COMPLETED" not in md
@@ -251,8 +260,8 @@ def test_strict_names_the_empty_fields(runs, tmp_path) -> None:
     system.write_text('[submission]\ntitle = "T"\nsubmitter = "S"\n'
                       '[systems.dut-asc01]\ncomponents_omitted = "none"\n')
     out = tmp_path / "report"
-    proc = run_rig("report", str(runs["asc"]), "--out", str(out), "--system", str(system),
-                   "--strict")
+    proc = rig_in_process("report", str(runs["asc"]), "--out", str(out), "--system",
+                          str(system), "--strict")
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert len(err.splitlines()) == 1 and "systems.dut-asc01.tuning" in err
@@ -269,8 +278,8 @@ def test_strict_names_the_empty_fields(runs, tmp_path) -> None:
 def test_bad_system_file_is_one_line(runs, tmp_path, text, expected) -> None:
     system = tmp_path / "system.toml"
     system.write_text(text)
-    proc = run_rig("report", str(runs["asc"]), "--out", str(tmp_path / "r"), "--system",
-                   str(system))
+    proc = rig_in_process("report", str(runs["asc"]), "--out", str(tmp_path / "r"), "--system",
+                          str(system))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and expected in proc.stderr
 
@@ -289,7 +298,7 @@ def test_a_truncated_manifest(runs, tmp_path) -> None:
     shutil.copytree(runs["asc"], copy)
     text = (copy / "manifest.json").read_text()
     (copy / "manifest.json").write_text(text[: len(text) // 2])
-    proc = run_rig("report", str(copy), "--out", str(tmp_path / "r"))
+    proc = rig_in_process("report", str(copy), "--out", str(tmp_path / "r"))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "manifest.json is truncated or not JSON" in proc.stderr
@@ -302,10 +311,11 @@ def test_an_unfinished_run_is_refused_unless_allowed_then_marked(runs, tmp_path)
     assert json.loads(lines[-1])["event"] == "run_finished"
     (copy / "events.jsonl").write_text("".join(lines[:-1]))  # as if killed before the end
     before = tree_digest(copy)
-    proc = run_rig("report", str(copy), "--out", str(tmp_path / "r"))
+    proc = rig_in_process("report", str(copy), "--out", str(tmp_path / "r"))
     assert proc.returncode == 2
     assert "ended without finishing" in proc.stderr and "--allow-incomplete" in proc.stderr
-    proc = run_rig("report", str(copy), "--out", str(tmp_path / "r"), "--allow-incomplete")
+    proc = rig_in_process("report", str(copy), "--out", str(tmp_path / "r"),
+                          "--allow-incomplete")
     assert proc.returncode == 0, proc.stderr
     pages = pdf_pages(tmp_path / "r" / "report.pdf")
     assert any("INCOMPLETE" in p for p in pages)
@@ -315,7 +325,7 @@ def test_an_unfinished_run_is_refused_unless_allowed_then_marked(runs, tmp_path)
 
 def test_out_inside_a_run_folder_is_refused(runs, tmp_path) -> None:
     before = tree_digest(runs["asc"])
-    proc = run_rig("report", str(runs["asc"]), "--out", str(runs["asc"] / "report"))
+    proc = rig_in_process("report", str(runs["asc"]), "--out", str(runs["asc"] / "report"))
     assert proc.returncode == 2 and "run folders are never modified" in proc.stderr
     assert tree_digest(runs["asc"]) == before
 
