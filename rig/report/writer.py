@@ -54,10 +54,12 @@ def write_report(
     allow_damaged_traces: bool = False,
     strict: bool = False,
     progress: Callable[[str], None] | None = None,
+    figures: bool = True,
 ) -> ReportOutcome:
     """Check everything first, then write the report files into `out_dir`. Every trace of the
     runs is read whole first: a damaged one is refused by name (`check_traces`) unless
-    `allow_damaged_traces`, which reports its run marked."""
+    `allow_damaged_traces`, which reports its run marked. `figures` False draws none (their
+    pages lack them; results.json is the same): `rig verify` compares only that."""
     say = progress or (lambda _text: None)
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
@@ -98,9 +100,10 @@ def write_report(
     except OSError as exc:
         raise ConfigError(f"cannot create {figures_dir}: {exc}",
                           hint="choose an --out folder you can write to") from exc
-    say("drawing figures")
-    doc = build_document(systems, info, figures_dir, make_figures=_figures,
-                         make_workflow=_workflow)
+    if figures:
+        say("drawing figures")
+    doc = build_document(systems, info, figures_dir, make_figures=_figures if figures else None,
+                         make_workflow=_workflow if figures else None)
     # Before any file: a NaN or an infinity is refused by name (JSON has neither).
     results_json = finite_json(results(doc, systems, info, missing), "results.json", indent=2,
                                default=str) + "\n"

@@ -4,6 +4,7 @@ and wrote a bare `NaN` into results.json (not JSON), exit 0. Now `rig show`, `ri
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from pathlib import Path
@@ -64,3 +65,19 @@ def test_a_report_never_writes_nan_into_results_json(measured: Path, tmp_path: P
                                              r"summary\.inferences_per_s is NaN"):
         writer.write_report([measured], out, formats=("md",))
     assert not (out / "results.json").exists() and not (out / "report.md").exists()
+
+
+def test_a_report_without_figures_has_the_same_results_json(measured: Path,
+                                                             tmp_path: Path) -> None:
+    """`rig verify` regenerates a report only to compare its results.json: drawn without
+    figures (~0.7 s a system saved), it must hold the same numbers."""
+    from rig.report import writer
+
+    drawn = writer.write_report([measured], tmp_path / "drawn", formats=("md",))
+    bare = writer.write_report([measured], tmp_path / "bare", formats=("md",), figures=False)
+    assert list((tmp_path / "drawn" / "figures").iterdir())  # the drawn one has figures
+    assert not list((tmp_path / "bare" / "figures").iterdir())
+    a, b = (json.loads(o.files["json"].read_text()) for o in (drawn, bare))
+    for x in (a, b):
+        x["report"].pop("generated_at")
+    assert a == b
