@@ -87,6 +87,12 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the CPU count once the tests are collected: the first phase (often a module
+    fixture's runs) counted nothing before, having no earlier reading to take from."""
+    session.config.stash[_CPU_MARK] = _cpu_s()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     """Give each phase's report the CPU its process and ended children used since the last
