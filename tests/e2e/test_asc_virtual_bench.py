@@ -1,5 +1,10 @@
 """ASC end to end on the virtual bench: the rig talks over real ptys, through pyserial, to a
-simulated MLPerf Tiny DUT and a simulated LPM01A, and must measure the simulated truth."""
+simulated MLPerf Tiny DUT and a simulated LPM01A, and must measure the simulated truth.
+
+Most commands run in this process (`rig_in_process`): a new interpreter's start-up and imports
+cost ~1 s of CPU a `rig`, as much as a refusal's work. Still run as a user runs them: one
+measurement (its table), one refusal (its single line on stderr), one `rig show`, `rig analyze`.
+The virtual bench (`--device sim`, a `[sim]` bench) is its own processes either way."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from rig.datasets.synthetic import make_split
 from rig.traces.analysis import analyze
 from rig.traces.files import read_trace
 
-from .runs import REPO, TRUTH, bench_variant, only_run, run_rig
+from .runs import REPO, TRUTH, bench_variant, only_run, rig_in_process, run_rig
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +43,8 @@ def expected_accuracy(samples_per_class: int = 10, seed: int = 0) -> float:
 def sim_run(tmp_path_factory) -> tuple[dict, Path]:
     """One `rig measure asc --device sim --json` run, shared by the checks below."""
     runs = tmp_path_factory.mktemp("runs")
-    proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(runs), "--json")
+    proc = rig_in_process("measure", "asc", "--device", "sim", "--runs-dir", str(runs),
+                          "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # exactly one JSON object on stdout
     return out, only_run(runs)
@@ -65,7 +71,7 @@ def test_the_manifest_records_the_virtual_duts_image_by_digest(sim_run) -> None:
     assert vb["images"] == {"dut": {"path": str(binary),
                                     "sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
                                     "size_bytes": binary.stat().st_size}}
-    shown = run_rig("show", str(run))
+    shown = rig_in_process("show", str(run))
     assert shown.returncode == 0, shown.stderr
     assert (f"virtual bench dut: {binary}, sha256 {vb['images']['dut']['sha256']}"
             in " ".join(shown.stdout.split()))
@@ -127,17 +133,18 @@ def test_stored_trace_reanalysed_gives_the_live_numbers(sim_run) -> None:
 
 def test_show_reads_the_folder_back(sim_run) -> None:
     out, run = sim_run
-    proc = run_rig("show", str(run), "--json")
+    proc = rig_in_process("show", str(run), "--json")
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["status"] == "complete" and shown["simulated"] is True
     assert shown["measured"] == {"idle": 1, "latency_run": 5, "sample": 40, "window": 5}
     assert shown["summary"]["energy_per_inference_j"] == out["summary"]["energy_per_inference_j"]
-    text = run_rig("show", str(run))
+    text = run_rig("show", str(run))  # the file's one `rig show` as a user runs it
     assert text.returncode == 0 and "SIMULATED" in text.stdout and "complete" in text.stdout
 
 
 def test_human_output_has_table_and_run_folder(tmp_path: Path) -> None:
+    # the file's one measurement as a user runs it (the console script, its table)
     proc = run_rig("measure", "asc", "--device", "sim", "--runs-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "Energy per inference" in proc.stdout and "45.00 µJ" in proc.stdout
@@ -177,6 +184,7 @@ def test_python_dut_measures_the_same(tmp_path: Path, capsys) -> None:
 
 def test_bench_limit_is_enforced_before_anything_starts(tmp_path: Path) -> None:
     bench = bench_variant(tmp_path, v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.5"))
+    # the file's one refusal as a user runs it: nothing else on stderr
     proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
     assert proc.returncode == 2
     assert "3.5 V is above the bench voltage limit of 3.3 V" in proc.stderr
@@ -193,8 +201,8 @@ def test_failed_checks_exit_1_and_are_kept(tmp_path: Path) -> None:
     strict = "idle_s = 2.0\nreplicability_tolerance = 1e-9"
     bench = bench_variant(tmp_path, tol=("idle_s = 2.0", strict),
                           speed=("speed = 50", "speed = 100"))
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
-                   "--json")
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(tmp_path / "r"), "--json")
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "failed-checks"
@@ -205,8 +213,8 @@ def test_failed_checks_exit_1_and_are_kept(tmp_path: Path) -> None:
 
 def test_through_an_io_manager(tmp_path: Path) -> None:
     """benches/sim-io-manager.toml: the DUT reached only through the UNO's pass-through."""
-    proc = run_rig("measure", "asc", "--device", "sim-io-manager", "--runs-dir", str(tmp_path),
-                   "--json")
+    proc = rig_in_process("measure", "asc", "--device", "sim-io-manager", "--runs-dir",
+                          str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key, truth in TRUTH.items():
@@ -225,8 +233,8 @@ def test_through_an_io_manager(tmp_path: Path) -> None:
 def test_with_a_joulescope(tmp_path: Path) -> None:
     """benches/sim-joulescope.toml: the real Joulescope driver over the Driver stand-in; the
     DUT is connected by its current range and its GPIO read on GPI0."""
-    proc = run_rig("measure", "asc", "--device", "sim-joulescope", "--runs-dir", str(tmp_path),
-                   "--json")
+    proc = rig_in_process("measure", "asc", "--device", "sim-joulescope", "--runs-dir",
+                          str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key, truth in TRUTH.items():
@@ -258,7 +266,7 @@ def test_every_figure_has_its_gum_budget_in_manifest_show_and_analyze(sim_run) -
     assert set(budgets) == set(TRUTH)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["summary"]["uncertainty"] == budgets
-    shown = json.loads(run_rig("show", str(run), "--json").stdout)
+    shown = json.loads(rig_in_process("show", str(run), "--json").stdout)
     assert shown["summary"]["uncertainty"] == budgets
     s = out["summary"]
     active = {c["name"]: c for c in budgets["active_power_w"]["components"]}
@@ -280,8 +288,8 @@ def test_a_bound_fails_the_run_naming_each_figure(tmp_path: Path) -> None:
     setting and sample clock not published) every figure is named, exit 1."""
     bench = bench_variant(tmp_path, idle=("idle_s = 2.0", "idle_s = 2.0\n"
                                           "max_relative_uncertainty = 1.0"))
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir",
-                   str(tmp_path / "runs"), "--json")
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(tmp_path / "runs"), "--json")
     assert proc.returncode == 1, proc.stderr
     (check,) = [c for c in json.loads(proc.stdout)["summary"]["checks"]
                 if c["name"] == "uncertainty within bound"]
@@ -295,7 +303,7 @@ def test_a_bound_outside_0_1_is_refused_in_one_line(tmp_path: Path, bound: str) 
     bench = bench_variant(tmp_path, idle=("idle_s = 2.0", "idle_s = 2.0\n"
                                           f"max_relative_uncertainty = {bound}"))
     runs = tmp_path / "runs"
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"rig: error: {bench}: [procedure.asc] "
                                    "max_relative_uncertainty: expected a number in [0, 1], "
