@@ -1,4 +1,8 @@
-"""Bad input and faults: one-line errors with the fix, exit codes, nothing lost, DUT off."""
+"""Bad input and faults: one-line errors with the fix, exit codes, nothing lost, DUT off.
+
+Most refusals run in this process (`rig_in_process`): a new interpreter's start-up and imports
+were nearly all of their CPU. Still run as a user runs them: one refusal (nothing else on
+stderr), `--debug`'s traceback, Ctrl-C and kill -9 (signals to a process), one `rig show`."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from .runs import (
     bench_variant,
     events,
     only_run,
+    rig_in_process,
     run_rig,
     wait_for_event,
     wait_gone,
@@ -58,6 +63,7 @@ def hardware_bench(tmp_path: Path, dut_port: str, emon_port: str | None, **extra
 
 
 def test_missing_bench_file(tmp_path: Path) -> None:
+    # the file's one refusal as a user runs it: the console script prints nothing else
     line = one_line_error(run_rig("measure", "asc", "--bench", str(tmp_path / "nope.toml")))
     assert "does not exist" in line
 
@@ -71,18 +77,19 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 def test_malformed_bench_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[dut\nport = 3\n")
-    assert "not valid TOML" in one_line_error(run_rig("measure", "asc", "--bench", str(bad)))
+    assert "not valid TOML" in one_line_error(rig_in_process("measure", "asc", "--bench",
+                                                             str(bad)))
 
 
 def test_unknown_device_lists_the_known_ones() -> None:
-    line = one_line_error(run_rig("measure", "asc", "--device", "xylo-nano"))
+    line = one_line_error(rig_in_process("measure", "asc", "--device", "xylo-nano"))
     assert "unknown device 'xylo-nano'" in line and "sim" in line
 
 
 def test_port_that_does_not_exist(tmp_path: Path) -> None:
     bench = hardware_bench(tmp_path, "/dev/ttyRIG_NOPE0", None)
-    line = one_line_error(run_rig("measure", "asc", "--bench", str(bench),
-                                  "--runs-dir", str(tmp_path / "runs")))
+    line = one_line_error(rig_in_process("measure", "asc", "--bench", str(bench),
+                                         "--runs-dir", str(tmp_path / "runs")))
     assert "[dut] port '/dev/ttyRIG_NOPE0' does not exist" in line and "rig devices" in line
     # Refused from the bench alone, before anything is written (issue 39: it left a `failed`
     # run folder): tests/e2e/test_bench_refusals.py
@@ -94,8 +101,9 @@ def test_busy_port(tmp_path: Path) -> None:
     holder = serial.Serial(pty.path, exclusive=True)  # another program has the DUT's port
     try:
         bench = hardware_bench(tmp_path, pty.path, None)
-        line = one_line_error(run_rig("measure", "asc", "--bench", str(bench),
-                                      "--runs-dir", str(tmp_path / "runs")))
+        # (its flock holds against a second open in this process too)
+        line = one_line_error(rig_in_process("measure", "asc", "--bench", str(bench),
+                                             "--runs-dir", str(tmp_path / "runs")))
         assert "is busy" in line and "close it" in line
     finally:
         holder.close()
@@ -175,7 +183,7 @@ def test_kill_9_leaves_an_incomplete_run_that_show_reads(tmp_path: Path) -> None
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert wait_gone(bench) == []  # its virtual bench saw stdin close and stopped
-    shown = run_rig("show", str(run), "--json")
+    shown = rig_in_process("show", str(run), "--json")
     assert shown.returncode == 0, shown.stderr
     data = json.loads(shown.stdout)
     assert data["status"] == "incomplete"
