@@ -1,7 +1,12 @@
 """The Nordic PPK2 end to end on the virtual bench (benches/sim-ppk2.toml): ASC energy through
 `rig measure asc` gives the closed-form answers within the PPK2's resolution, `rig emon record`
 writes its 100 kS/s stream into JLS, and a supply above the bench's limit is refused with the
-DUT off and, when a run had begun, the run marked failed."""
+DUT off and, when a run had begun, the run marked failed.
+
+The closed-form and ampere-mode runs and the ppk2_mode refusal run in this process
+(`rig_in_process`, as the CLI already runs here beside an in-process bench): a new
+interpreter's start-up and imports were ~1 s of CPU each. One refusal is still run as a user
+runs it (the console script: nothing else on stderr)."""
 
 from __future__ import annotations
 
@@ -27,7 +32,15 @@ from virtual_bench.bench import VirtualBench
 from virtual_bench.description import load_description
 from virtual_bench.ppk2 import SIM_CALIBRATION
 
-from .runs import REPO, TRUTH, bench_variant, only_run, run_rig, window_scheduled
+from .runs import (
+    REPO,
+    TRUTH,
+    bench_variant,
+    only_run,
+    rig_in_process,
+    run_rig,
+    window_scheduled,
+)
 from .runs import short_bench as _short
 
 # Not serial since the simulated PPK2 holds simulated time when it falls behind (SimClock.held):
@@ -48,8 +61,8 @@ def half_count_w(k: int, amps: float) -> float:
 
 
 def test_asc_gives_the_closed_form_answers_within_the_ppk2_resolution(tmp_path: Path) -> None:
-    proc = run_rig("measure", "asc", "--bench", str(short_bench(tmp_path)),
-                   "--runs-dir", str(tmp_path / "r"), "--json")
+    proc = rig_in_process("measure", "asc", "--bench", str(short_bench(tmp_path)),
+                          "--runs-dir", str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     s = out["summary"]
@@ -135,6 +148,7 @@ def test_emon_record_writes_the_full_rate_stream_to_jls(tmp_path: Path, capsys) 
 # -- bad input: a supply above the bench's limit ------------------------------------------------
 def test_a_bench_supply_above_the_limit_is_refused_before_anything(tmp_path: Path) -> None:
     bench = short_bench(tmp_path, v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.5"))
+    # the file's one `rig measure` as a user runs it: nothing else on stderr
     proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
     assert proc.returncode == 2
     assert "3.5 V is above the bench voltage limit of 3.3 V" in proc.stderr
@@ -169,8 +183,8 @@ def test_asc_in_ampere_mode_on_the_bench_supply(tmp_path: Path) -> None:
     bench = short_bench(tmp_path, mode=('driver = "ppk2-sim"',
                                         'driver = "ppk2-sim"\nppk2_mode = "ampere"'),
                         v=("supply_voltage_v = 1.8", "supply_voltage_v = 3.0"))
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"),
-                   "--json")
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(tmp_path / "r"), "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key, truth in TRUTH.items():
@@ -182,7 +196,8 @@ def test_asc_in_ampere_mode_on_the_bench_supply(tmp_path: Path) -> None:
 def test_ppk2_mode_on_another_monitor_is_refused_when_the_bench_loads(tmp_path: Path) -> None:
     bench = bench_variant(tmp_path, mode=('driver = "lpm01a"',
                                           'driver = "lpm01a"\nppk2_mode = "ampere"'))
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(tmp_path / "r"))
     assert proc.returncode == 2
     assert '[emon] ppk2_mode = "ampere" is a PPK2 setting, but the monitor is \'lpm01a\'' \
         in proc.stderr
