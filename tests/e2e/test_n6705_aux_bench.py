@@ -1,6 +1,9 @@
 """ASC energy on a virtual N6705 whose N6781A logs the DUT's timestamp line on its auxiliary
 input (benches/sim-n6705.toml, shortened): the rig finds every edge in the Elog stream and
-measures the simulated truth; a 34465A, which cannot, is refused naming the setups that can."""
+measures the simulated truth; a 34465A, which cannot, is refused naming the setups that can.
+
+The runs are made in this process; one refusal still runs as a user runs it (the console
+script: exit 2, no traceback)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from drivers.emon.accuracy import MonitorAccuracy
 from drivers.emon.keysight import n6705_accuracy
 from rig.cli import main
 
-from .runs import TRUTH, bench_variant, run_rig, short_bench
+from .runs import TRUTH, bench_variant, rig_in_process, run_rig, short_bench
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +60,8 @@ def test_aux_on_a_34465a_bench_is_refused_when_the_bench_loads(tmp_path: Path) -
     dmm = ('driver = "lpm01a"\nport = "virtual"',
            'driver = "34465a-sim"\ntimestamp_input = "aux"')
     bench = bench_variant(tmp_path, emon=dmm)
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "r"))
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir",
+                          str(tmp_path / "r"))
     assert proc.returncode == 2, proc.stderr
     error = proc.stderr.strip().splitlines()[-1]
     assert '[emon] timestamp_input = "aux" needs an N6705 with an N6781A/N6785A SMU' in error
