@@ -1,7 +1,10 @@
 """A lab's own accuracy figures on the virtual bench (issue 37): `[emon.accuracy]` gives the
 LPM01A's supply setting and sample clock that ST does not publish, `[dut] clock_ppm` the DUT
 oscillator's tolerance. Every budget then becomes complete and equals the closed form (the idle
-span's Type A from its ten sub-spans)."""
+span's Type A from its ten sub-spans).
+
+The runs are made in this process (their JSON and folder are what is read); one refusal still
+runs as a user runs it (the console script: exit 2, one line on stderr)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import pytest
 from drivers.emon.accuracy import MonitorAccuracy, Spec
 from drivers.emon.lpm01a import ACCURACY as LPM01A_ACCURACY
 
-from .runs import bench_variant, events, only_run, run_rig
+from .runs import bench_variant, events, only_run, rig_in_process, run_rig
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +49,9 @@ def lab_bench(tmp_path: Path, name: str, bound: str, lab: str = LAB,
 
 
 def measure(bench: Path, runs: Path, *args: str) -> tuple[int, dict, Path]:
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs), "--json",
-                   *args)
+    """`rig measure asc --json` in this process (its JSON and folder are what is read)."""
+    proc = rig_in_process("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs),
+                          "--json", *args)
     assert proc.returncode in (0, 1), proc.stderr
     return proc.returncode, json.loads(proc.stdout), only_run(runs)
 
@@ -173,7 +177,9 @@ def test_a_figure_without_its_source_or_below_0_is_refused_in_one_line(
         tmp_path: Path, lab: str, dut_clock: str, message: str) -> None:
     bench = lab_bench(tmp_path, "refused", "0.05", lab=lab, dut_clock=dut_clock)
     runs = tmp_path / "runs"
-    proc = run_rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
+    # the first as a user runs it (the console script prints nothing but its line)
+    rig = run_rig if message.startswith("[emon.accuracy] source is missing") else rig_in_process
+    proc = rig("measure", "asc", "--bench", str(bench), "--runs-dir", str(runs))
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"rig: error: {bench}: {message}")
