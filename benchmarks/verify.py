@@ -32,7 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPEATS = 3
+#: Rounds: each read takes tens of ms, which one time slice lost to another process
+#: stretches by a third: the best of 3 rounds varied more from run to run than the best of 15.
+REPEATS = 15
 RIG = [str(Path(sys.executable).parent / "rig")]
 BENCHES = ("sim", "sim-otii", "sim-ppk2")
 #: The trace signals the re-derivation reads (`rig.traces.files.read_trace`): the GPIO input
