@@ -35,7 +35,7 @@ run: $(STAMP) firmware-host  ## Create .venv, install, measure ASC on the virtua
 # test-setup).
 TEST_REPORT := build/test-report-$(PY_VERSION).jsonl
 SERIAL_FILES := build/serial-files-$(PY_VERSION).txt
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test:  ## Install test deps, build the shims, run the suite.
 	@$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/ruff check .
