@@ -1094,9 +1094,13 @@ class Soak:
                                "error": f"{type(exc).__name__}: {exc}"})
                 continue
             counts: dict[str, int] = {}
+            why: dict[str, int] = {}  # a failed point's SUT and error -> how many
             for event in load_run(path).events:
                 if isinstance(event, SweepPointDone):
                     counts[event.key] = counts.get(event.key, 0) + 1
+                    if event.status != "ok":
+                        text = f"{event.sut}: {(event.error or '')[:160]}"
+                        why[text] = why.get(text, 0) + 1
             keys = [p.key for p in record.spec.points()]
             n_lost = sum(1 for k in keys if counts.get(k, 0) == 0)
             n_doubled = sum(1 for k in keys if counts.get(k, 0) > 1)
@@ -1106,7 +1110,7 @@ class Soak:
             failed += record.failed
             sweeps.append({"folder": path.name, "status": record.status, "points": len(keys),
                            "lost": n_lost, "doubled": n_doubled, "failed": record.failed,
-                           "sessions": record.sessions})
+                           "failed_why": why, "sessions": record.sessions})
         return {"points_total": total, "points_lost": lost, "points_doubled": doubled,
                 "points_failed": failed, "sweeps": sweeps,
                 "sweep_sessions": self.sweep_sessions,

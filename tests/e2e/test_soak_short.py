@@ -52,6 +52,10 @@ def test_a_short_soak_loses_doubles_and_leaves_nothing(tmp_path: Path) -> None:
     # Exactly once: every sweep point in its sweep's events once, none lost, none doubled.
     assert audit["points_total"] > 0, why
     assert audit["points_lost"] == 0 and audit["points_doubled"] == 0, audit["sweeps"]
+    # A point that failed (recorded, so neither lost nor doubled) says why, by its SUT.
+    for sweep in audit["sweeps"]:
+        assert sum(sweep["failed_why"].values()) == sweep["failed"], sweep
+        assert all(text.split(": ", 1)[1] for text in sweep["failed_why"]), sweep
     # Every ASC run complete, or ended by an injected fault its folder names.
     assert audit["runs_total"] > 0 and audit["runs_complete"] > 0, why
     assert audit["runs_failed_unexplained"] == 0, audit["runs_unexplained"]
