@@ -610,7 +610,15 @@ class EmonRecorder:
         """Hand over the last whole preview bins and finish the trace file; safe twice."""
         if self._preview is not None:
             self._preview.flush()
+        end = None
         with self._writer_lock:
             if self._writer is not None:
                 writer, self._writer = self._writer, None
+                # What the file holds: a chunk counted as the trace closed (between `_take`'s
+                # count and its write) is not in it, and the trace says so (not a lost sample).
+                end = writer.samples_written + writer.dropped_samples
                 writer.close()
+        if end is not None:
+            with self._cond:
+                if self._trace_end is None or end < self._trace_end:
+                    self._trace_end = end
