@@ -35,7 +35,9 @@ def test_hyperparameters_reach_the_shim_and_it_solves_with_them() -> None:
         assert b'{"refract": 2, "temperature": 2}' in argv  # what the shim parsed (see above)
         sut.load(generate(25, 0.05, 0))
         result = sut.solve(0.05, 7)
-        assert result.elapsed_s == pytest.approx(0.05, rel=0.5)
+        # It ran for its timeout and stopped: a loaded host stretches the Lava steps (CI saw
+        # 86 ms for 50 ms).
+        assert 0.025 <= result.elapsed_s < 1.0
         assert result.improvements
     finally:
         sut.close()
