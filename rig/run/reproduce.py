@@ -150,8 +150,8 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     found = span_figures(trace.current, trace.voltage, every, trace.current_range,
                          trace.range_names, whole=True)
     dots, shares = found.dots, found.shares
-    _refuse_lost(run, trace, trace_path, every[: len(windows) + len(idles)], len(windows),
-                 dots[: len(windows) + len(idles)])
+    _refuse_lost(run, trace, trace_path, every[: len(windows) + len(idles)],
+                 [w.index for w in windows], dots[: len(windows) + len(idles)])
     energies = dots[: len(windows)] / fs
     powers = iter((dots[len(windows):] / (every[len(windows):, 1] - every[len(windows):, 0]))
                   .tolist())
@@ -200,8 +200,8 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
                         events, trace_finite=found.finite)
 
 
-def _refuse_lost(run: Path, trace: Trace, trace_path: Path, spans: np.ndarray, n_windows: int,
-                 dots: np.ndarray) -> None:
+def _refuse_lost(run: Path, trace: Trace, trace_path: Path, spans: np.ndarray,
+                 window_indices: list[int], dots: np.ndarray) -> None:
     """AnalysisError naming each window and idle span whose samples in the trace are not all
     finite: a lost sample (NaN) there leaves nothing to integrate again (a trace whose writer
     lost data, as pyjls does on a full disk, or an edited one)."""
@@ -211,7 +211,9 @@ def _refuse_lost(run: Path, trace: Trace, trace_path: Path, spans: np.ndarray, n
     named = []
     for k in bad[:5]:
         a, b = (int(x) for x in spans[k])
-        what = f"window {k} [{a}, {b})" if k < n_windows else f"idle span [{a}, {b})"
+        # Windows by their events' index (as `rig verify` names them), then the idle spans.
+        what = (f"window {window_indices[k]} [{a}, {b})" if k < len(window_indices)
+                else f"idle span [{a}, {b})")
         lost = int(np.count_nonzero(~np.isfinite(trace.current[a:b])))
         named.append(f"{what}: {lost:,} of {b - a:,} samples")
     more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""

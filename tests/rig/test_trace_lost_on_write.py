@@ -131,8 +131,7 @@ def test_analysis_of_a_trace_with_lost_samples_names_the_span(
     damaged = dataclasses.replace(trace, current=current)
     with pytest.raises(AnalysisError) as caught:
         reproduce_run(run, trace=damaged)
-    name = (f"window {sum(isinstance(e, kind) for e in record.events) - 1}"
-            if where == "window" else "idle span")
+    name = f"window {span.index}" if where == "window" else "idle span"
     assert (f"{name} [{span.start_sample}, {span.end_sample}): 3 of "
             f"{span.end_sample - span.start_sample:,} samples") in caught.value.message
     # `rig analyze RUN` says it in one line and exits 2 (no traceback, no ValueError).
