@@ -31,7 +31,8 @@ outright, for a run whose `rig serve` was SIGKILLed); every complete run passes 
 RUN`, and a bundle of complete runs `rig verify`; RSS, open fds and threads of every long-lived
 process sampled on a fixed period, each process judged over its own life after its start-up (the
 faults restart every role): flat when its last third's mean (its last hour's, for lives of 3 h or
-more) is within 10 % of its second third's (its second hour's); no process outlives the
+more) is within 10 % of its second third's (its second hour's), `rig serve`'s samples between
+runs and in a run judged apart (it holds a run's data only during one); no process outlives the
 soak (every process started carries RIG_SOAK_ID in its environment, so that its children are found
 too); no temporary file outlives it (the children's TMPDIR is inside the soak's one temp folder).
 A soak killed outright (SIGKILL) can clean nothing up: the next soak clears what it left (its
@@ -57,6 +58,7 @@ exactly-once, explained-runs and no-leftovers parts hold, 1 when one does not, 1
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import http.client
 import json
@@ -1217,12 +1219,16 @@ class Soak:
         start-up (the first 10 % of the soak, at most 5 min) are split like the soak's: the
         last third's mean against the second third's (the last hour against the second hour,
         for lives of 3 h or more); flat within 10 % (counts: or within one). A process with
-        fewer than `MIN_LIFE_SAMPLES` such samples is too short-lived to judge. A role shows
-        the figures of its process that moved most."""
+        fewer than `MIN_LIFE_SAMPLES` such samples is too short-lived to judge. `rig serve`
+        holds a run's samples only while it runs one, so its samples are two populations:
+        each is judged on its own (`_serve_states`), or a third's mean would move with how
+        many samples landed in a run. A role shows the figures of its part that moved most."""
         warmup = min(300.0, 0.1 * self.total_s)
         by_pid: dict[int, list[tuple[Any, ...]]] = {}
         for sample in self.samples:
             by_pid.setdefault(sample[2], []).append(sample)
+        busy = sorted((r.started_s, r.ended_s) for r in getattr(self, "runs", [])
+                      if r.track == "serve" and r.ended_s > r.started_s)
         roles: dict[str, Any] = {}
         flat_all: list[bool] = []
         for role in sorted({s[1] for s in self.samples}):
@@ -1230,24 +1236,36 @@ class Soak:
             entry: dict[str, Any] = {"samples": sum(1 for s in self.samples if s[1] == role),
                                      "incarnations": self.children[role].incarnations,
                                      "judged": 0}
-            lives = []
+            # (state, its samples, the span of the process's grown life)
+            parts: list[tuple[str, list[tuple[Any, ...]], tuple[float, float]]] = []
+            judged: set[int] = set()
             for pid in pids:
                 life = by_pid[pid]
                 born = life[0][0]
                 grown = [x for x in life if x[0] - born >= warmup]
-                if len(grown) >= MIN_LIFE_SAMPLES:
-                    lives.append(grown)
-            entry["judged"] = len(lives)
+                if len(grown) < MIN_LIFE_SAMPLES:
+                    continue
+                span = (grown[0][0], grown[-1][0])
+                states = _serve_states(grown, busy) if role == "serve" else {"": grown}
+                for state, samples in states.items():
+                    if _life_windows(samples, 3, span) is not None:
+                        parts.append((state, samples, span))
+                        judged.add(pid)
+            entry["judged"] = len(judged)
+            if role == "serve":
+                entry["states"] = sorted({state for state, _, _ in parts})
             for index, metric in ((3, "rss_mb"), (4, "fds"), (5, "threads")):
                 slack = FLAT_COUNT_SLACK if metric != "rss_mb" else 0
-                worst: tuple[float, float, float] | None = None  # (moved, second, last)
+                worst: tuple[float, float, float, str] | None = None  # moved, 2nd, last, state
                 flats = []
-                for grown in lives:
-                    second, last = _life_windows(grown, index)
+                for state, samples, span in parts:
+                    windows = _life_windows(samples, index, span)
+                    assert windows is not None  # checked above
+                    second, last = windows
                     flats.append(abs(last - second) <= max(FLAT_SHARE * second, slack))
                     moved = abs(last - second) / max(second, 1e-9)
                     if worst is None or moved > worst[0]:
-                        worst = (moved, second, last)
+                        worst = (moved, second, last, state)
                 flat = all(flats) if flats else None
                 if flat is not None:
                     flat_all.append(flat)
@@ -1255,6 +1273,8 @@ class Soak:
                 entry[metric] = {"second": None if worst is None else round(worst[1] / scale, 1),
                                  "last": None if worst is None else round(worst[2] / scale, 1),
                                  "flat": flat}
+                if worst is not None and worst[3]:
+                    entry[metric]["state"] = worst[3]
             roles[role] = entry
         series: dict[str, list[list[float]]] = {}
         for t, role, pid, rss, fds, threads in self.samples:
@@ -1269,18 +1289,44 @@ class Soak:
                 "sample_period_s": getattr(self, "sample_period", None)}
 
 
-def _life_windows(life: list[tuple[Any, ...]], index: int) -> tuple[float, float]:
-    """The means of metric `index` over a process's second and last thirds of its samples
-    (its second and last hours when it lived 3 h or more)."""
-    born, end = life[0][0], life[-1][0]
+#: A sample this close to a run's start or end (s) is in neither state: rig serve takes its
+#: run's size within a second of the start (runs of 3 s are common) and frees it at the end.
+SERVE_EDGE_S = 1.0
+
+
+def _serve_states(samples: list[tuple[Any, ...]], busy: list[tuple[float, float]]
+                  ) -> dict[str, list[tuple[Any, ...]]]:
+    """`rig serve`'s samples split into those taken between runs and those taken in one
+    (`busy`: the serve track's runs, start and end in soak seconds, sorted)."""
+    starts = [b[0] for b in busy]
+    states: dict[str, list[tuple[Any, ...]]] = {"between runs": [], "in a run": []}
+    for x in samples:
+        t = x[0]
+        i = bisect.bisect_right(starts, t + SERVE_EDGE_S) - 1  # the last run begun by t+edge
+        near = [busy[j] for j in (i - 1, i) if 0 <= j < len(busy)]
+        if any(s + SERVE_EDGE_S <= t <= e - SERVE_EDGE_S for s, e in near):
+            states["in a run"].append(x)
+        elif not any(s - SERVE_EDGE_S <= t <= e + SERVE_EDGE_S for s, e in near):
+            states["between runs"].append(x)
+    return states
+
+
+def _life_windows(samples: list[tuple[Any, ...]], index: int, span: tuple[float, float]
+                  ) -> tuple[float, float] | None:
+    """The means of metric `index` over the second and last thirds (by time) of a process's
+    life `span` (its second and last hours when it lived 3 h or more), of the `samples` taken
+    in them (all of the process's, or those of one state); None when a window holds fewer than
+    a third of `MIN_LIFE_SAMPLES`."""
+    born, end = span
     if end - born >= 3 * 3600.0:
-        second = [x[index] for x in life if born + 3600.0 <= x[0] < born + 7200.0]
-        last = [x[index] for x in life if x[0] >= end - 3600.0]
-        if second and last:
-            return statistics.fmean(second), statistics.fmean(last)
-    n = len(life)  # thirds by count: the samples come on a fixed period
-    return (statistics.fmean(x[index] for x in life[n // 3: 2 * n // 3]),
-            statistics.fmean(x[index] for x in life[2 * n // 3:]))
+        edges = (born + 3600.0, born + 7200.0, end - 3600.0)
+    else:
+        edges = (born + (end - born) / 3, born + 2 * (end - born) / 3, born + 2 * (end - born) / 3)
+    second = [x[index] for x in samples if edges[0] <= x[0] < edges[1]]
+    last = [x[index] for x in samples if x[0] >= edges[2]]
+    if min(len(second), len(last)) < MIN_LIFE_SAMPLES // 3:
+        return None
+    return statistics.fmean(second), statistics.fmean(last)
 
 
 # -- runs --------------------------------------------------------------------------------------
@@ -1944,9 +1990,12 @@ def table(audit: dict[str, Any]) -> str:
     rows.append(("rig verify", f"{v['status']}: {v['detail']}"))
     rows.append(("leftovers", f"processes {audit['leftover_processes']}, temp files "
                               f"{audit['leftover_temp_files']}"))
+    unjudged = [r for r, e in audit["resources"].items() if not e["judged"]]
     rows.append(("resources flat", f"{'yes' if audit['resources_flat'] else 'no'} "
                                    f"({audit['resource_samples']} samples, every "
-                                   f"{audit['sample_period_s'] or 0:g} s)"))
+                                   f"{audit['sample_period_s'] or 0:g} s"
+                                   + (f"; too short-lived to judge: {', '.join(unjudged)}"
+                                      if unjudged else "") + ")"))
     width = max(len(k) for k, _ in rows)
     out = [f"{k:<{width}}  {v}" for k, v in rows]
     out.append("")
@@ -1966,6 +2015,11 @@ def table(audit: dict[str, Any]) -> str:
         flat = "n/a" if any(f is None for f in flats) else ("yes" if all(flats) else "NO")
         out.append(f"{role:<12} {pair(e['rss_mb']):>18} {pair(e['fds']):>15} "
                    f"{pair(e['threads']):>18} {e['incarnations']:>6} {e['judged']:>6} {flat}")
+    for role, e in audit["resources"].items():
+        if e.get("states"):
+            shown = {e[m].get("state") for m in ("rss_mb", "fds", "threads")} - {None}
+            out.append(f"{role}: judged {' and '.join(e['states'])} apart; shown: "
+                       f"{', '.join(sorted(shown)) or '-'} (the part that moved most)")
     return "\n".join(out)
 
 

@@ -197,6 +197,58 @@ def test_resources_are_judged_per_process_over_its_own_life() -> None:
     assert soak.Soak.audit_resources(fake)["resources_flat"] is True
 
 
+def test_serve_is_judged_between_runs_and_in_a_run_apart() -> None:
+    """`rig serve` holds a run's data only while it runs one: ~140 MB between runs, ~205 MB
+    in one. With runs taking most of the second third and few of the last, the thirds' means
+    of all its samples move 20 % with no leak (called "not flat"); judged apart, each state
+    is flat. A floor that rises 2 MB a minute between runs is a leak, and is found."""
+    from types import SimpleNamespace
+
+    soak = soak_module()
+    mb = 2**20
+    period = 10.0
+    # 60 min; runs of 50 s: every 80 s in the first 40 min, every 300 s after.
+    busy = [(float(t), t + 50.0) for t in range(0, 2400, 80)]
+    busy += [(float(t), t + 50.0) for t in range(2400, 3600, 300)]
+    runs = [SimpleNamespace(track="serve", started_s=s, ended_s=e) for s, e in busy]
+    runs.append(SimpleNamespace(track="cli", started_s=10.0, ended_s=3500.0))  # not serve's
+
+    def serve(floor) -> list[tuple]:
+        out = []
+        for k in range(360):
+            t = k * period
+            in_run = any(s <= t <= e for s, e in busy)
+            out.append((t, "serve", 21, (205.0 if in_run else floor(t)) * mb, 20, 6))
+        return out
+
+    fake = SimpleNamespace(samples=serve(lambda t: 140.0), total_s=3600.0, volume_samples=[],
+                           sample_period=period, runs=runs,
+                           children={"serve": SimpleNamespace(incarnations=1)})
+    mixed = [s for s in fake.samples if s[0] >= 300.0]
+    second, last = soak._life_windows(mixed, 3, (mixed[0][0], mixed[-1][0]))
+    assert abs(last - second) > soak.FLAT_SHARE * second  # the old judgement: "not flat"
+    audit = soak.Soak.audit_resources(fake)
+    entry = audit["resources"]["serve"]
+    assert entry["states"] == ["between runs", "in a run"] and entry["judged"] == 1
+    assert entry["rss_mb"]["flat"] is True and audit["resources_flat"] is True
+    assert entry["rss_mb"]["second"] in (140.0, 205.0)
+    states = soak._serve_states(mixed, busy)
+    assert {round(x[3] / mb) for x in states["between runs"]} == {140}
+    assert {round(x[3] / mb) for x in states["in a run"]} == {205}
+    fake.samples = serve(lambda t: 140.0 + 2.0 * t / 60.0)  # the floor leaks
+    audit = soak.Soak.audit_resources(fake)
+    rss = audit["resources"]["serve"]["rss_mb"]
+    assert rss["flat"] is False and rss["state"] == "between runs"
+    assert rss["last"] > 1.1 * rss["second"] and audit["resources_flat"] is False
+    assert "judged between runs and in a run apart" in soak.table({
+        **{k: 0 for k in ("hours", "seed", "points_total", "sweep_sessions", "points_lost",
+                          "points_doubled", "points_failed", "runs_total", "runs_complete",
+                          "runs_failed_explained", "runs_failed_unexplained", "runs_analyzed",
+                          "runs_analyze_failed", "leftover_processes", "leftover_temp_files")},
+        "lava": False, "runs_volume": "-", "sweeps": [], "recovery": {},
+        "verify": {"status": "-", "detail": "-"}, **audit})
+
+
 def test_what_a_killed_soak_left_is_cleared_by_the_next(tmp_path: Path) -> None:
     """A soak killed outright (SIGKILL) runs no cleanup: its processes, its mounted runs volume
     and its temp folder stay. The next soak clears them, by the owner file each soak leaves in
