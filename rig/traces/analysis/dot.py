@@ -141,7 +141,12 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
 
     All the spans' blocks go into one queue, so the threads wait for each other once per call,
     not once per span (a descheduled helper on a busy host costs a few ms at that wait).
+    Where `b` is one value broadcast to every sample (a set voltage), each span's sum of `a`
+    times that value: half the memory traffic (~2x quicker), and within a few units in the
+    last place of the product-by-product sum (each product rounds once, the sum only once).
     """
+    if b.ndim == 1 and len(b) and b.strides == (0,) and math.isfinite(float(b[0])):
+        return span_sums(a, spans) * float(b[0])
     return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]))
 
 
