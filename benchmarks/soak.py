@@ -1345,6 +1345,9 @@ class RunRecord:
     faults: list[str] = field(default_factory=list)
     explained_by: str = ""
     evaluated: bool = False
+    #: What the rig said of the run where its folder cannot (a direct run's last error line,
+    #: rig serve's error status).
+    said: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {"track": self.track, "bench": self.bench,
@@ -1419,23 +1422,19 @@ class AscTrack(threading.Thread):
 
     def finish(self, record: RunRecord) -> None:
         """Read the run folder back (the rig's reader); explain a run that did not complete."""
-        from rig.run.events import Note
-        from rig.run.store import load_run
-
         record.ended_s = record.ended_s or self.soak.now()
         if record.folder is None:
             with self.soak.lock:
                 self.soak.runs.append(record)
             return
-        try:
-            run = load_run(record.folder)
-            record.status = run.status
-            record.error = str(run.manifest.get("error")
-                               or (run.finished.error if run.finished else "") or "")
-            notes = " | ".join(e.text for e in run.events
-                               if isinstance(e, Note) and e.level == "warning")
-        except Exception as exc:
-            record.status, record.error, notes = "unreadable", f"{type(exc).__name__}: {exc}", ""
+        if not record.folder.is_dir():
+            # Seen, then gone: the rig removes the folder of a run that could not start (not
+            # one line of it reached the disk) and says so; what it said is the run's error.
+            record.status = "removed"
+            record.error = record.said or "the folder was removed (nothing said)"
+            notes = ""
+        else:
+            record.status, record.error, notes = self.read_back(record.folder)
         if record.status != "complete":
             record.explained_by = explain(self.soak, record, notes)
         record.evaluated = True
@@ -1446,6 +1445,23 @@ class AscTrack(threading.Thread):
         mark = "" if record.status == "complete" else (
             f" ({record.explained_by or 'UNEXPLAINED'}: {record.error[:160]})")
         self.soak.say(f"{self.track} run {record.bench}: {record.status}{mark}")
+
+    @staticmethod
+    def read_back(folder: Path) -> tuple[str, str, str]:
+        """(status, error, warning notes) of a run folder, read by the rig's reader."""
+        from rig.run.events import Note
+        from rig.run.store import load_run
+
+        try:
+            run = load_run(folder)
+            status = run.status
+            error = str(run.manifest.get("error")
+                        or (run.finished.error if run.finished else "") or "")
+            notes = " | ".join(e.text for e in run.events
+                               if isinstance(e, Note) and e.level == "warning")
+        except Exception as exc:
+            return "unreadable", f"{type(exc).__name__}: {exc}", ""
+        return status, error, notes
 
     # -- watching a run ----------------------------------------------------------------------
     def new_folder(self, device: str, before: set[str]) -> Path | None:
@@ -1517,6 +1533,7 @@ class DirectTrack(AscTrack):
         log = soak.logs / "direct-runs.log"
         with open(log, "ab") as out:
             out.write(f"\n== {soak.now():.1f} s {device}\n".encode())
+            offset = out.tell()
         popen = soak.spawn(soak.rig("measure", "asc", "--bench",
                                     str(soak.direct_benches / f"{device}.toml"),
                                     "--runs-dir", str(soak.runs_dir)), log)
@@ -1540,6 +1557,10 @@ class DirectTrack(AscTrack):
         record.code = popen.returncode
         record.ended_s = soak.now()
         record.folder = record.folder or self.new_folder(device, before)
+        with open(log, "rb") as f:  # its own lines: the runs of this track go one at a time
+            f.seek(offset)
+            lines = f.read().decode(errors="replace").splitlines()
+        record.said = next((line for line in reversed(lines) if "error" in line.lower()), "")
 
 
 class ServeTrack(AscTrack):
@@ -1595,14 +1616,21 @@ class ServeTrack(AscTrack):
         if fault is not None and fault.kind == "dut_stop" and fault.injected:
             self.cont(fault, record)
         record.ended_s = soak.now()
+        record.said = self.error_since(sent) or ""
 
     def refused_since(self, sent: float) -> bool:
         """Whether rig serve said `error` (a run that failed) since `sent` (perf_counter)."""
+        return self.error_since(sent) is not None
+
+    def error_since(self, sent: float) -> str | None:
+        """What rig serve's last `error` status since `sent` (perf_counter) said; None: none."""
+        said = None
         for m in self.soak.operator.received(f"neurobench/{RIG}/status"):
             with contextlib.suppress(ValueError, AttributeError):
-                if m.at > sent and m.json().get("state") == "error":
-                    return True
-        return False
+                status = m.json()
+                if m.at > sent and status.get("state") == "error":
+                    said = str(status.get("error") or "error")
+        return said
 
     def wait_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

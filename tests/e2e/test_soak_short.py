@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +248,47 @@ def test_serve_is_judged_between_runs_and_in_a_run_apart() -> None:
                           "runs_analyze_failed", "leftover_processes", "leftover_temp_files")},
         "lava": False, "runs_volume": "-", "sweeps": [], "recovery": {},
         "verify": {"status": "-", "detail": "-"}, **audit})
+
+
+def test_a_run_whose_folder_the_rig_removed_is_explained_by_the_full_disk(
+        tmp_path: Path) -> None:
+    """A run that could not write its first line (the runs disk full) has its folder removed
+    by the rig, which says so: the soak saw the folder, then found it gone. That run is read
+    as `removed`, with what the rig said, and put down to the full disk when one overlapped
+    it (at 4ce634d a short soak called it unreadable and unexplained); not without one."""
+    import errno
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from rig.errors import StorageError
+    from rig.run.store import RunStore
+
+    soak = soak_module()
+    store = RunStore.create(tmp_path / "runs", "asc", "direct-otii")
+    folder = store.path
+    with pytest.raises(StorageError) as raised:
+        store.failed(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), starting=True)
+    assert not folder.exists()
+
+    def finish(injected_s: float, cleared_s: float) -> Any:
+        full = soak.Fault("disk_full", injected_s - 1.0, injected_s=injected_s,
+                          cleared_s=cleared_s)
+        fake = SimpleNamespace(faults=[full], lock=threading.Lock(), runs=[],
+                               analyze_queue=queue.Queue(), say=lambda text: None,
+                               now=lambda: 30.0, load_over=threading.Event())
+        track = object.__new__(soak.DirectTrack)
+        track.soak = fake
+        record = soak.RunRecord("direct", "otii", 19.0, folder=folder, ended_s=23.6, code=2,
+                                said=f"rig: error: {raised.value}")
+        track.finish(record)
+        assert fake.runs == [record] and fake.analyze_queue.empty()
+        return record
+
+    record = finish(21.0, 26.0)  # the run: 19.0 to 23.6 s
+    assert record.status == "removed" and "cannot start the run folder" in record.error
+    assert record.explained_by == "disk_full"
+    assert finish(5.0, 12.0).explained_by == ""  # a full disk over before the run began
 
 
 def test_what_a_killed_soak_left_is_cleared_by_the_next(tmp_path: Path) -> None:
