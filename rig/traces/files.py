@@ -43,6 +43,7 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import AnalysisError
+from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ JLS_CURRENT, JLS_VOLTAGE, JLS_POWER, JLS_GPIO = "current", "voltage", "power", "
 #: data's `RANGE_NAMES_KEY` list; `RANGE_NOT_TOLD` where a sample's range is not known).
 JLS_RANGE = "current_range"
 RANGE_NAMES_KEY = "current_range_names"
-RANGE_NOT_TOLD = 15
 #: The Joulescope UI names its first general-purpose input this way (1-bit samples).
 _JLS_GPIO_ALIASES = (JLS_GPIO, "gpi[0]")
 #: Samples moved per pyjls call when reading and when filling gaps (bounds memory).
@@ -88,14 +88,15 @@ JLS_SIGNAL_OPTIONS: dict[str, int] = {"sample_decimate_factor": 256, "entries_pe
 class Trace:
     """Samples of one capture: current [A] and voltage [V] as float64, GPIO bits as uint8;
     the current range of each sample where the instrument told it (uint8 indices into
-    `range_names`, `RANGE_NOT_TOLD` for a sample whose range is not known), else None."""
+    `range_names`, `RANGE_NOT_TOLD` for a sample whose range is not known), else None: from a
+    JLS file, a `RangeSignal` (the values as stored, read like a uint8 array)."""
 
     sample_rate: float
     current: np.ndarray
     voltage: np.ndarray
     gpio: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
-    current_range: np.ndarray | None = None
+    current_range: np.ndarray | RangeSignal | None = None
     range_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
@@ -459,29 +460,17 @@ def _range_covers(sig: Any, cur: Any) -> int:
     return covers - 1 if covers == int(cur.length) + 1 else covers
 
 
-def _read_range(reader: Any, sig: Any, cur: Any, n: int) -> np.ndarray:
-    """The range signal (u4, two a byte, low nibble first) for the current's `n` samples:
-    `RANGE_NOT_TOLD` where it holds none (it may start later than the current)."""
+def _read_range(reader: Any, sig: Any, cur: Any, n: int) -> RangeSignal:
+    """The range signal (u4, two a byte, low nibble first) for the current's `n` samples, as
+    stored (it may start later than the current): one read, nothing unpacked."""
     shift = int(sig.sample_id_offset or 0) - int(cur.sample_id_offset or 0)
     begin, end = max(0, shift), min(n, shift + int(sig.length))
-    # One byte more than n: a block's last word may take the pad value after an odd count.
-    out = np.empty(n + 1, dtype=np.uint8)
-    out[:begin] = RANGE_NOT_TOLD
-    for lo in range(begin, end, _BLOCK):  # blocks start on a byte of the signal (even)
-        length = min(_BLOCK, end - lo)
-        packed = np.asarray(reader.fsr(sig.signal_id, lo - shift, length), dtype=np.uint8)
-        if 2 * len(packed) < length:
-            raise ValueError(f"{len(packed)} bytes of the range signal for {length} samples")
-        # Both nibbles of a byte at once, as one little-endian 16-bit word per byte: low
-        # nibble in its first byte, high nibble in its second (~5x two strided passes). The
-        # last word may write the pad nibble after an odd count: to out[end] at most.
-        whole = min(len(packed), (n + 1 - lo) // 2)
-        words = out[lo : lo + 2 * whole].view("<u2")
-        words[:] = packed[:whole]
-        words |= words << 4
-        words &= 0x0F0F
-    out[max(begin, end):] = RANGE_NOT_TOLD  # past the signal's end (and over a pad nibble)
-    return out[:n]
+    if end <= begin:
+        return RangeSignal(np.empty(0, dtype=np.uint8), shift, 0, n)
+    first = begin - shift  # the signal's value at trace sample `begin`
+    start = first - first % 2  # from a whole byte
+    packed = np.asarray(reader.fsr(sig.signal_id, start, end - shift - start), dtype=np.uint8)
+    return RangeSignal(packed, shift + start, end - shift - start, n)
 
 
 def check_jls_length(path: Path) -> bool:

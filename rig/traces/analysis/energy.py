@@ -17,6 +17,7 @@ from rig.errors import AnalysisError
 from rig.traces.analysis.dot import BLOCK, float64_block, span_dots, span_sums
 from rig.traces.analysis.dot import dot64 as _dot64
 from rig.traces.analysis.edges import change_points, falling_edges, windows_from_edges
+from rig.traces.analysis.range_signal import RangeSignal
 
 #: Default replicability tolerance: every trial within 5% of the reported value.
 REPLICABILITY_TOLERANCE = 0.05
@@ -86,8 +87,8 @@ class SpanFigures:
 
 
 def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
-                 current_range: np.ndarray | None = None, range_names: Sequence[str] = (),
-                 *, whole: bool = False) -> SpanFigures:
+                 current_range: np.ndarray | RangeSignal | None = None,
+                 range_names: Sequence[str] = (), *, whole: bool = False) -> SpanFigures:
     """For each [start, stop) row of `spans` (they may overlap or nest, as the idle span and
     its sub-spans do): sum(current * voltage) over it in float64, and where a range signal is
     given, how it spreads over the ranges. What `span_dots` and `span_range_occupancies`
@@ -105,13 +106,15 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     n = len(current)
     _check_spans(spans, n, "trace")
+    packed = current_range if isinstance(current_range, RangeSignal) else None
     if current_range is not None:
-        current_range = np.asarray(current_range)
+        current_range = packed if packed is not None else np.asarray(current_range)
         _check_spans(spans, len(current_range), "range signal")
     cuts = np.unique(np.concatenate((spans.ravel(), [0, n] if whole else [])).astype(np.int64))
     if current_range is not None and range_names and spans.size:
         lo, hi = int(spans.min()), int(spans.max())
-        cuts = np.union1d(cuts, change_points(current_range[lo:hi]) + lo)
+        cuts = np.union1d(cuts, packed.changes(lo, hi) if packed is not None
+                          else change_points(current_range[lo:hi]) + lo)
     # A piece [cuts[k], cuts[k + 1]) lies wholly inside a span or wholly outside every one.
     depth = np.zeros(len(cuts), dtype=np.int64)
     np.add.at(depth, np.searchsorted(cuts, spans[:, 0]), 1)
@@ -123,8 +126,8 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):
         # Runs of one range too short to take one by one: each figure on its own.
         return SpanFigures(span_dots(current, voltage, spans), None if current_range is None
-                           else span_range_occupancies(current, current_range, range_names,
-                                                       spans))
+                           else span_range_occupancies(current, np.asarray(current_range),
+                                                       range_names, spans))
     every_dot = span_dots(current, voltage, pieces)
     finite = bool(np.isfinite(every_dot).all()) if whole else None
     pieces, piece_dots = pieces[inside], every_dot[inside]
@@ -139,7 +142,8 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     piece_sums = (piece_dots / v if math.isfinite(v) and v != 0
                   else span_sums(current, pieces))
     width = len(range_names)
-    column = current_range[pieces[:, 0]].astype(np.intp)  # one range a piece
+    column = (packed.at(pieces[:, 0]) if packed is not None  # one range a piece
+              else current_range[pieces[:, 0]]).astype(np.intp)
     lengths = pieces[:, 1] - pieces[:, 0]
     shares: list[dict[str, dict[str, float]]] = []
     for (a, b), i, j in zip(spans.tolist(), first.tolist(), last.tolist(), strict=True):
@@ -150,7 +154,7 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
         counts = np.bincount(col, weights=lengths[i:j], minlength=width)
         sums = np.bincount(col, weights=piece_sums[i:j], minlength=width)
         if not np.isfinite(sums).all():  # lost (NaN) samples: counted, their current not
-            sums = _finite_sums(current, current_range, width, a, b)
+            sums = _finite_sums(current, np.asarray(current_range), width, a, b)
         shares.append({str(name): {"samples": int(c), "mean_current_a": float(t) / int(c)}
                        for name, c, t in zip(range_names, counts.tolist(), sums.tolist(),
                                              strict=True) if c})
