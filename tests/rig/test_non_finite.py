@@ -20,7 +20,10 @@ from rig.run.store import MANIFEST, RunStore, load_run, read_manifest
 from tests.rig.test_damaged_manifest import asc_run
 
 #: How a non-finite number is spelled in a JSON file (Python's json reads each), and its value.
-SPELLINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "1e999": math.inf}
+SPELLINGS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "1e999": math.inf,
+             # Past float range by a three-digit exponent, one with a leading zero, or by a
+             # long integer part alone: json hands each to parse_float as text.
+             "-17.25E+308": -math.inf, "1e0400": math.inf, "2" + "0" * 320 + ".5": math.inf}
 
 
 def poison_event(run: Path, kind: str, nth: int, field: str, text: str) -> int:
@@ -42,7 +45,7 @@ def poison_event(run: Path, kind: str, nth: int, field: str, text: str) -> int:
     raise AssertionError(f"no {kind} #{nth}")
 
 
-@pytest.mark.parametrize("text", sorted(SPELLINGS))
+@pytest.mark.parametrize("text", sorted(SPELLINGS), ids=lambda t: t[:12])
 def test_a_non_finite_event_field_is_refused_on_load_by_name(tmp_path: Path, text: str) -> None:
     run = asc_run(tmp_path, finished=True)
     line = poison_event(run, "latency_run", 1, "inferences_per_s", text)
@@ -107,3 +110,4 @@ def test_finite_json_names_the_first_non_finite_value() -> None:
         finite_json({"runs": [{}, {"show": {"u": math.inf}}]}, "results.json", indent=2)
     assert first_non_finite({"a": {"b": (1, -math.inf)}}) == ("a.b[1]", -math.inf)
     assert first_non_finite({"ok": [1, 2.5, None, "NaN", True]}) is None
+
