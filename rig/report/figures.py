@@ -273,12 +273,12 @@ def _read_excerpt(path: Path, meas: dict[str, list[dict]]) -> _Excerpt | None:
 
 
 def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt | None:
+    from rig.traces.files import _rig_user_data, set_voltage_of, trace_end
+
     sigs = {s.name: s for s in reader.signals.values()
             if s.signal_type == pyjls.SignalType.FSR and s.signal_id != 0}
     power, cur, vol = sigs.get("power"), sigs.get("current"), sigs.get("voltage")
     if power is None and vol is None:  # a monitor that sets the supply: its value, not a signal
-        from rig.traces.files import _rig_user_data, set_voltage_of
-
         set_v = set_voltage_of(_rig_user_data(reader))
         vol = set_v[0] if set_v else None
     if power is not None:
@@ -287,6 +287,7 @@ def _excerpt(reader: Any, pyjls: Any, meas: dict[str, list[dict]]) -> _Excerpt |
         n, timed = int(min(cur.length, cur.length if isinstance(vol, float) else vol.length)), cur
     else:
         return None
+    n = trace_end(_rig_user_data(reader), n)  # filler after the trace's end is not its
     if n < 2:
         return None
     rate = _trace_rate(reader, float(timed.sample_rate), meas["energy_windows"])

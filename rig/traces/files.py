@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -82,6 +82,60 @@ _SIG_RANGE = 5
 #: 9.22 bytes/sample with voltage (9.30 at 128) and 5.14 without (5.16), zoom as fast; per
 #: 1024 would save more but make a zoom below 1024 samples per pixel read raw samples.
 JLS_SIGNAL_OPTIONS: dict[str, int] = {"sample_decimate_factor": 256, "entries_per_summary": 1280}
+
+#: User-data key of a trace's true sample count, where its signals go on past it (`jls_end`).
+TRACE_END_KEY = "trace_samples"
+
+#: pyjls 0.17.0's `signal_def` defaults and floors (jls src/core.c), by sample size in bits:
+#: (sample_decimate_factor, entries_per_summary, summary_decimate_factor).
+_JLS_DEFAULTS = {32: (128, 640, 20), 8: (1024, 640, 20), 4: (1024, 1280, 20), 1: (1024, 1280, 20)}
+_JLS_FACTOR_MIN = 10
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def jls_layout(options: dict[str, int], bits: int) -> tuple[int, int, int]:
+    """(samples per level-1 summary entry, entries per summary chunk, summary entries per entry
+    of the level above) that pyjls 0.17.0 writes for `signal_def(**options)` of a `bits`-bit
+    signal: its defaults for what is missing, aligned as its `jls_core_signal_def_align` does."""
+    dec0, entries0, factor0 = _JLS_DEFAULTS[bits]
+    dec = _round_up(max(options.get("sample_decimate_factor") or dec0, _JLS_FACTOR_MIN),
+                    256 // bits)  # whole multiples of 32 bytes of samples
+    factor = max(options.get("summary_decimate_factor") or factor0, _JLS_FACTOR_MIN)
+    entries = _round_up(max(options.get("entries_per_summary") or entries0, _JLS_FACTOR_MIN),
+                        factor)
+    return dec, entries, factor
+
+
+def jls_end(n: int, signals: Iterable[tuple[int, tuple[int, int, int]]]) -> int:
+    """The fewest sample ids, n or more, through which pyjls 0.17.0 gives back whole every
+    signal of `signals`: (its first sample id, its layout as `jls_layout` gives it).
+
+    pyjls finds a signal's length through its summary index, level by level; a level's index
+    chunk is written only with at least one whole entry of that level. So samples after a
+    level-L summary chunk boundary (every dec x entries x factor^(L-1) samples of the signal)
+    that make no whole level-L entry (dec x factor^(L-1) samples) are in the file but out of
+    reach: the reader says the signal ends at that boundary and refuses a read past it. With
+    the rig's layout that is 1 to 255 samples past each multiple of 327,680 (a soak found a
+    run whose Otii trace lost its last 94 of 327,774), 1 to 5,119 past each multiple of
+    6,553,600, and so on up. A trace ending there gets filler up to the next safe end."""
+    signals = list(signals)
+    end, moved = n, True
+    while moved:  # one signal's safe end may fall in another's gap: until none moves it
+        moved = False
+        for first, (dec, entries, factor) in signals:
+            length = end - first
+            period, whole = dec * entries, dec
+            while 0 < period <= length:
+                past = length % period
+                if 0 < past < whole:
+                    end += whole - past
+                    length = end - first
+                    moved = True
+                period, whole = period * factor, whole * factor
+    return end
 
 
 @dataclass
@@ -423,6 +477,10 @@ def _read_jls_signals(
             hint="drop --sample-rate for JLS traces: the file knows its rate",
         )
     n = min(s.length for s in (cur, vol, gpi) if s is not None)
+    end = trace_end(user, n)
+    if end < n:  # filler after the trace's end (`TraceWriter.close`): not the trace's
+        meta["end_filler"] = n - end
+        n = end
     read = _read_whole if as_stored else _read_fsr
     current = read(reader, cur.signal_id, n, np.float64)
     if vol is not None:
@@ -437,11 +495,12 @@ def _read_jls_signals(
     current_range = None
     if rng is not None and isinstance(names, list) and names:
         current_range = _read_range(reader, rng, cur, n)
-    meta["samples_by_signal"] = {
-        JLS_CURRENT: cur.length,
-        **({JLS_VOLTAGE: vol.length} if vol is not None else {}),
-        gpio_name: gpi.length,
-        **({JLS_RANGE: _range_covers(rng, cur)} if current_range is not None
+    filler = int(meta.get("end_filler", 0))
+    meta["samples_by_signal"] = {  # the trace's samples each holds (filler not counted)
+        JLS_CURRENT: cur.length - filler,
+        **({JLS_VOLTAGE: vol.length - filler} if vol is not None else {}),
+        gpio_name: gpi.length - filler,
+        **({JLS_RANGE: _range_covers(rng, cur) - filler} if current_range is not None
            and rng is not None else {}),
     }
     if said:  # e.g. a recording cut off before it was closed, which pyjls recovered
@@ -450,6 +509,15 @@ def _read_jls_signals(
                  current_range=current_range,
                  range_names=tuple(str(x) for x in names) if current_range is not None
                  else ())
+
+
+def trace_end(user: dict[str, Any], n: int) -> int:
+    """Where the trace of a file whose signals hold `n` samples ends: `n`, or the true end its
+    user data names where filler follows (`TraceWriter.close`)."""
+    end = user.get(TRACE_END_KEY)
+    if isinstance(end, int) and not isinstance(end, bool) and 0 <= end < n:
+        return end
+    return n
 
 
 def _range_covers(sig: Any, cur: Any) -> int:
@@ -637,11 +705,13 @@ class TraceWriter:
         self.samples_written = 0
         self.dropped_samples = 0
         self._next_id: int | None = None
+        self._first_id = 0  # the first sample id written (each signal's first)
         self._last_gpio = 0
         #: The range signal (`JLS_RANGE`), once a chunk told its ranges: the names its values
         #: index, the next sample id it holds, and a value waiting for its byte's other half.
         self.range_names: tuple[str, ...] = ()
         self._range_next: int | None = None
+        self._range_first: int | None = None  # the range signal's first sample id
         self._range_half: int | None = None
         self._jls = pyjls
         self._writer: Any = pyjls.Writer(str(self.path))
@@ -717,6 +787,8 @@ class TraceWriter:
             )
         if self._next_id is not None and first > self._next_id:
             self._fill_gap(self._next_id, first)
+        if self._next_id is None:
+            self._first_id = first
         w = self._writer
         w.fsr(_SIG_CURRENT, first, i)
         if v is not None:
@@ -744,7 +816,7 @@ class TraceWriter:
                 self._writer.signal_def(_SIG_RANGE, _SOURCE_ID, self._jls.SignalType.FSR,
                                         self._jls.DataType.U4, self.sample_rate,
                                         name=JLS_RANGE, units="", **self._jls_options)
-                self._range_next = first
+                self._range_next = self._range_first = first
             self.range_names = tuple(range_names)
             self._writer.user_data(_USER_DATA_META, {RANGE_NAMES_KEY: list(range_names)})
         assert self._range_next is not None
@@ -785,6 +857,30 @@ class TraceWriter:
             self._writer.fsr(_SIG_GPIO, lo, np.full(n, self._last_gpio, dtype=np.uint8))
         self.dropped_samples += count
 
+    def _pad_end(self) -> None:
+        """Filler from the trace's end to `jls_end` (see `close`), and the true end noted."""
+        n = self._next_id
+        if not n:
+            return
+        signals = [(self._first_id, jls_layout(self._jls_options, bits)) for bits in (32, 8)]
+        if self._range_first is not None:
+            signals.append((self._range_first, jls_layout(self._jls_options, 4)))
+        end = jls_end(n, signals)
+        if end == n:
+            return
+        count = end - n
+        nan = np.full(count, np.nan, dtype=np.float32)
+        for sig in (_SIG_CURRENT,) if self.set_voltage else (_SIG_CURRENT, _SIG_VOLTAGE):
+            self._writer.fsr(sig, n, nan)
+        self._writer.fsr(_SIG_GPIO, n, np.full(count, self._last_gpio, dtype=np.uint8))
+        if self._range_next is not None:
+            self._append_range(n, count, None, self.range_names)
+        self._writer.user_data(_USER_DATA_META, {
+            TRACE_END_KEY: n,
+            "trace_end_note": f"the trace ends at sample {n}: the {count} samples after it are "
+                              "filler, so that pyjls reads its last samples back",
+        })
+
     def annotate(self, sample_id: int, text: str) -> None:
         """A text note on the current signal at `sample_id` (visible in the Joulescope UI)."""
         if self._writer is None:
@@ -794,9 +890,15 @@ class TraceWriter:
         )
 
     def close(self) -> None:
-        """Finish the file (writes its summaries and index). Safe to call twice."""
+        """Finish the file (writes its summaries and index). Safe to call twice.
+
+        Where pyjls would not give back the last samples (`jls_end`), every signal goes on
+        past the trace's end with filler (NaN current and voltage, the GPIO level held, range
+        not told) to where it would, and the user data names the true end (`TRACE_END_KEY`),
+        which `read_trace` and the viewer keep to."""
         if self._writer is not None:
             try:
+                self._pad_end()
                 if self._range_half is not None:  # the range's last value, half a byte
                     self._write_range(np.zeros(0, dtype=np.uint8), final=True)
             finally:

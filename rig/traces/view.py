@@ -26,6 +26,7 @@ from rig.traces.files import (
     JLS_CURRENT,
     JLS_GPIO,
     JLS_POWER,
+    JLS_RANGE,
     JLS_VOLTAGE,
     captured_c_output,
     check_jls_length,
@@ -33,6 +34,7 @@ from rig.traces.files import (
     open_jls_reader,
     read_trace,
     set_voltage_of,
+    trace_end,
 )
 
 #: The plotted channels, top to bottom, and their units.
@@ -201,9 +203,14 @@ class JlsSource(TraceSource):
             # A recording cut off may hold samples of some signals only: show those.
             self._signals = {n: s for n, s in self._signals.items() if s.length > 0}
             self._gpio = self._signals.get("gpio")
-            self.length = min(s.length for s in present)
+            # The range signal may start later (with the first chunk that told its ranges):
+            # the trace's length is its samples' (as `read_trace` has it).
+            samples = [s for s in present if s.name != JLS_RANGE] or present
+            self.length = min(s.length for s in samples)
             rate = float(present[0].sample_rate)
             meta = _user_data(self._reader)
+            # Filler after the trace's end (`TraceWriter.close`) is not shown.
+            self.length = trace_end(meta, self.length)
             exact = meta.get("sample_rate_hz")
             if isinstance(exact, int | float) and exact > 0 and round(exact) == rate:
                 rate = float(exact)
