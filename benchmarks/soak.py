@@ -1048,6 +1048,7 @@ class Soak:
                 shutil.copytree(self.runs_dir, self.args.keep / "runs", symlinks=True)
                 shutil.copytree(self.archive, self.args.keep / "archive", symlinks=True)
                 (self.args.keep / "soak.log").write_text("\n".join(self.log_lines) + "\n")
+        kept = self.keep_unexplained()
         if self.volume is not None:
             done = subprocess.run(["umount", str(self.volume)], capture_output=True, timeout=30,
                                   check=False)
@@ -1060,7 +1061,29 @@ class Soak:
                 "leftover_temp_files": len(temp_left), "leftover_temp_file_list": temp_left[:50],
                 "temp_files_by_design": by_design,
                 "temp_folder_removed": not self.tmp.exists(),
-                "new_tmp_rig_entries": new_tmp[:50]}
+                "new_tmp_rig_entries": new_tmp[:50],
+                **({"unexplained_kept": str(kept)} if kept is not None else {})}
+
+    def keep_unexplained(self) -> Path | None:
+        """The folders of runs nothing explained, and the processes' logs, copied beside the
+        audit's JSON (`NAME.unexplained/`) before the runs volume goes: without them a rare
+        failure cannot be read once the soak has ended. Traces are left out (megabytes); None
+        when there is nothing to keep or no --json."""
+        runs = [r for r in self.runs if r.folder is not None and r.status != "complete"
+                and not r.explained_by]
+        if not runs or self.args.json is None:
+            return None
+        dest = self.args.json.with_suffix(".unexplained")
+        with contextlib.suppress(OSError, shutil.Error):
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.mkdir()
+            for r in runs:
+                assert r.folder is not None
+                if r.folder.is_dir():
+                    shutil.copytree(r.folder, dest / r.folder.name, symlinks=True,
+                                    ignore=shutil.ignore_patterns("*.jls", ".reserve"))
+            shutil.copytree(self.logs, dest / "logs")
+        return dest
 
     # -- the audit -------------------------------------------------------------------------
     def audit(self) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def test_a_short_soak_loses_doubles_and_leaves_nothing(tmp_path: Path) -> None:
         assert all(text.split(": ", 1)[1] for text in sweep["failed_why"]), sweep
     # Every ASC run complete, or ended by an injected fault its folder names.
     assert audit["runs_total"] > 0 and audit["runs_complete"] > 0, why
-    assert audit["runs_failed_unexplained"] == 0, audit["runs_unexplained"]
+    assert audit["runs_failed_unexplained"] == 0, (audit["runs_unexplained"],
+                                                   audit.get("unexplained_kept"))
     assert audit["runs_analyze_failed"] == 0, audit["analyze_failures"]
     # Nothing outlives the soak.
     assert audit["leftover_processes"] == 0, audit["leftover_process_list"]
@@ -289,6 +290,45 @@ def test_a_run_whose_folder_the_rig_removed_is_explained_by_the_full_disk(
     assert record.status == "removed" and "cannot start the run folder" in record.error
     assert record.explained_by == "disk_full"
     assert finish(5.0, 12.0).explained_by == ""  # a full disk over before the run began
+
+
+def test_the_folders_of_unexplained_runs_outlive_the_soak(tmp_path: Path) -> None:
+    """A rare unexplained run (a short soak in make test: a serve run left incomplete on a full
+    disk, not seen again) cannot be read once the runs volume is gone: its folder, without
+    traces, and the processes' logs are kept beside the audit's JSON, which names them."""
+    from types import SimpleNamespace
+
+    soak = soak_module()
+    runs, logs = tmp_path / "runs", tmp_path / "logs"
+    logs.mkdir()
+    (logs / "serve.log").write_text("run failed: something\n")
+    folders = {}
+    for name in ("a_incomplete", "b_complete", "c_explained"):
+        folder = runs / name
+        (folder / "traces").mkdir(parents=True)
+        (folder / "events.jsonl").write_text("{}\n")
+        (folder / "traces" / "emon.jls").write_bytes(b"x" * 1000)
+        folders[name] = folder
+    records = [soak.RunRecord("serve", "ppk2", 6.4, folder=folders["a_incomplete"],
+                              status="incomplete"),
+               soak.RunRecord("serve", "otii", 9.0, folder=folders["b_complete"],
+                              status="complete"),
+               soak.RunRecord("direct", "otii", 9.0, folder=folders["c_explained"],
+                              status="failed", explained_by="disk_full")]
+    fake = SimpleNamespace(runs=records, logs=logs,
+                           args=SimpleNamespace(json=tmp_path / "audit.json"))
+    kept = soak.Soak.keep_unexplained(fake)
+    assert kept == tmp_path / "audit.unexplained"
+    assert sorted(p.name for p in kept.iterdir()) == ["a_incomplete", "logs"]
+    assert (kept / "a_incomplete" / "events.jsonl").read_text() == "{}\n"
+    assert not (kept / "a_incomplete" / "traces" / "emon.jls").exists()
+    assert (kept / "logs" / "serve.log").is_file()
+    # Nothing unexplained, or no JSON asked for: nothing kept.
+    records[0].explained_by = "serve_kill"
+    assert soak.Soak.keep_unexplained(fake) is None
+    fake.args.json = None
+    records[0].explained_by = ""
+    assert soak.Soak.keep_unexplained(fake) is None
 
 
 def test_what_a_killed_soak_left_is_cleared_by_the_next(tmp_path: Path) -> None:
