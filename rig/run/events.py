@@ -360,13 +360,21 @@ class EventBus:
         """Hand `event` to every subscriber (the run store is subscribed first).
 
         Before a RunFinished, subscribers with a `closing_events()` method (telemetry) get
-        to publish their own last events, so the run folder records them."""
+        to publish their own last events, so the run folder records them. One of those that
+        a subscriber fails to take (the run store on a full disk: the telemetry report's
+        manifest rewrite) keeps neither the RunFinished from the others nor the run from
+        ending: its error is raised once the RunFinished has been handed on (a short soak's
+        `rig serve` run read back incomplete, its run_finished never written)."""
+        failure: Exception | None = None
         if isinstance(event, RunFinished):
             for subscriber in list(self._subscribers):
                 closing = getattr(subscriber, "closing_events", None)
                 if closing is not None:
                     for extra in closing():
-                        self._deliver(extra)
+                        try:
+                            self._deliver(extra)
+                        except Exception as exc:
+                            failure = failure or exc
         self._deliver(event)
         if isinstance(event, RunFinished):
             # After it: what the run store did once the run was closed (its ledger entry), for
@@ -376,6 +384,8 @@ class EventBus:
                 if finished is not None:
                     for extra in finished():
                         self._deliver(extra)
+        if failure is not None:
+            raise failure
 
     def _deliver(self, event: Event) -> None:
         for subscriber in self._subscribers:

@@ -126,3 +126,51 @@ def test_a_run_that_cannot_start_leaves_no_folder(tmp_path: Path, how: str) -> N
     assert "the disk is full" in out["raised"]
     assert "cannot start the run folder" in out["raised"]
     assert out["left"] == []
+
+
+def test_a_telemetry_report_that_does_not_fit_keeps_no_run_from_ending(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rig serve` ends a run with telemetry's report (the bus asks it before RunFinished),
+    which the run store records in the manifest: on a disk full by then that rewrite failed,
+    the StorageError left the bus before RunFinished and the folder read back `incomplete`
+    with no error (a short soak in make test). Now RunFinished is still handed on, and the
+    error raised after it."""
+    import errno
+    import os
+
+    from rig.errors import StorageError
+    from rig.run.events import EventBus, RunFinished, RunStarted, TelemetryReport
+    from rig.run.store import MANIFEST, RunStore, load_run
+
+    write_manifest = RunStore._write_manifest
+
+    def full_disk(self: RunStore) -> None:  # the kernel's ENOSPC, until the store gave room back
+        if "telemetry" in self.manifest and self.error is None:
+            self._writing = MANIFEST
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write_manifest(self)
+
+    monkeypatch.setattr(RunStore, "_write_manifest", full_disk)
+
+    class Telemetry:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __call__(self, event: object) -> None:
+            self.seen.append(type(event).__name__)
+
+        def closing_events(self) -> list[TelemetryReport]:
+            return [TelemetryReport(sink="mqtt", offered=3, published=3)]
+
+    store = RunStore.create(tmp_path / "runs", "asc", "soak-ppk2")
+    telemetry = Telemetry()
+    bus = EventBus()
+    bus.subscribe(store)
+    bus.subscribe(telemetry)
+    bus.publish(RunStarted(run_id="r1", procedure="asc", device="soak-ppk2", simulated=True))
+    with pytest.raises(StorageError, match=r"disk is full.*manifest\.json"):
+        bus.publish(RunFinished(status="failed", error="the disk is full: trace file ..."))
+    record = load_run(store.path)
+    assert record.status == "failed" and record.finished is not None
+    assert json.loads((store.path / "manifest.json").read_text())["status"] == "failed"
+    assert "RunFinished" in telemetry.seen  # the other subscribers got the end too
