@@ -131,13 +131,16 @@ def test_clicking_through_an_asc_run_gives_the_cli_numbers(window, qtbot, tmp_pa
     log = w.log.toPlainText()
     assert "run 5:" in log and "finished: complete" in log and "Traceback" not in log
 
-    # The live trace saw the monitor: idle most of the time, active during inference. (Over
-    # every bin it was given: its last 10 s of monitor time can be all idle, as the stream runs
-    # on at 50x while a loaded host finishes the run.)
+    # The live trace saw the monitor: idle most of the time the DUT was on, active during
+    # inference. (Over every bin it was given: the stream runs on at 50x while a loaded host
+    # finishes the run, so its last 10 s of monitor time, the visible ones, can be all idle or,
+    # once the DUT is off, all 0 W: CI with a load of ~11 beside it.)
     means = w.live.visible_bins()
     assert w.live.bins_seen == len(plotted) > 1000
     assert max(plotted) == pytest.approx(TRUTH["active_power_w"], rel=0.02)
-    assert sorted(means)[len(means) // 2] == pytest.approx(1.2e-3, rel=0.02)
+    powered = sorted(m for m in plotted if m > 0)
+    assert powered[len(powered) // 2] == pytest.approx(1.2e-3, rel=0.02)
+    assert len(means) > 0 and max(means) <= TRUTH["active_power_w"] * 1.02
 
     # The earlier-runs list has the run; reopening it shows the same table.
     assert w.earlier.paths() == [end.run_path]
