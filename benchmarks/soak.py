@@ -1067,8 +1067,9 @@ class Soak:
     def keep_unexplained(self) -> Path | None:
         """The folders of runs nothing explained, and the processes' logs, copied beside the
         audit's JSON (`NAME.unexplained/`) before the runs volume goes: without them a rare
-        failure cannot be read once the soak has ended. Traces are left out (megabytes); None
-        when there is nothing to keep or no --json."""
+        failure cannot be read once the soak has ended. Traces are kept up to `KEEP_TRACE_MB`
+        each (a damaged one is what there is to read); None when there is nothing to keep or
+        no --json."""
         runs = [r for r in self.runs if r.folder is not None and r.status != "complete"
                 and not r.explained_by]
         if not runs or self.args.json is None:
@@ -1081,7 +1082,7 @@ class Soak:
                 assert r.folder is not None
                 if r.folder.is_dir():
                     shutil.copytree(r.folder, dest / r.folder.name, symlinks=True,
-                                    ignore=shutil.ignore_patterns("*.jls", ".reserve"))
+                                    ignore=_too_big_to_keep)
             shutil.copytree(self.logs, dest / "logs")
         return dest
 
@@ -1458,6 +1459,8 @@ class AscTrack(threading.Thread):
             notes = ""
         else:
             record.status, record.error, notes = self.read_back(record.folder)
+            if record.status != "complete" and not record.error:
+                record.error = record.said  # the folder could not say (e.g. rig serve died)
         if record.status != "complete":
             record.explained_by = explain(self.soak, record, notes)
         record.evaluated = True
@@ -1608,6 +1611,7 @@ class ServeTrack(AscTrack):
         with soak.lock:
             serve = soak.children["serve"].popen
         started = asked = time.monotonic()
+        died = ""
         while time.monotonic() < started + 300.0 and not self.aborted.is_set():
             if record.folder is None:
                 record.folder = self.new_folder(device, before)
@@ -1626,7 +1630,14 @@ class ServeTrack(AscTrack):
             with soak.lock:
                 now_serving = soak.children["serve"].popen
             if now_serving is not serve or (serve is not None and serve.poll() is not None):
-                break  # rig serve died with the run: it stays incomplete
+                # rig serve died with the run: it stays incomplete. Not by our kill: say how
+                # (a short soak's serve died in pyjls's C code on a full disk, no traceback).
+                code = serve.poll() if serve is not None else None
+                if code is not None and "serve_kill" not in record.faults:
+                    how = (signal.Signals(-code).name if code < 0 and -code in
+                           signal.valid_signals() else f"exit status {code}")
+                    died = f"rig serve died during the run ({how}; see its log)"
+                break
             if (fault is not None and not fault.injected and record.folder is not None
                     and self.reached(record.folder, fault)):
                 if fault.kind == "serve_kill":
@@ -1639,7 +1650,7 @@ class ServeTrack(AscTrack):
         if fault is not None and fault.kind == "dut_stop" and fault.injected:
             self.cont(fault, record)
         record.ended_s = soak.now()
-        record.said = self.error_since(sent) or ""
+        record.said = self.error_since(sent) or died
 
     def refused_since(self, sent: float) -> bool:
         """Whether rig serve said `error` (a run that failed) since `sent` (perf_counter)."""
@@ -2095,6 +2106,21 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+#: The largest trace an unexplained run's kept folder holds (a short soak's are ~20 MB).
+KEEP_TRACE_MB = 64
+
+
+def _too_big_to_keep(folder: str, names: list[str]) -> set[str]:
+    """`shutil.copytree`'s ignore: the run's reserve, and traces over `KEEP_TRACE_MB`."""
+    skip = {n for n in names if n == ".reserve"}
+    for n in names:
+        with contextlib.suppress(OSError):
+            size = os.path.getsize(os.path.join(folder, n))
+            if n.endswith(".jls") and size > KEEP_TRACE_MB << 20:
+                skip.add(n)
+    return skip
 
 
 def main(argv: list[str] | None = None) -> int:

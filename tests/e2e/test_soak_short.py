@@ -294,8 +294,8 @@ def test_a_run_whose_folder_the_rig_removed_is_explained_by_the_full_disk(
 
 def test_the_folders_of_unexplained_runs_outlive_the_soak(tmp_path: Path) -> None:
     """A rare unexplained run (a short soak in make test: a serve run left incomplete on a full
-    disk, not seen again) cannot be read once the runs volume is gone: its folder, without
-    traces, and the processes' logs are kept beside the audit's JSON, which names them."""
+    disk) cannot be read once the runs volume is gone: its folder (its trace too, up to a size)
+    and the processes' logs are kept beside the audit's JSON, which names them."""
     from types import SimpleNamespace
 
     soak = soak_module()
@@ -321,7 +321,7 @@ def test_the_folders_of_unexplained_runs_outlive_the_soak(tmp_path: Path) -> Non
     assert kept == tmp_path / "audit.unexplained"
     assert sorted(p.name for p in kept.iterdir()) == ["a_incomplete", "logs"]
     assert (kept / "a_incomplete" / "events.jsonl").read_text() == "{}\n"
-    assert not (kept / "a_incomplete" / "traces" / "emon.jls").exists()
+    assert (kept / "a_incomplete" / "traces" / "emon.jls").stat().st_size == 1000
     assert (kept / "logs" / "serve.log").is_file()
     # Nothing unexplained, or no JSON asked for: nothing kept.
     records[0].explained_by = "serve_kill"
