@@ -215,6 +215,13 @@ def measure_asc(
                     + (parts.emon.stats.dropped if parts.emon else 0) + lost,
                     clipped=int(getattr(parts.emon, "over_range_samples", 0) or 0),
                 ))
+                problem = parts.recorder.read_back_problem
+                if problem:  # the file the writer left cannot be read (a full disk's debris)
+                    raise StorageError(
+                        f"trace file {parts.recorder.trace_path} was left unreadable: "
+                        f"{problem}; none of its {lost:,} samples can be counted as kept",
+                        hint="free space on that disk or write the runs to another one, and "
+                        "measure again: this run's figures cannot be reproduced from its trace")
                 if lost:  # the live figures stand, but the trace cannot show them
                     raise StorageError(
                         f"trace file {parts.recorder.trace_path} lost {lost:,} samples while it "

@@ -31,7 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +48,7 @@ from drivers.emon.base import Chunk
 from drivers.errors import DeviceTimeout
 from rig.errors import AnalysisError, StorageError
 from rig.run.live_power import PowerDecimator, PowerPreview
-from rig.traces.files import JLS_CURRENT, TraceWriter
+from rig.traces.files import JLS_CURRENT, TraceWriter, check_jls_length
 from rig.traces.space import binary_size, space_left, write_failure
 
 #: Initial room for edges (the arrays double when full: memory grows with edges, not samples).
@@ -53,6 +57,79 @@ _EDGE_CAPACITY = 1024
 _READ_BACK_CHUNK = 1 << 22
 #: Host seconds between two looks at the trace disk's free space (one cheap statvfs call).
 SPACE_CHECK_S = 0.25
+
+
+def read_back_lost(path: Path, invalid: np.ndarray, expected: int
+                   ) -> tuple[int, int | None, int]:
+    """`EmonRecorder.lost_in_trace`'s pass over a trace file: the samples of its first
+    `expected` that read back not finite outside the stream's own `invalid` (n, 2) sample
+    ranges, the first of them (None: none), and how many samples the file holds (at most
+    `expected`). pyjls errors propagate."""
+    import pyjls
+
+    lost, first = 0, None
+    with pyjls.Reader(str(path)) as reader:
+        current = next((x for x in reader.signals.values() if x.name == JLS_CURRENT), None)
+        length = 0 if current is None else min(int(current.length), expected)
+        for start in range(0, length, _READ_BACK_CHUNK):
+            count = min(_READ_BACK_CHUNK, length - start)
+            assert current is not None
+            ids = start + np.flatnonzero(
+                ~np.isfinite(reader.fsr(current.signal_id, start, count)))
+            if ids.size and invalid.size:  # not lost: the stream's own gaps and NaNs
+                k = np.searchsorted(invalid[:, 0], ids, side="right") - 1
+                ids = ids[(k < 0) | (ids >= invalid[np.maximum(k, 0), 1])]
+            if ids.size:
+                lost += int(ids.size)
+                first = int(ids[0]) if first is None else first
+    return lost, first, length
+
+
+#: The child that reads back a trace file pyjls must repair (`_read_back_in_child`): reads
+#: {"path", "invalid", "expected"} as JSON on stdin, prints `read_back_lost`'s three numbers.
+_READ_BACK_CHILD = """
+import json, sys
+import numpy as np
+from rig.run.recording import read_back_lost
+ask = json.load(sys.stdin)
+found = read_back_lost(ask["path"], np.array(ask["invalid"], dtype=np.int64).reshape(-1, 2),
+                       ask["expected"])
+print(json.dumps(found))
+"""
+#: Host seconds the child may take: it reads the whole file (a slow disk, a long run).
+READ_BACK_TIMEOUT_S = 900.0
+
+
+def _read_back_in_child(path: Path, invalid: np.ndarray, expected: int
+                        ) -> tuple[int, int | None, int] | str:
+    """`read_back_lost` in a child Python, so that pyjls's C code crashing on a damaged file
+    ends the child, not this process: its three numbers, or why there are none."""
+    ask = json.dumps({"path": str(path), "invalid": invalid.tolist(), "expected": expected})
+    try:
+        done = subprocess.run([sys.executable, "-c", _READ_BACK_CHILD], input=ask,
+                              capture_output=True, text=True, timeout=READ_BACK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"reading it back took over {READ_BACK_TIMEOUT_S:g} s (stopped)"
+    except OSError as exc:  # no process to be had (out of memory, no executable)
+        return f"no process could read it back: {exc}"
+    said = "; ".join(dict.fromkeys(
+        line.strip() for line in done.stderr.splitlines() if line.strip()))[-400:]
+    if done.returncode < 0:
+        return (f"pyjls died reading it back ({_signal_name(-done.returncode)})"
+                + (f": {said}" if said else ""))
+    try:
+        lost, first, length = json.loads(done.stdout.strip().splitlines()[-1])
+        return int(lost), None if first is None else int(first), int(length)
+    except (ValueError, TypeError, IndexError):
+        return f"pyjls could not read it back (exit status {done.returncode})" + (
+            f": {said}" if said else "")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def trace_voltage(set_voltage: tuple[float, str] | None) -> dict[str, Any]:
@@ -106,6 +183,8 @@ class EmonRecorder:
         self._writer_lock = threading.Lock()
         self._space_due = 0.0  # host time of the next free-space check
         self._trace_end: int | None = None  # samples in the trace, once it stopped early
+        #: Why `lost_in_trace` could not read the trace file back (None: it could).
+        self.read_back_problem: str | None = None
         self._n = 0  # next expected sample id (= samples so far, lost ones included)
         self._received = 0  # samples that actually arrived
         self._last_bit = 1
@@ -568,43 +647,39 @@ class EmonRecorder:
         from the file. pyjls loses data it cannot write without telling its caller (on a full
         disk it prints to stderr and reads back NaN there), which the free-space checks
         between chunks cannot always forestall; samples past the file's end count too.
-        (0, None) without a trace."""
+        (0, None) without a trace.
+
+        A file the writer could not close (its header says length 0) or whose length is not
+        its size is read back in a child process: pyjls repairs such a file in place as it
+        opens it, C code that met a full disk's debris there and took the whole `rig serve`
+        down with it (soak, CI). Where the child dies or fails, `read_back_problem` says so
+        and the file counts as holding none of the samples."""
+        self.read_back_problem = None
         if self.trace_path is None or not self.trace_path.is_file():
             return 0, None
-        import pyjls
-
         with self._cond:
             expected = self._n if self._trace_end is None else self._trace_end
             invalid = np.array(self._invalid, dtype=np.int64).reshape(-1, 2)
         try:
-            lost, first, length = self._read_back(pyjls, invalid, expected)
-        except Exception:  # pyjls raises its own kinds on a file it cannot read
-            return expected, 0  # holds none of them
+            closed = not check_jls_length(self.trace_path)
+        except AnalysisError:
+            closed = False
+        if closed:
+            try:
+                lost, first, length = read_back_lost(self.trace_path, invalid, expected)
+            except Exception as exc:  # pyjls raises its own kinds on a file it cannot read
+                self.read_back_problem = f"pyjls could not read it back: {exc}"
+                return expected, 0  # holds none of them
+        else:
+            found = _read_back_in_child(self.trace_path, invalid, expected)
+            if isinstance(found, str):
+                self.read_back_problem = found
+                return expected, 0
+            lost, first, length = found
         if length < expected:
             lost += expected - length
             first = length if first is None else first
         return lost, first
-
-    def _read_back(self, pyjls: Any, invalid: np.ndarray, expected: int
-                   ) -> tuple[int, int | None, int]:
-        """`lost_in_trace`'s pass over the file: lost samples, the first, the length read."""
-        assert self.trace_path is not None
-        lost, first = 0, None
-        with pyjls.Reader(str(self.trace_path)) as reader:
-            signal = next((x for x in reader.signals.values() if x.name == JLS_CURRENT), None)
-            length = 0 if signal is None else min(int(signal.length), expected)
-            for start in range(0, length, _READ_BACK_CHUNK):
-                count = min(_READ_BACK_CHUNK, length - start)
-                assert signal is not None
-                ids = start + np.flatnonzero(
-                    ~np.isfinite(reader.fsr(signal.signal_id, start, count)))
-                if ids.size and invalid.size:  # not lost: the stream's own gaps and NaNs
-                    k = np.searchsorted(invalid[:, 0], ids, side="right") - 1
-                    ids = ids[(k < 0) | (ids >= invalid[np.maximum(k, 0), 1])]
-                if ids.size:
-                    lost += int(ids.size)
-                    first = int(ids[0]) if first is None else first
-        return lost, first, length
 
     def close(self) -> None:
         """Hand over the last whole preview bins and finish the trace file; safe twice."""

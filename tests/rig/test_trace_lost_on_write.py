@@ -171,3 +171,76 @@ def test_a_chunk_counted_as_the_trace_closes_is_not_a_lost_sample(tmp_path: Path
     assert rec.samples == 2 * N
     assert rec.trace_samples == N == len(read_trace(tmp_path / "t.jls").current)
     assert rec.lost_in_trace() == (0, None)
+
+
+def _unclosed(tmp_path: Path, chunks: int = 3) -> tuple[EmonRecorder, Path]:
+    """A recorder whose trace file is left as a writer that never closed it leaves it (header
+    length 0): copied while it was being written, then put in the closed file's place."""
+    rec = EmonRecorder(FS, tmp_path / "t.jls")
+    for k in range(chunks):
+        rec.on_chunk(chunk(k))
+    rec._writer._writer.flush()  # pyjls writes on its own thread
+    copy = tmp_path / "open.jls"
+    copy.write_bytes((tmp_path / "t.jls").read_bytes())
+    rec.close()
+    (tmp_path / "t.jls").write_bytes(copy.read_bytes())
+    assert recording.check_jls_length(tmp_path / "t.jls")  # unclosed, as meant
+    return rec, copy
+
+
+def test_an_unclosed_trace_is_read_back_in_a_child_as_pyjls_recovers_it(tmp_path: Path) -> None:
+    rec, copy = _unclosed(tmp_path)
+    lost, first = rec.lost_in_trace()
+    assert rec.read_back_problem is None
+    # The same pass in this process over a copy (pyjls repairs the file it opens, in place).
+    held_lost, held_first, length = recording.read_back_lost(
+        copy, np.empty((0, 2), dtype=np.int64), 3 * N)
+    assert 0 < length <= 3 * N
+    assert lost == held_lost + 3 * N - length
+    assert first == (held_first if held_first is not None else
+                     (length if length < 3 * N else None))
+
+
+def test_pyjls_dying_on_an_unclosed_trace_ends_its_child_not_the_rig(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI (issue 39's short soak, Python 3.13): after write errors on a full disk, pyjls
+    printed "not properly closed ... jls_raw_rd_header" and `rig serve` was gone, no traceback.
+    Here pyjls dies the same way (SIGSEGV as it opens the file) in every process but this
+    one: the run's process must live on and say what happened."""
+    rec, _ = _unclosed(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, signal\n"
+        "import pyjls\n"
+        "def _die(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "pyjls.Reader = _die\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    assert rec.lost_in_trace() == (3 * N, 0)  # it holds none that can be counted
+    assert rec.read_back_problem is not None
+    assert "pyjls died reading it back (SIGSEGV)" in rec.read_back_problem
+    # A closed trace is still read here (no child): the same file, closed, reads whole.
+    rec2 = EmonRecorder(FS, tmp_path / "closed.jls")
+    rec2.on_chunk(chunk(0))
+    rec2.close()
+    assert rec2.lost_in_trace() == (0, None) and rec2.read_back_problem is None
+
+
+def test_a_run_whose_trace_cannot_be_read_back_fails_saying_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    def unreadable(self: EmonRecorder) -> tuple[int, int | None]:
+        self.read_back_problem = "pyjls died reading it back (SIGSEGV)"
+        return 4321, 0
+
+    monkeypatch.setattr(EmonRecorder, "lost_in_trace", unreadable)
+    bench = bench_variant(tmp_path, **FAST)
+    code = main(["measure", "asc", "--bench", str(bench), "--runs-dir", str(tmp_path / "runs")])
+    assert code != 0
+    record = load_run(only_run(tmp_path / "runs"))
+    assert record.finished is not None and record.finished.status == "failed"
+    assert ("was left unreadable: pyjls died reading it back (SIGSEGV); none of its 4,321 "
+            "samples can be counted as kept") in (record.finished.error or "")
+    assert sum(isinstance(e, WindowMeasured) for e in record.events) >= 2
+    assert "left unreadable" in capsys.readouterr().err
