@@ -41,10 +41,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rig.submission.verify import verify_bundle
+    from rig.traces.files import terminal_write
 
+    # Progress from the threads re-deriving runs: past another thread's capture of pyjls's
+    # output (`captured_c_output`), which holds stderr while it reads a trace.
     result = verify_bundle(args.bundle, key=args.key, head=args.head,
                            progress=None if args.json else
-                           (lambda t: print(f"rig: {t}", file=sys.stderr)))
+                           (lambda t: terminal_write(f"rig: {t}\n")))
     if args.json:
         print_json(result.to_json())
     else:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -112,9 +114,8 @@ def verify_bundle(path: Path, *, key: Path | None = None, head: str | None = Non
             out.checks.append(_head(entries, head))
 
         labels = _labels(root)
-        for run in runs:
-            say(f"re-deriving {run} from its raw samples")
-            out.checks += _rederive(root / RUNS / run, labels)
+        for checks in rederive_runs([root / RUNS / run for run in runs], labels, say):
+            out.checks += checks
 
         if (root / REPORT / "results.json").is_file():
             say("regenerating the report from the bundled runs")
@@ -280,6 +281,76 @@ def _labels(root: Path) -> dict[str, Any]:
         except (ValueError, TypeError):
             continue  # its digest matched the statement: said by the run's own check
     return out
+
+
+#: Runs re-derived at once, at most: each thread reads its run's trace with pyjls and sums it
+#: with numpy, both of which let the others run meanwhile (they release the GIL).
+MAX_WORKERS = 4
+#: A trace read for re-deriving takes about its file's size in memory (float32 samples as
+#: stored), and its sums some more: this many times the file's size, to be safe.
+_TRACE_IN_MEMORY = 2.0
+
+
+def rederive_runs(folders: list[Path], labels: dict[str, Any],
+                  progress: Callable[[str], None] | None = None) -> list[list[Check]]:
+    """Each run folder re-derived from its raw samples (`_rederive`), in `folders`' order,
+    `rederive_workers(folders)` at a time on threads. `labels`: test-set labels by their
+    digest. `progress` is called from those threads as each run begins."""
+    say = progress or (lambda _t: None)
+
+    def one(folder: Path) -> list[Check]:
+        say(f"re-deriving {folder.name} from its raw samples")
+        return _rederive(folder, labels)
+
+    workers = rederive_workers(folders)
+    if workers == 1:
+        return [one(folder) for folder in folders]
+    with ThreadPoolExecutor(workers, thread_name_prefix="rig-verify") as pool:
+        # The largest traces first, so that a long one does not start last.
+        order = sorted(range(len(folders)), key=lambda k: -_trace_bytes(folders[k]))
+        futures = {k: pool.submit(one, folders[k]) for k in order}
+        return [futures[k].result() for k in range(len(folders))]
+
+
+def rederive_workers(folders: list[Path]) -> int:
+    """How many runs `rederive_runs` re-derives at once: one per CPU (up to `MAX_WORKERS`),
+    fewer where the largest traces read together would take over half the memory available
+    (one at a time where that is not known)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = min(MAX_WORKERS, cpus or 1, len(folders))
+    if n <= 1:
+        return 1
+    available = _available_memory()
+    if available is None:
+        return 1
+    largest = sorted((_trace_bytes(f) for f in folders), reverse=True)
+    while n > 1 and _TRACE_IN_MEMORY * sum(largest[:n]) > available / 2:
+        n -= 1
+    return n
+
+
+def _trace_bytes(folder: Path) -> int:
+    """The size of a run folder's traces on disk (0 without any)."""
+    try:
+        return sum(p.stat().st_size for p in (folder / "traces").glob("*.jls"))
+    except OSError:
+        return 0
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to start new work without swapping (Linux's MemAvailable),
+    else free pages where the system tells them, else None."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _rederive(folder: Path, labels: dict[str, Any]) -> list[Check]:

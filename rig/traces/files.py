@@ -312,12 +312,28 @@ def _csv_header(path: Path) -> tuple[int, list[str]]:
     raise AnalysisError(f"{path}: empty CSV file, no header line")
 
 
-#: One capture at a time: fds 1 and 2 belong to the whole process.
+#: The pyjls logger's state and fds 1 and 2 belong to the whole process: captures that overlap
+#: (traces read on several threads, `rig verify`) share one redirection, made by the first to
+#: begin and undone by the last to end (`_Redirect`).
 _CAPTURE_LOCK = threading.Lock()
 #: The logger pyjls forwards its C library's messages to (as "pyjls.c").
 _PYJLS_LOGGER = "pyjls"
 #: How many of the lines pyjls printed an error message quotes.
 _JLS_LINES = 4
+
+
+@dataclass
+class _Redirect:
+    """fds 1 and 2 pointed at `sink` for `depth` open captures; `saved`: (fd, copy of what it
+    was); `propagate`: the pyjls logger's own setting, given back at the end."""
+
+    sink: IO[bytes]
+    saved: list[tuple[int, int]]
+    propagate: bool
+    depth: int = 0
+
+
+_redirect: _Redirect | None = None
 
 
 @contextlib.contextmanager
@@ -328,40 +344,69 @@ def captured_c_output() -> Iterator[list[str]]:
     The library's log ("could not read file header", "write mismatch 16 != 32", "not properly
     closed") is forwarded by pyjls to Python's logger ``pyjls.c``; with no handler configured,
     logging's last resort prints it bare on stderr. During the block the ``pyjls`` loggers keep
-    their records to a collecting handler, and fds 1 and 2 point at a temporary file, for
+    their records to a collecting handler, and fds 1 and 2 point at an in-memory file, for
     anything C code writes to them directly. Python's own output is flushed first, so nothing
-    of ours lands in the capture.
+    of ours lands in the capture (`terminal_write` writes past it). Blocks on several threads
+    may overlap (each keeps what was said while it ran, the others' words too where they
+    overlap).
     """
+    global _redirect
     lines: list[str] = []
     collector = _Collector(lines)
     jls_log = logging.getLogger(_PYJLS_LOGGER)
-    with _CAPTURE_LOCK, _sink() as sink:
-        _flush_output()
-        saved: list[tuple[int, int]] = []
-        propagate = jls_log.propagate
-        jls_log.addHandler(collector)
-        jls_log.propagate = False
-        try:
+    with _CAPTURE_LOCK:
+        if _redirect is None:
+            _flush_output()
+            sink = _sink()
+            redirect = _Redirect(sink, [], jls_log.propagate)
             for fd in (1, 2):
                 try:
                     copy = os.dup(fd)
                 except OSError:  # closed (a daemon): nothing there to protect
                     continue
-                saved.append((fd, copy))
+                redirect.saved.append((fd, copy))
                 os.dup2(sink.fileno(), fd)
-            yield lines
-        finally:
+            jls_log.propagate = False
+            _redirect = redirect
+        redirect = _redirect
+        redirect.depth += 1
+        start = os.lseek(redirect.sink.fileno(), 0, os.SEEK_END)
+        jls_log.addHandler(collector)
+    try:
+        yield lines
+    finally:
+        with _CAPTURE_LOCK:
             _flush_output()
-            for fd, copy in saved:
-                os.dup2(copy, fd)
-                os.close(copy)
             jls_log.removeHandler(collector)
-            jls_log.propagate = propagate
-            sink.seek(0)
-            text = sink.read().decode("utf-8", "replace")
-            lines.extend(line.strip() for line in text.splitlines() if line.strip())
-            if lines:
-                log.debug("pyjls said: %s", "; ".join(lines))
+            fd = redirect.sink.fileno()
+            text = os.pread(fd, os.lseek(fd, 0, os.SEEK_END) - start, start)
+            redirect.depth -= 1
+            if redirect.depth == 0:
+                for target, copy in redirect.saved:
+                    os.dup2(copy, target)
+                    os.close(copy)
+                jls_log.propagate = redirect.propagate
+                redirect.sink.close()
+                _redirect = None
+        lines.extend(line.strip() for line in text.decode("utf-8", "replace").splitlines()
+                     if line.strip())
+        if lines:
+            log.debug("pyjls said: %s", "; ".join(lines))
+
+
+def terminal_write(text: str) -> None:
+    """Write `text` to the process's stderr as it was before any capture: progress lines from
+    one thread while another reads a trace under `captured_c_output` (else they would land
+    in its capture, as if pyjls had said them)."""
+    with _CAPTURE_LOCK:
+        saved = dict(_redirect.saved) if _redirect is not None else {}
+        if 2 not in saved:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            return
+        data = text.encode("utf-8", "replace")
+        while data:  # os.write may take part of it
+            data = data[os.write(saved[2], data):]
 
 
 def _sink() -> IO[bytes]:

@@ -118,6 +118,35 @@ def test_an_honest_bundle_passes_and_names_the_run_left_out(lab) -> None:
         manifest["summary"]["energy_per_inference_j"]
     table = rig("verify", str(lab["bundle"]), "--key", str(lab["pub"]))
     assert table.returncode == 0 and f"left out: {lab['runs'][1].name}" in table.stdout
+    # Progress from the threads re-deriving the runs reaches the terminal, each line whole,
+    # though another thread may be reading a trace under a capture of stderr meanwhile.
+    for run in result["runs"]:
+        assert f"rig: re-deriving {run} from its raw samples\n" in table.stderr
+
+
+def test_runs_re_derived_together_find_what_one_at_a_time_finds(
+        lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rig.submission import rederive
+    from rig.submission import verify as verify_module
+
+    folders = lab["runs"]
+    monkeypatch.setattr(verify_module.os, "sched_getaffinity", lambda _pid: {0, 1, 2},
+                        raising=False)
+    monkeypatch.setattr(verify_module, "_available_memory", lambda: 1 << 40)
+    assert verify_module.rederive_workers(folders) == 3
+    said: list[str] = []
+    together = verify_module.rederive_runs(folders, {}, said.append)
+    assert together == [rederive.asc_checks(f, None) for f in folders]
+    assert sorted(said) == sorted(f"re-deriving {f.name} from its raw samples" for f in folders)
+    # Memory bounds it: the traces read together may take at most half of what is free.
+    largest = max(verify_module._trace_bytes(f) for f in folders)
+    assert largest > 0
+    monkeypatch.setattr(verify_module, "_available_memory", lambda: int(9 * largest))
+    assert verify_module.rederive_workers(folders) == 2  # 2 x 2 x size <= 9 x size / 2
+    monkeypatch.setattr(verify_module, "_available_memory", lambda: int(3 * largest))
+    assert verify_module.rederive_workers(folders) == 1
+    monkeypatch.setattr(verify_module, "_available_memory", lambda: None)
+    assert verify_module.rederive_workers(folders) == 1  # not known: one at a time
 
 
 def test_the_private_key_is_owner_only_and_never_overwritten(lab) -> None:

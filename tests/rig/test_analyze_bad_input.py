@@ -15,7 +15,7 @@ import pytest
 
 from rig.cli import main
 from rig.errors import AnalysisError
-from rig.traces.files import captured_c_output, read_trace
+from rig.traces.files import captured_c_output, read_trace, terminal_write
 from tests.trace_samples import step_trace, write_jls
 
 HEADER = "current_a,voltage_v,gpio\n"
@@ -59,6 +59,26 @@ def test_captured_c_output_catches_fd_level_writes(capfd) -> None:
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "after\n"
 
+
+
+def test_captures_that_overlap_share_one_redirection(capfd) -> None:
+    """Traces read on two threads (`rig verify`): the second capture begins before the first
+    ends and ends after it. Each keeps what was said while it ran; the terminal gets back
+    fds 1 and 2 only when the last ends; a progress line meanwhile reaches the terminal."""
+    first, second = captured_c_output(), captured_c_output()
+    said_first = first.__enter__()
+    os.write(2, b"one\n")
+    said_second = second.__enter__()
+    os.write(2, b"two\n")
+    terminal_write("progress\n")
+    first.__exit__(None, None, None)
+    os.write(1, b"three\n")  # still caught: the second capture is open
+    second.__exit__(None, None, None)
+    assert said_first == ["one", "two"]
+    assert said_second == ["two", "three"]
+    os.write(2, b"after\n")
+    terminal_write("done\n")
+    assert capfd.readouterr() == ("", "progress\nafter\ndone\n")
 
 def whole_jls(tmp_path: Path) -> Path:
     current, voltage, gpio = step_trace([(1e-3, 5.0)])
