@@ -199,6 +199,38 @@ def test_resources_are_judged_per_process_over_its_own_life() -> None:
     assert soak.Soak.audit_resources(fake)["resources_flat"] is True
 
 
+
+def test_a_process_sampled_as_a_fault_stops_it_is_not_judged_on_that_sample() -> None:
+    """A 1 h soak at 5ff61ff judged worker-3 "not flat": fds 22 all its first life, then one
+    sample of 4 as the scheduler's restart took it down, the last third's mean 19.8. A
+    process that ended before the soak did is judged without its last sample; one that grows
+    its fds all its life is still caught, and a process sampled to the soak's end keeps its
+    last sample."""
+    from types import SimpleNamespace
+
+    soak = soak_module()
+    samples: list[tuple] = []
+
+    def life(role: str, pid: int, born: float, count: int, fds) -> None:
+        for k in range(count):
+            samples.append((born + 10.0 * k, role, pid, 100 * 2**20, fds(k), 2))
+
+    life("worker-3", 1, 0.0, 52, lambda k: 4 if k == 51 else 22)  # stopped at 510 s
+    life("worker-3", 2, 520.0, 309, lambda k: 22)  # to the end (3600 s)
+    life("broker", 3, 0.0, 361, lambda k: 11 if k < 360 else 3)  # its last sample is the end's
+    fake = SimpleNamespace(
+        samples=samples, total_s=3600.0, volume_samples=[], sample_period=10.0,
+        children={"worker-3": SimpleNamespace(incarnations=2),
+                  "broker": SimpleNamespace(incarnations=1)})
+    audit = soak.Soak.audit_resources(fake)
+    assert audit["resources"]["worker-3"]["fds"]["flat"] is True
+    assert audit["resources"]["worker-3"]["judged"] == 2
+    assert audit["resources"]["broker"]["fds"]["last"] < 11  # kept: it ended with the soak
+    # Growing fds all its life: still not flat.
+    samples[:] = [s for s in samples if s[2] != 2]
+    life("worker-3", 2, 520.0, 309, lambda k: 22 + k // 20)
+    assert soak.Soak.audit_resources(fake)["resources"]["worker-3"]["fds"]["flat"] is False
+
 def test_serve_is_judged_between_runs_and_in_a_run_apart() -> None:
     """`rig serve` holds a run's data only while it runs one: ~140 MB between runs, ~205 MB
     in one. With runs taking most of the second third and few of the last, the thirds' means
@@ -291,6 +323,48 @@ def test_a_run_whose_folder_the_rig_removed_is_explained_by_the_full_disk(
     assert record.explained_by == "disk_full"
     assert finish(5.0, 12.0).explained_by == ""  # a full disk over before the run began
 
+
+
+def test_a_run_read_while_its_last_line_is_written_is_read_again(tmp_path: Path) -> None:
+    """A 1 h soak at 5ff61ff called a serve run "incomplete" and unexplained: it read the
+    folder as the rig wrote its run_finished line (5 KB), saw the line's start, and the rig's
+    reader skipped the torn line. The folder was complete moments later. A folder whose
+    events.jsonl names run_finished is read again until the line is whole."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from rig.run.events import RunFinished, RunStarted
+    from rig.run.store import event_line
+
+    soak = soak_module()
+    folder = tmp_path / "2026-11-28T21-21-25_asc_soak-ppk2"
+    folder.mkdir()
+    start = event_line(RunStarted(run_id="r", procedure="asc", device="soak-ppk2",
+                                  simulated=True, manifest={}))
+    end = event_line(RunFinished(status="complete", summary={"x": list(range(900))}))
+    cut = len(end) // 3
+    (folder / "events.jsonl").write_text(start + "\n" + end[:cut])  # the torn line
+    later = threading.Timer(0.6, lambda: (folder / "events.jsonl").open("a").write(
+        end[cut:] + "\n"))
+    fake = SimpleNamespace(faults=[], lock=threading.Lock(), runs=[],
+                           analyze_queue=queue.Queue(), say=lambda text: None,
+                           now=lambda: 30.0, load_over=threading.Event())
+    track = object.__new__(soak.ServeTrack)
+    track.soak = fake
+    record = soak.RunRecord("serve", "ppk2", 10.0, folder=folder, ended_s=29.0)
+    later.start()
+    try:
+        track.finish(record)
+    finally:
+        later.join()
+    assert record.status == "complete" and record.explained_by == ""
+    assert fake.analyze_queue.get_nowait() == folder
+    # A run that truly ended without its line (rig serve killed) stays incomplete.
+    (folder / "events.jsonl").write_text(start + "\n")
+    again = soak.RunRecord("serve", "ppk2", 10.0, folder=folder, ended_s=29.0)
+    track.finish(again)
+    assert again.status == "incomplete"
 
 def test_the_folders_of_unexplained_runs_outlive_the_soak(tmp_path: Path) -> None:
     """A rare unexplained run (a short soak in make test: a serve run left incomplete on a full
