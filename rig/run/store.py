@@ -548,15 +548,18 @@ class RunRecord:
         return self.manifest_error is not None
 
 
-def load_run(path: str | Path) -> RunRecord:
-    """Read a run folder; a run without `run_finished` is reported as incomplete."""
+def load_run(path: str | Path, *,
+             read: tuple[dict[str, Any], str | None] | None = None) -> RunRecord:
+    """Read a run folder; a run without `run_finished` is reported as incomplete.
+    `read`: `read_manifest` of its manifest.json when the caller has it already."""
     path = Path(path)
     if not (path / EVENTS).is_file() and not (path / MANIFEST).is_file():
         raise ConfigError(
             f"{path} is not a run folder (no {MANIFEST} or {EVENTS})",
             hint="pass a folder under runs/ (the measure command prints it)",
         )
-    manifest, manifest_error = read_manifest(path / MANIFEST)
+    manifest, manifest_error = (read_manifest(path / MANIFEST) if read is None
+                                else (dict(read[0]), read[1]))
     events: list[Event] = []
     bad = 0
     if (path / EVENTS).is_file():

@@ -191,12 +191,14 @@ class _Run:
 
 
 def asc_checks(run: Path, labels: np.ndarray | None, *,
-               trace: Trace | None = None) -> list[Check]:
+               trace: Trace | None = None, record: RunRecord | None = None) -> list[Check]:
     """Every re-derivation check of one ASC run folder. `labels`: the test set's labels in
     order (the bundle carries them; None: the checks that need them say so, not applicable).
     `trace`: the run's trace when the caller has read it (a benchmark timing the read apart);
-    else it is read here, once. `ConfigError` for a folder that is not an ASC run."""
-    record = load_run(run)
+    else it is read here, once. `record`: `load_run(run)` when the caller has it. `ConfigError`
+    for a folder that is not an ASC run."""
+    if record is None:
+        record = load_run(run)
     procedure = record.manifest.get("procedure")
     if procedure != "asc":
         raise ConfigError(f"{record.path} is not an ASC run folder (procedure {procedure!r})",

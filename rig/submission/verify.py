@@ -354,7 +354,7 @@ def _available_memory() -> int | None:
 
 
 def _rederive(folder: Path, labels: dict[str, Any]) -> list[Check]:
-    from rig.run.store import read_manifest
+    from rig.run.store import load_run, read_manifest
     from rig.submission import rederive
 
     manifest, why = read_manifest(folder / "manifest.json")
@@ -365,7 +365,9 @@ def _rederive(folder: Path, labels: dict[str, Any]) -> list[Check]:
     try:
         if procedure == "asc":
             want = str((manifest.get("test_set") or {}).get("sha256_labels") or "")
-            return rederive.asc_checks(folder, labels.get(want))
+            # The manifest as read here (parsing it again cost a tenth of a small run's time).
+            record = load_run(folder, read=(manifest, None))
+            return rederive.asc_checks(folder, labels.get(want), record=record)
         return rederive.qubo_checks(folder)
     except RigError as exc:
         return [Check("re-derived from the raw samples", False, exc.message, run)]
