@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -286,6 +287,8 @@ def _labels(root: Path) -> dict[str, Any]:
 #: Runs re-derived at once, at most: each thread reads its run's trace with pyjls and sums it
 #: with numpy, both of which let the others run meanwhile (they release the GIL).
 MAX_WORKERS = 4
+#: The GIL's switch interval while runs are re-derived together (`rederive_runs`).
+SWITCH_INTERVAL_S = 0.0005
 #: A trace read for re-deriving takes about its file's size in memory (float32 samples as
 #: stored), and its sums some more: this many times the file's size, to be safe.
 _TRACE_IN_MEMORY = 2.0
@@ -305,11 +308,19 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
     workers = rederive_workers(folders)
     if workers == 1:
         return [one(folder) for folder in folders]
-    with ThreadPoolExecutor(workers, thread_name_prefix="rig-verify") as pool:
-        # The largest traces first, so that a long one does not start last.
-        order = sorted(range(len(folders)), key=lambda k: -_trace_bytes(folders[k]))
-        futures = {k: pool.submit(one, folders[k]) for k in order}
-        return [futures[k].result() for k in range(len(folders))]
+    # A thread back from pyjls or numpy (which ran without the GIL) waits for the GIL until
+    # the thread running Python gives it up, at the latest after the switch interval: 5 ms
+    # by default, about one small run's whole re-derivation. Shorter while runs share it.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL_S))
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="rig-verify") as pool:
+            # The largest traces first, so that a long one does not start last.
+            order = sorted(range(len(folders)), key=lambda k: -_trace_bytes(folders[k]))
+            futures = {k: pool.submit(one, folders[k]) for k in order}
+            return [futures[k].result() for k in range(len(folders))]
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def rederive_workers(folders: list[Path]) -> int:

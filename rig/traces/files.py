@@ -401,8 +401,9 @@ def terminal_write(text: str) -> None:
     with _CAPTURE_LOCK:
         saved = dict(_redirect.saved) if _redirect is not None else {}
         if 2 not in saved:
-            sys.stderr.write(text)
-            sys.stderr.flush()
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # no stderr (a daemon)
+                sys.stderr.write(text)
+                sys.stderr.flush()
             return
         data = text.encode("utf-8", "replace")
         while data:  # os.write may take part of it

@@ -302,3 +302,31 @@ def test_a_qubo_point_with_its_report_verifies(lab, tmp_path: Path) -> None:
     assert code == 0, [(c["item"], c["detail"]) for c in result["checks"] if c["ok"] is False]
     items = {c["item"] for c in result["checks"] if c["ok"]}
     assert {"QUBO cost re-evaluated", "QUBO timeout held", "report regenerated"} <= items
+
+
+def test_runs_re_derived_together_share_the_gil_in_short_turns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While runs are re-derived together, the GIL's switch interval is SWITCH_INTERVAL_S (a
+    thread back from pyjls waited up to the 5 ms default behind another run's Python), and
+    what it was afterwards, also when a run raised."""
+    import sys
+
+    from rig.submission import verify as verify_module
+
+    seen: list[float] = []
+
+    def rederive(folder: Path, labels: dict) -> list:
+        seen.append(sys.getswitchinterval())
+        if folder.name == "bad":
+            raise RuntimeError("a bug in one run")
+        return []
+
+    monkeypatch.setattr(verify_module, "_rederive", rederive)
+    monkeypatch.setattr(verify_module, "rederive_workers", lambda folders: 2)
+    before = sys.getswitchinterval()
+    assert verify_module.rederive_runs([tmp_path / "a", tmp_path / "b"], {}) == [[], []]
+    assert seen == [verify_module.SWITCH_INTERVAL_S] * 2
+    assert sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError):
+        verify_module.rederive_runs([tmp_path / "a", tmp_path / "bad"], {})
+    assert sys.getswitchinterval() == before
