@@ -35,6 +35,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# As `rig verify` runs (rig.cli.main sets it before numpy loads): no OpenBLAS thread pool.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 #: Rounds: each read takes tens of ms, which one time slice lost to another process
 #: stretches by a third: the best of 3 rounds varied more from run to run than the best of 15.
 REPEATS = 15

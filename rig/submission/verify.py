@@ -299,13 +299,19 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
     """Each run folder re-derived from its raw samples (`_rederive`), in `folders`' order,
     `rederive_workers(folders)` at a time on threads. `labels`: test-set labels by their
     digest. `progress` is called from those threads as each run begins."""
+    from rig.traces.files import one_reader_per_trace
+
     say = progress or (lambda _t: None)
+
+    workers = rederive_workers(folders)
 
     def one(folder: Path) -> list[Check]:
         say(f"re-deriving {folder.name} from its raw samples")
-        return _rederive(folder, labels)
+        if workers == 1:  # the trace's signals may come in on two threads
+            return _rederive(folder, labels)
+        with one_reader_per_trace():  # the runs keep the CPUs busy already
+            return _rederive(folder, labels)
 
-    workers = rederive_workers(folders)
     if workers == 1:
         return [one(folder) for folder in folders]
     # A thread back from pyjls or numpy (which ran without the GIL) waits for the GIL until

@@ -15,7 +15,7 @@ import pytest
 from rig.cli import main
 from rig.errors import NonFiniteError
 from rig.run.events import RunFinished, RunStarted
-from rig.run.finite import finite_json, first_non_finite
+from rig.run.finite import NonFiniteWatch, finite_json, first_non_finite
 from rig.run.store import MANIFEST, RunStore, load_run, read_manifest
 from tests.rig.test_damaged_manifest import asc_run
 
@@ -111,3 +111,53 @@ def test_finite_json_names_the_first_non_finite_value() -> None:
     assert first_non_finite({"a": {"b": (1, -math.inf)}}) == ("a.b[1]", -math.inf)
     assert first_non_finite({"ok": [1, 2.5, None, "NaN", True]}) is None
 
+
+
+#: Texts on which a quick JSON parser could part from json: numbers at the edges of float
+#: range and past 64-bit integers, duplicate keys, lone surrogates, JSON's own refusals, and
+#: the non-finite spellings above (each must come out as json reads it).
+EDGE_TEXTS = [
+    '{"a": 1, "a": 2}', '"\\ud83d\\ude00"', '"\\ud83d"', '["x\\udc00y"]', "1" * 30,
+    "123456789012345678901", "-9223372036854775809", "18446744073709551616", "-0", "-0.0",
+    "-0e0", "1E+2", "0.1e1", "1e-400", "-1e-400", "5e-324", "2.4703282292062327e-324",
+    "1.7976931348623158079e308", "9007199254740993", '"\\u2028"', '"\\/"', " \t[1]\r\n",
+    '{"x": [1, 2.5, null, true, false, ""]}', '"a\\u0000b"',
+    # json refuses each of these (so must the watch, with json's own error)
+    '"a\x01b"', "01", "1.", ".5", "+1", "-", '"\\x"', "[1,]", '{"a":1,}', "[1 2]", "{1:2}",
+    "tru", "\x0b[1]", "123abc", "[1] x", "",
+    *SPELLINGS, *(f'{{"v": [0.5, {t}]}}' for t in SPELLINGS),
+]
+
+
+@pytest.mark.parametrize("text", EDGE_TEXTS, ids=lambda t: repr(t[:16]))
+def test_the_watch_reads_what_json_reads_and_notes_every_non_finite_number(text: str) -> None:
+    try:
+        expected: object = json.loads(text)
+    except json.JSONDecodeError as exc:
+        expected = exc
+    watch = NonFiniteWatch()
+    if isinstance(expected, json.JSONDecodeError):
+        with pytest.raises(json.JSONDecodeError) as caught:
+            watch.loads(text)
+        assert (caught.value.msg, caught.value.pos) == (expected.msg, expected.pos)
+        return
+    got = watch.loads(text)
+    assert repr(got) == repr(expected)  # types too: an int stays an int, -0.0 keeps its sign
+    assert watch.seen == (first_non_finite(expected) is not None)
+
+
+def test_a_finite_text_is_read_by_the_quick_parser_alone(monkeypatch) -> None:
+    """The quick path is taken (json's scanner never runs on an ordinary line), and where it
+    refuses a text, json reads it."""
+    watch = NonFiniteWatch()
+
+    def scan(*_args: object) -> None:
+        raise AssertionError("json's scanner ran on a finite text")
+
+    monkeypatch.setattr(watch, "_scan", scan)
+    monkeypatch.setattr(watch, "_decoder", None)
+    assert watch.loads('{"event": "latency_run", "inferences_per_s": 12.5, "index": 3}') == {
+        "event": "latency_run", "inferences_per_s": 12.5, "index": 3}
+    assert not watch.seen
+    slow = NonFiniteWatch()
+    assert math.isnan(slow.loads('{"v": NaN}')["v"]) and slow.seen
