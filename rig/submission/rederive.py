@@ -87,6 +87,7 @@ MANIFEST_EVENTS = "manifest agrees with events"
 WINDOW_ENERGIES = "window energies re-derived"
 IDLE_POWER = "idle power re-derived"
 TIMED_RUNS = "timed runs re-derived"
+UNCERTAINTY = "uncertainty budgets re-derived"
 TRACE_READABLE = "trace readable"
 TRACE_SAMPLES = "trace sample count"
 LOST_SAMPLES = "lost samples accounted"
@@ -316,7 +317,73 @@ def _figures(r: _Run) -> list[Check]:
     if r.rep is not None:
         checks += [_window_energies(r), _idle_power(r)]
     checks.append(_timed_runs(r))
+    checks.append(_uncertainty(stored.get("uncertainty"), recomputed.get("uncertainty"), source))
     return checks
+
+
+#: What each figure's GUM budget states besides numbers (`rig.run.asc_uncertainty`): equal.
+_BUDGET_WORDS = ("figure", "unit", "coverage", "complete", "unknown", "lower_bound")
+_COMPONENT_WORDS = ("name", "type", "source", "published", "correlation_group", "sign")
+
+
+def _uncertainty(stored: Any, again: Any, source: str) -> Check:
+    """Each figure's uncertainty budget as the summary states it (the report prints it: ± U
+    and an appendix of components) against the budget made again from the re-derived events:
+    the same components, each standard uncertainty, u_c and U within `TOLERANCE` of the
+    figure (absolute in its unit: a zero repeatability re-derived as 1e-20 is no edit), k and
+    U/|value| within `TOLERANCE`. A budget shrunk in the manifest and in run_finished alike
+    (which `MANIFEST_EVENTS` cannot see) fails here."""
+    where = "manifest.json summary.uncertainty"
+    if not stored and not again:
+        return Check(UNCERTAINTY, None, f"no figure has an uncertainty budget ({where} absent, "
+                     f"none re-derived from {source})")
+    if not isinstance(stored, dict) or not isinstance(again, dict):
+        return Check(UNCERTAINTY, False, f"{where} = {type(stored).__name__}; re-derived from "
+                     f"{source}: {type(again).__name__} (budgets on one side only)")
+    wrong: list[str] = []
+    for name in dict.fromkeys([*stored, *again]):
+        a, b = stored.get(name), again.get(name)
+        if not isinstance(a, dict) or not isinstance(b, dict):
+            wrong.append(f"{name} (a budget on one side only)")
+            continue
+        wrong += [f"{name}{p}" for p in _budget_differences(a, b)]
+    if wrong:
+        return Check(UNCERTAINTY, False, f"{where} differs from the budgets re-derived from "
+                     f"{source} at " + _names(wrong))
+    return Check(UNCERTAINTY, True, f"{len(stored)} figures' budgets ({', '.join(stored)}): "
+                 f"every component, u_c, k and U as re-derived from {source}")
+
+
+def _budget_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Where one figure's stated budget `a` differs from the re-derived `b` (".U", ...)."""
+    values = [abs(float(v)) for v in (a.get("value"), b.get("value")) if _is_number(v)]
+    scale = max(values, default=0.0)
+
+    def close(x: Any, y: Any) -> bool:  # in the figure's unit, relative to the figure
+        if x is None and y is None:
+            return True
+        return _is_number(x) and _is_number(y) and abs(float(x) - float(y)) <= TOLERANCE * scale
+
+    out = [f".{k}" for k in _BUDGET_WORDS if a.get(k) != b.get(k)]
+    out += [f".{k}" for k in ("value", "k") if not (a.get(k) is None and b.get(k) is None)
+            and not _same(a.get(k), b.get(k))]
+    out += [f".{k}" for k in ("u_c", "U") if not close(a.get(k), b.get(k))]
+    x, y = a.get("relative_U"), b.get("relative_U")
+    if not (x is None and y is None) and not (
+            _is_number(x) and _is_number(y) and abs(float(x) - float(y)) <= TOLERANCE):
+        out.append(".relative_U")
+    parts_a, parts_b = a.get("components") or [], b.get("components") or []
+    if len(parts_a) != len(parts_b):
+        return [*out, f".components ({len(parts_a)} vs {len(parts_b)})"]
+    for k, (p, q) in enumerate(zip(parts_a, parts_b, strict=True)):
+        if not isinstance(p, dict) or not isinstance(q, dict):
+            out.append(f".components[{k}]")
+            continue
+        label = f".components[{k}] ({p.get('name')})"
+        out += [f"{label}.{w}" for w in _COMPONENT_WORDS if p.get(w) != q.get(w)]
+        if not close(p.get("value"), q.get("value")):
+            out.append(f"{label}.value")
+    return out
 
 
 def _figure_check(name: str, stored: Any, again: Any, source: str) -> Check:

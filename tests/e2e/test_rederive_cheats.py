@@ -137,6 +137,30 @@ def test_a_figure_edited_in_the_summary(copy: Path, labels: np.ndarray) -> None:
                                                 rederive.MANIFEST_EVENTS}
 
 
+def test_an_uncertainty_budget_shrunk_in_both_summaries(copy: Path, labels: np.ndarray) -> None:
+    """The energy per inference's expanded uncertainty halved where the report reads it (U,
+    u_c, U/|value| and each component), in the manifest and in run_finished alike, so the two
+    still agree: the budget made again from the run's own events and trace does not."""
+
+    def shrink(summary: dict[str, Any]) -> None:
+        budget = summary["uncertainty"]["energy_per_inference_j"]
+        for key in ("U", "u_c", "relative_U"):
+            budget[key] *= 0.5
+        for part in budget["components"]:
+            if part["value"] is not None:
+                part["value"] *= 0.5
+
+    edit_manifest(copy, lambda m: shrink(m["summary"]))
+    edit_events(copy, lambda rs: shrink(of(rs, "run_finished")["summary"]))
+    checks = by_item(asc_checks(copy, labels))
+    assert failed(list(checks.values())) == {rederive.UNCERTAINTY}
+    detail = checks[rederive.UNCERTAINTY].detail
+    assert detail.startswith("manifest.json summary.uncertainty differs from the budgets "
+                             "re-derived from traces/emon.jls and events.jsonl at ")
+    assert "energy_per_inference_j.u_c" in detail and "energy_per_inference_j.U" in detail
+    assert "idle_power_w" not in detail
+
+
 def test_a_trace_current_scaled_by_0_9(copy: Path, labels: np.ndarray) -> None:
     """The whole trace rewritten as the rig writes one, its user data (instrument, set
     voltage) kept: only the samples differ from what the events were derived from."""
@@ -153,7 +177,7 @@ def test_a_trace_current_scaled_by_0_9(copy: Path, labels: np.ndarray) -> None:
     got = failed(list(checks.values()))
     assert {"idle_power_w re-derived", "active_power_w re-derived", "dynamic_power_w re-derived",
             "energy_per_inference_j re-derived", "dynamic_energy_per_inference_j re-derived",
-            rederive.WINDOW_ENERGIES, rederive.IDLE_POWER} <= got
+            rederive.WINDOW_ENERGIES, rederive.IDLE_POWER, rederive.UNCERTAINTY} <= got
     assert "relative difference 1.00e-01" in checks["active_power_w re-derived"].detail
     # The rewrite kept everything else: the instrument it names, its edges, its rate.
     assert checks[rederive.TRACE_INSTRUMENT].ok and checks[rederive.EDGES_ACCOUNTED].ok

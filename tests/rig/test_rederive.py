@@ -753,3 +753,42 @@ def test_the_results_table_leaves_the_solution_out(sweep: Path) -> None:
     with (sweep / "results.csv").open() as f:
         header = next(csv.reader(f))
     assert "cost" in header and "solution" not in header
+
+
+def test_uncertainty_budgets_compared_within_rounding_of_their_figure() -> None:
+    """`rederive._uncertainty` on hand-made budgets: rounding (a zero repeatability made
+    again as 1e-20 of a 5e-5 J figure, U off by 1e-12 of it) holds; a shrunk U, a component
+    dropped or renamed, a budget on one side only fail by name; no budget does not apply."""
+    import copy as copying
+
+    part = {"name": "energy: repeatability", "type": "A", "source": "5 windows",
+            "published": True, "correlation_group": None, "sign": 1, "value": 0.0, "dof": 4.0}
+    meter = {**part, "name": "energy: current", "type": "B", "value": 5e-7, "dof": "inf"}
+    budget = {"figure": "energy per inference", "unit": "J", "value": 5e-5,
+              "components": [part, meter], "u_c": 5e-7, "k": 2.0, "U": 1e-6,
+              "relative_U": 0.02, "coverage": 0.95, "complete": True, "unknown": [],
+              "lower_bound": False}
+    stated = {"energy_per_inference_j": budget}
+    again = copying.deepcopy(stated)
+    again["energy_per_inference_j"]["components"][0]["value"] = 1e-20
+    again["energy_per_inference_j"]["U"] = 1e-6 + 5e-17
+    assert rederive._uncertainty(stated, again, "t").ok is True
+
+    def varied(change: Callable[[dict[str, Any]], Any]) -> str:
+        other = copying.deepcopy(stated)
+        change(other["energy_per_inference_j"])
+        check = rederive._uncertainty(stated, other, "t")
+        assert check.ok is False
+        return check.detail
+
+    assert "energy_per_inference_j.U" in varied(lambda b: b.update(U=0.5e-6))
+    assert "energy_per_inference_j.relative_U" in varied(lambda b: b.update(relative_U=0.01))
+    assert "energy_per_inference_j.components (2 vs 1)" in varied(
+        lambda b: b["components"].pop())
+    assert "components[1] (energy: current).name" in varied(
+        lambda b: b["components"][1].update(name="energy: something else"))
+    assert "energy_per_inference_j.complete" in varied(lambda b: b.update(complete=False))
+    assert "idle_power_w (a budget on one side only)" in rederive._uncertainty(
+        stated, {**stated, "idle_power_w": budget}, "t").detail
+    assert rederive._uncertainty(None, {}, "t").ok is None
+    assert rederive._uncertainty(stated, None, "t").ok is False
