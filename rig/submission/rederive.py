@@ -356,21 +356,20 @@ def _uncertainty(stored: Any, again: Any, source: str) -> Check:
 
 def _budget_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     """Where one figure's stated budget `a` differs from the re-derived `b` (".U", ...)."""
-    values = [abs(float(v)) for v in (a.get("value"), b.get("value")) if _is_number(v)]
-    scale = max(values, default=0.0)
+    values: list[Any] = [a.get("value"), b.get("value")]
+    scale = max((abs(float(v)) for v in values if _is_number(v)), default=0.0)
 
-    def close(x: Any, y: Any) -> bool:  # in the figure's unit, relative to the figure
+    def close(x: Any, y: Any, within: float) -> bool:
         if x is None and y is None:
             return True
-        return _is_number(x) and _is_number(y) and abs(float(x) - float(y)) <= TOLERANCE * scale
+        return _is_number(x) and _is_number(y) and abs(float(x) - float(y)) <= within
 
     out = [f".{k}" for k in _BUDGET_WORDS if a.get(k) != b.get(k)]
     out += [f".{k}" for k in ("value", "k") if not (a.get(k) is None and b.get(k) is None)
             and not _same(a.get(k), b.get(k))]
-    out += [f".{k}" for k in ("u_c", "U") if not close(a.get(k), b.get(k))]
-    x, y = a.get("relative_U"), b.get("relative_U")
-    if not (x is None and y is None) and not (
-            _is_number(x) and _is_number(y) and abs(float(x) - float(y)) <= TOLERANCE):
+    # In the figure's unit, within rounding of the figure; U/|value| within rounding of 1.
+    out += [f".{k}" for k in ("u_c", "U") if not close(a.get(k), b.get(k), TOLERANCE * scale)]
+    if not close(a.get("relative_U"), b.get("relative_U"), TOLERANCE):
         out.append(".relative_U")
     parts_a, parts_b = a.get("components") or [], b.get("components") or []
     if len(parts_a) != len(parts_b):
@@ -381,7 +380,7 @@ def _budget_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
             continue
         label = f".components[{k}] ({p.get('name')})"
         out += [f"{label}.{w}" for w in _COMPONENT_WORDS if p.get(w) != q.get(w)]
-        if not close(p.get("value"), q.get("value")):
+        if not close(p.get("value"), q.get("value"), TOLERANCE * scale):
             out.append(f"{label}.value")
     return out
 
