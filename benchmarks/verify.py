@@ -21,7 +21,7 @@ Makes three ASC runs on the virtual bench (benches sim, sim-otii and sim-ppk2: a
 - `host`: the load average against the CPUs; on a busy host (other processes running) the
   figures are noisy: run it again when it is quiet.
 
-Each figure is the best of `REPEATS`, the two reads taken in turn so that both meet the same
+Each figure is the best of `REPEATS` rounds, the reads taken in turn so that both meet the same
 host. About a minute.
 """
 
@@ -40,7 +40,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 #: Rounds: each read takes tens of ms, which one time slice lost to another process
 #: stretches by a third: the best of 3 rounds varied more from run to run than the best of 15.
-REPEATS = 15
+#: 40 rounds take ~3 s (making the runs takes most of the script's half minute).
+REPEATS = 40
 RIG = [str(Path(sys.executable).parent / "rig")]
 BENCHES = ("sim", "sim-otii", "sim-ppk2")
 #: The trace signals the re-derivation reads (`rig.traces.files.read_trace`): the GPIO input
