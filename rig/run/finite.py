@@ -23,7 +23,7 @@ from rig.errors import NonFiniteError
 #: refuses and NaN, Infinity and numbers past float range too (json reads those): where it
 #: refuses a text, json reads it again (`NonFiniteWatch.loads`), which then says why or
 #: notes the non-finite number. On every text it accepts it gives what json gives (integers
-#: of any size, floats rounded alike, the last of duplicate keys): tests/run/test_finite.py.
+#: of any size, floats rounded alike, the last of duplicate keys): tests/rig/test_non_finite.py.
 _QUICK = msgspec.json.Decoder()
 
 

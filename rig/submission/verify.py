@@ -333,8 +333,9 @@ def rederive_workers(folders: list[Path]) -> int:
     """How many runs `rederive_runs` re-derives at once: one per CPU (up to `MAX_WORKERS`),
     fewer where the largest traces read together would take over half the memory available
     (one at a time where that is not known)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    n = min(MAX_WORKERS, cpus or 1, len(folders))
+    from rig.traces.analysis.dot import usable_cpus
+
+    n = min(MAX_WORKERS, usable_cpus(), len(folders))
     if n <= 1:
         return 1
     available = _available_memory()

@@ -43,6 +43,7 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import AnalysisError
+from rig.traces.analysis.dot import usable_cpus
 from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
 
 log = logging.getLogger(__name__)
@@ -597,7 +598,7 @@ class _SideRead:
         self._out: np.ndarray | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if n >= SIDE_READ_SAMPLES and _cpus() > 1 and not getattr(_one_reader, "on", False):
+        if n >= SIDE_READ_SAMPLES and usable_cpus() > 1 and not getattr(_one_reader, "on", False):
             self._thread = threading.Thread(target=self._run, args=(path,),
                                             name="rig-trace-read", daemon=True)
 
@@ -645,13 +646,6 @@ def one_reader_per_trace() -> Iterator[None]:
         yield
     finally:
         _one_reader.on = before
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def trace_end(user: dict[str, Any], n: int) -> int:

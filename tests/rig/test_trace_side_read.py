@@ -42,7 +42,7 @@ def side_threads(monkeypatch) -> list[str]:
     """Below the threshold for this small trace, on a host said to have two CPUs; the names
     of the threads each side read ran on."""
     monkeypatch.setattr(files, "SIDE_READ_SAMPLES", 1000)
-    monkeypatch.setattr(files, "_cpus", lambda: 2)
+    monkeypatch.setattr(files, "usable_cpus", lambda: 2)
     ran: list[str] = []
     run = files._SideRead._run
 
@@ -90,7 +90,7 @@ def test_small_traces_and_one_cpu_read_on_one_reader(tmp_path: Path, side_thread
     monkeypatch.setattr(files, "SIDE_READ_SAMPLES", N + 1)
     read_trace(path)
     monkeypatch.setattr(files, "SIDE_READ_SAMPLES", 1000)
-    monkeypatch.setattr(files, "_cpus", lambda: 1)
+    monkeypatch.setattr(files, "usable_cpus", lambda: 1)
     read_trace(path)
     assert side_threads == []
 

@@ -40,7 +40,8 @@ _ROW = 4096
 _PARALLEL_MIN = 4 * BLOCK
 
 
-def _cpu_count() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system tells it)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -48,7 +49,7 @@ def _cpu_count() -> int:
 
 
 #: Threads that share a long call's blocks, the caller's included (1: the caller alone).
-_THREADS = max(1, min(4, _cpu_count()))
+_THREADS = max(1, min(4, usable_cpus()))
 
 _local = threading.local()
 _pool_lock = threading.Lock()
