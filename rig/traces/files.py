@@ -587,9 +587,10 @@ SIDE_READ_SAMPLES = 1_000_000
 class _SideRead:
     """One signal of a JLS file read on a thread with a reader of its own, where that pays:
     pyjls reads without holding the GIL, so the signal comes in while the caller reads the
-    others (a trace of the PPK2's 5.6 M samples: ~12 ms instead of ~15 on two CPUs, with the
-    same CPU time and no copies). Small traces, or one CPU: read in `result` on the caller's
-    reader. Leaving the block waits for the thread (no reader is left reading)."""
+    others (a trace of the PPK2's 5.6 M samples: ~12 ms instead of ~15 on two CPUs, for ~2 ms
+    more CPU time: the second reader's opening; no copies). Small traces, or one CPU: read
+    in `result` on the caller's reader. Leaving the block waits for the thread (no reader is
+    left reading)."""
 
     def __init__(self, path: Path, signal_id: int, n: int,
                  read: Callable[[Any, int, int, type], np.ndarray]) -> None:
