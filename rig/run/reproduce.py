@@ -25,7 +25,6 @@ from rig.run import asc
 from rig.run.events import Event, IdleMeasured, TraceSaved, WindowMeasured
 from rig.run.store import RunRecord, load_run
 from rig.run.summary import run_simulated
-from rig.traces.analysis import falling_edges
 from rig.traces.analysis.energy import check_windows, span_figures
 from rig.traces.files import Trace, read_trace
 
@@ -189,7 +188,7 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
         spans.ravel(), np.array([s for i in idles for s in (i.start_sample, i.end_sample)],
                                 dtype=np.int64)]).tolist()
     if edges is None:
-        edges = falling_edges(trace.gpio)
+        edges = trace.falling_edges()
     # A few dozen boundaries against a few hundred edges: Python sets (numpy's unique and
     # isin cost more than the work on so few values); ascending, each once, as np.unique.
     on_edge = set(edges.tolist())

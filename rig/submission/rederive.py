@@ -49,7 +49,7 @@ from rig.run.events import (
 from rig.run.reproduce import FIGURES, TOLERANCE, Reproduction, relative_difference, reproduce_run
 from rig.run.store import RunRecord, load_run
 from rig.submission.checks import Check
-from rig.traces.analysis import falling_edges, replicability
+from rig.traces.analysis import replicability
 from rig.traces.analysis.edges import flatnonzero_sparse
 from rig.traces.analysis.timers import DUT_TICK_S, TIMER_TOLERANCE, timer_agreement
 from rig.traces.files import JLS_RANGE, Trace, read_trace
@@ -247,7 +247,7 @@ def _read(record: RunRecord, labels: np.ndarray | None, trace: Trace | None) -> 
             except RigError as exc:
                 r.trace_error = exc.message
     if r.trace is not None:
-        r.edges = falling_edges(r.trace.gpio)
+        r.edges = r.trace.falling_edges()
         if r.energy_mode:
             _account(r)
         if r.windows:

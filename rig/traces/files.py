@@ -43,7 +43,8 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import AnalysisError
-from rig.traces.analysis.dot import usable_cpus
+from rig.traces.analysis.dot import helper_pool, usable_cpus
+from rig.traces.analysis.edges import falling_edges
 from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,17 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     current_range: np.ndarray | RangeSignal | None = None
     range_names: tuple[str, ...] = ()
+    _edges: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.current)
+
+    def falling_edges(self) -> np.ndarray:
+        """`falling_edges(self.gpio)` (bit 0, the line high before the trace began): found
+        once, then kept (the reader may have found them while another signal came in)."""
+        if self._edges is None:
+            self._edges = falling_edges(self.gpio)
+        return self._edges
 
     @property
     def duration_s(self) -> float:
@@ -563,7 +572,19 @@ def _read_jls_signals(
         current_range = None
         if rng is not None and isinstance(names, list) and names:
             current_range = _read_range(reader, rng, cur, n)
-        current = current_read.result(reader)
+        edges = None
+        if current_read.reading():
+            # Time this thread would spend waiting: find what every analysis of the trace
+            # asks for first (the timestamp edges, where the ranges change), kept for it.
+            edges = _find_marks(gpio, current_range, n)
+            current = current_read.result(reader)
+        elif n >= SIDE_READ_SAMPLES and usable_cpus() > 1:
+            # The current is read here: the same found on a helper meanwhile.
+            found = helper_pool().submit(_find_marks, gpio, current_range, n)
+            current = current_read.result(reader)
+            edges = found.result() if not found.cancel() else _find_marks(gpio, current_range, n)
+        else:
+            current = current_read.result(reader)
     filler = int(meta.get("end_filler", 0))
     meta["samples_by_signal"] = {  # the trace's samples each holds (filler not counted)
         JLS_CURRENT: cur.length - filler,
@@ -572,10 +593,20 @@ def _read_jls_signals(
         **({JLS_RANGE: _range_covers(rng, cur) - filler} if current_range is not None
            and rng is not None else {}),
     }
-    return Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta,
-                 current_range=current_range,
-                 range_names=tuple(str(x) for x in names) if current_range is not None
-                 else ())
+    trace = Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta,
+                  current_range=current_range,
+                  range_names=tuple(str(x) for x in names) if current_range is not None
+                  else ())
+    trace._edges = edges
+    return trace
+
+
+def _find_marks(gpio: np.ndarray, current_range: RangeSignal | None, n: int) -> np.ndarray:
+    """The GPIO line's falling edges (returned) and where the ranges change (kept in
+    `current_range`): what every analysis of a trace asks for first."""
+    if current_range is not None:
+        current_range.changes(0, n)
+    return falling_edges(gpio)
 
 
 #: Samples from which `_SideRead` reads the current on a thread of its own: below it a second
@@ -621,6 +652,10 @@ class _SideRead:
         if self._thread is not None:
             self._thread.join()
 
+    def reading(self) -> bool:
+        """Whether the signal is still coming in on the thread (the caller would wait)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def result(self, reader: Any) -> np.ndarray:
         """The signal's samples (read on `reader` here where no thread read them)."""
         if self._thread is None:
@@ -639,8 +674,9 @@ _one_reader = threading.local()
 def one_reader_per_trace() -> Iterator[None]:
     """Traces read on this thread during the block read every signal on one reader, on this
     thread (`_SideRead` off): for callers that already keep every CPU busy, e.g. runs
-    re-derived together (`rig.submission.verify.rederive_runs`), where a thread more per trace
-    only shares the same CPUs."""
+    re-derived together (`rig.submission.verify.rederive_runs`), where a second reader per
+    trace only shares the same CPUs. (A large trace's edges and range changes are still found
+    on a helper thread while its current is read: ~1 ms of numpy, not a second read.)"""
     before = getattr(_one_reader, "on", False)
     _one_reader.on = True
     try:

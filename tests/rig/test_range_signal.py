@@ -57,10 +57,15 @@ def test_it_reads_as_the_plain_array_and_finds_the_same_changes(shift: int, leng
     everywhere = np.arange(n)
     fresh = RangeSignal(packed, shift, length, n)  # `at` before anything is unpacked
     assert np.array_equal(fresh.at(everywhere), expected) and fresh._unpacked is None
-    for lo, hi in [(0, n), *((int(a), int(b)) for a, b in np.sort(
-            rng.integers(0, n + 1, (40, 2)), axis=1))]:
+    spans = [(int(a), int(b)) for a, b in np.sort(rng.integers(0, n + 1, (40, 2)), axis=1)]
+    # Searched span by span; then the whole trace's, kept, and every span taken from them.
+    kept = False
+    for lo, hi in [*spans, (0, n), *spans]:
         want = change_points(expected[lo:hi]) + lo if hi - lo > 1 else np.empty(0)
         assert np.array_equal(fresh.changes(lo, hi), want), (lo, hi)
+        kept = kept or (lo, hi) == (0, n)
+        assert (fresh._changes is not None) == kept, (lo, hi)
+    assert fresh._changes is not None and not fresh._changes.flags.writeable
     assert fresh._unpacked is None
 
 

@@ -130,3 +130,47 @@ def test_runs_re_derived_together_read_each_trace_on_one_reader(
         traces = verify.rederive_runs(folders, {})
         assert side_threads == expected, workers
         assert all(np.array_equal(t[0].current, traces[0][0].current) for t in traces)
+
+
+@pytest.mark.parametrize("mode", ["beside", "one reader", "helpers busy"])
+def test_the_edges_and_range_changes_are_found_while_the_current_comes_in(
+        tmp_path: Path, side_threads: list[str], mode: str) -> None:
+    """While a large trace's current is read (beside on its own thread, or on the one reader
+    with a helper thread finding them), its GPIO edges and range changes are found and kept
+    for the analysis: the same as found afterwards; helpers all busy, found here instead."""
+    from rig.traces.analysis import dot
+    from rig.traces.analysis.edges import change_points, falling_edges
+
+    path = tmp_path / "t.jls"
+    written = write(path)
+    pool = dot.helper_pool()
+    release = threading.Event()
+    blockers = ([pool.submit(release.wait, 10) for _ in range(pool._max_workers)]
+                if mode == "helpers busy" else [])
+    try:
+        if mode == "beside":
+            trace = read_trace(path)
+        else:
+            with one_reader_per_trace():
+                trace = read_trace(path)
+    finally:
+        release.set()
+    # Each helper was let go by us, not by its timeout: the read never waited for them.
+    assert all(b.result(timeout=10) for b in blockers)
+    assert trace._edges is not None  # kept by the reader
+    assert trace.falling_edges().tolist() == [1000, 30_000]
+    assert np.array_equal(trace.falling_edges(), falling_edges(written["gpio"]))
+    assert trace.current_range is not None and trace.current_range._changes is not None
+    assert np.array_equal(trace.current_range.changes(0, N), change_points(written["ranges"]))
+    assert np.array_equal(trace.current_range.changes(4000, 20_000),
+                          change_points(written["ranges"][4000:20_000]) + 4000)
+
+
+def test_small_traces_leave_the_edges_to_whoever_asks(tmp_path: Path, side_threads: list[str],
+                                                      monkeypatch) -> None:
+    path = tmp_path / "t.jls"
+    write(path)
+    monkeypatch.setattr(files, "SIDE_READ_SAMPLES", N + 1)
+    trace = read_trace(path)
+    assert trace._edges is None and trace.current_range._changes is None
+    assert trace.falling_edges().tolist() == [1000, 30_000] and trace._edges is not None

@@ -66,8 +66,9 @@ def _buffers() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return bufs
 
 
-def _workers() -> ThreadPoolExecutor:
-    """The helper threads, made on first use (again after a fork: threads do not survive it)."""
+def helper_pool() -> ThreadPoolExecutor:
+    """The helper threads (`_THREADS` - 1 of them), made on first use (again after a fork:
+    threads do not survive it); others may hand them short numpy work too."""
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
@@ -189,7 +190,7 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.nd
 
     helpers: list[Future[None]] = []
     if _THREADS > 1 and len(tasks) > 1 and int((spans[:, 1] - spans[:, 0]).sum()) >= _PARALLEL_MIN:
-        pool = _workers()
+        pool = helper_pool()
         helpers = [pool.submit(work) for _ in range(_THREADS - 1)]
     try:
         work()

@@ -45,6 +45,7 @@ class RangeSignal:
         self.begin = max(0, self.shift)
         self.end = max(self.begin, min(self.n, self.shift + int(length)))
         self._unpacked: np.ndarray | None = None
+        self._changes: np.ndarray | None = None  # `changes(0, n)`, kept once found
 
     def __len__(self) -> int:
         return self.n
@@ -111,8 +112,19 @@ class RangeSignal:
 
     def changes(self, lo: int, hi: int) -> np.ndarray:
         """The samples k in (lo, hi) whose range differs from sample k - 1's (int64, sorted):
-        `change_points(np.asarray(self)[lo:hi]) + lo`, from the packed bytes."""
+        `change_points(np.asarray(self)[lo:hi]) + lo`, from the packed bytes; those of the
+        whole trace are kept once found, and any (lo, hi) taken from them."""
         lo, hi = max(0, int(lo)), min(self.n, int(hi))
+        if self._changes is not None:
+            every = self._changes
+            return every[np.searchsorted(every, lo, "right"):np.searchsorted(every, hi, "left")]
+        if lo == 0 and hi == self.n:
+            self._changes = self._changes_in(lo, hi)
+            self._changes.flags.writeable = False
+            return self._changes
+        return self._changes_in(lo, hi)
+
+    def _changes_in(self, lo: int, hi: int) -> np.ndarray:
         found: list[np.ndarray] = []
         b, e = max(lo, self.begin), min(hi, self.end)
         if e - b > 1:
