@@ -134,20 +134,19 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
             "accuracy run, or power from a DUT's rails): nothing to reproduce from a trace",
             hint=_FOLDER_HINT)
     trace_path = _trace_file(run, record.events)
+    # Every window, idle span and idle sub-span (and their ranges' shares, where the trace
+    # holds ranges) from one pass over the samples, which also tells whether any is lost:
+    # a large trace's, while it is read.
+    every = integration_spans(windows, idles)
     if trace is None:  # float32 as stored: exact, half the memory (sums are float64 anyway)
-        trace = read_trace(trace_path, dtype=np.float32)
+        trace = read_trace(trace_path, dtype=np.float32, spans=every)
     fs = trace.sample_rate
 
     spans = np.array([[w.start_sample, w.end_sample] for w in windows], dtype=np.int64)
     check_windows(trace.current, trace.voltage, spans, fs)
-    # Every window, idle span and idle sub-span (and their ranges' shares, where the trace
-    # holds ranges) from one pass over the samples, which also tells whether any is lost.
-    idle_spans = [(i.start_sample, i.end_sample) for i in idles]
     subs = [list(itertools.pairwise(int(k) for k in i.sub_span_edges)) for i in idles]
-    every = np.array([*spans.tolist(), *idle_spans, *itertools.chain(*subs)],
-                     dtype=np.int64).reshape(-1, 2)
     found = span_figures(trace.current, trace.voltage, every, trace.current_range,
-                         trace.range_names, whole=True)
+                         trace.range_names, whole=True, known=trace.piece_dots)
     dots, shares = found.dots, found.shares
     _refuse_lost(run, trace, trace_path, every[: len(windows) + len(idles)],
                  [w.index for w in windows], dots[: len(windows) + len(idles)])
@@ -197,6 +196,15 @@ def reproduce_run(path: str | Path, *, trace: Trace | None = None,
     return Reproduction(run, trace_path, simulated, fs, len(windows), len(idles),
                         figures, off_edge, recomputed.get("uncertainty", {}), recomputed,
                         events, trace_finite=found.finite)
+
+
+def integration_spans(windows: list[WindowMeasured], idles: list[IdleMeasured]) -> np.ndarray:
+    """The [start, stop) rows `reproduce_run` integrates, in its order: every window, every
+    idle span, then each idle span's sub-spans (events with a non-empty span only)."""
+    rows = [(w.start_sample, w.end_sample) for w in windows]
+    rows += [(i.start_sample, i.end_sample) for i in idles]
+    rows += [pair for i in idles for pair in itertools.pairwise(int(k) for k in i.sub_span_edges)]
+    return np.array(rows, dtype=np.int64).reshape(-1, 2)
 
 
 def _refuse_lost(run: Path, trace: Trace, trace_path: Path, spans: np.ndarray,

@@ -46,7 +46,14 @@ from rig.run.events import (
     TraceSaved,
     WindowMeasured,
 )
-from rig.run.reproduce import FIGURES, TOLERANCE, Reproduction, relative_difference, reproduce_run
+from rig.run.reproduce import (
+    FIGURES,
+    TOLERANCE,
+    Reproduction,
+    integration_spans,
+    relative_difference,
+    reproduce_run,
+)
 from rig.run.store import RunRecord, load_run
 from rig.submission.checks import Check
 from rig.traces.analysis import replicability
@@ -243,7 +250,8 @@ def _read(record: RunRecord, labels: np.ndarray | None, trace: Trace | None) -> 
             try:
                 # The one read of the run's samples, float32 as stored (exact; every sum
                 # over them is float64: rig.traces.analysis.dot).
-                r.trace = read_trace(path, dtype=np.float32)
+                r.trace = read_trace(path, dtype=np.float32, spans=integration_spans(
+                    r.windows, r.idles) if r.windows else None)
             except RigError as exc:
                 r.trace_error = exc.message
     if r.trace is not None:

@@ -43,7 +43,7 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import AnalysisError
-from rig.traces.analysis.dot import helper_pool, usable_cpus
+from rig.traces.analysis.dot import BLOCK, helper_pool, usable_cpus
 from rig.traces.analysis.edges import falling_edges
 from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
 
@@ -155,6 +155,8 @@ class Trace:
     current_range: np.ndarray | RangeSignal | None = None
     range_names: tuple[str, ...] = ()
     _edges: np.ndarray | None = field(default=None, init=False, repr=False, compare=False)
+    _piece_dots: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.current)
@@ -165,6 +167,12 @@ class Trace:
         if self._edges is None:
             self._edges = falling_edges(self.gpio)
         return self._edges
+
+    @property
+    def piece_dots(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(pieces, their current x voltage sums) found while the trace was read, for
+        `span_figures(..., known=)`: `read_trace`'s `spans`; None where none were."""
+        return self._piece_dots
 
     @property
     def duration_s(self) -> float:
@@ -191,11 +199,13 @@ def set_voltage_of(user_data: dict[str, Any]) -> tuple[float, str] | None:
 
 
 def read_trace(path: str | Path, sample_rate: float | None = None, *,
-               dtype: type = np.float64) -> Trace:
+               dtype: type = np.float64, spans: np.ndarray | None = None) -> Trace:
     """Load a `.jls` or `.csv` trace. CSV carries no sample rate: pass `sample_rate` [Hz].
     `dtype` np.float32: a JLS file's current and voltage as it stores them (float32: exact,
     half the memory, each signal read in one call; sums of them belong in float64,
-    `rig.traces.analysis.dot`); a CSV's stay float64 (parsed from decimal text)."""
+    `rig.traces.analysis.dot`); a CSV's stay float64 (parsed from decimal text).
+    `spans`: the [start, stop) rows the caller will give `span_figures(..., whole=True)`:
+    a large trace's pieces are then dotted while its current comes in (`Trace.piece_dots`)."""
     path = Path(path)
     if not path.is_file():
         raise AnalysisError(f"trace file not found: {path}", hint="check the path")
@@ -203,7 +213,8 @@ def read_trace(path: str | Path, sample_rate: float | None = None, *,
     if suffix == ".csv":
         return _read_csv(path, sample_rate)
     if suffix == ".jls":
-        return _read_jls(path, sample_rate, as_stored=np.dtype(dtype) == np.float32)
+        return _read_jls(path, sample_rate, as_stored=np.dtype(dtype) == np.float32,
+                         spans=spans)
     raise AnalysisError(
         f"unknown trace format {suffix or '(no suffix)'!r}: {path}",
         hint="give a .jls file (JLS v2) or a .csv file with columns current_a,voltage_v,gpio",
@@ -484,7 +495,8 @@ def open_jls_reader(path: Path) -> tuple[Any, list[str]]:
     return reader, said
 
 
-def _read_jls(path: Path, sample_rate: float | None, *, as_stored: bool = False) -> Trace:
+def _read_jls(path: Path, sample_rate: float | None, *, as_stored: bool = False,
+              spans: np.ndarray | None = None) -> Trace:
     import pyjls  # heavy C extension: only when a JLS file is actually read
 
     check_jls_length(path)
@@ -499,7 +511,7 @@ def _read_jls(path: Path, sample_rate: float | None, *, as_stored: bool = False)
             except Exception as exc:  # pyjls raises RuntimeError with its own code text
                 failure = exc
             else:
-                trace = _read_jls_signals(pyjls, reader, path, sample_rate, as_stored)
+                trace = _read_jls_signals(pyjls, reader, path, sample_rate, as_stored, spans)
         except (RuntimeError, OSError, ValueError) as exc:  # pyjls on a damaged chunk
             failure = exc
         finally:
@@ -514,9 +526,10 @@ def _read_jls(path: Path, sample_rate: float | None, *, as_stored: bool = False)
 
 def _read_jls_signals(
     pyjls: Any, reader: Any, path: Path, sample_rate: float | None, as_stored: bool = False,
+    spans: np.ndarray | None = None,
 ) -> Trace:
     """The trace from an open reader (`as_stored`: current and voltage in the file's own
-    dtype, see `read_trace`)."""
+    dtype; `spans`: see `read_trace`)."""
     by_name = {
         s.name: s
         for s in reader.signals.values()
@@ -558,8 +571,15 @@ def _read_jls_signals(
         meta["end_filler"] = n - end
         n = end
     read = _read_whole if as_stored else _read_fsr
-    # The current, the largest signal, on a reader of its own while this one reads the rest.
-    with _SideRead(path, cur.signal_id, n, read) as current_read:
+    names = meta["user_data"].get(RANGE_NAMES_KEY)
+    rng = by_name.get(JLS_RANGE)
+    told = rng is not None and isinstance(names, list) and bool(names)
+    range_names = tuple(str(x) for x in names) if told else ()
+    stream = (_StreamedCurrent.make(path, cur, n, spans)
+              if as_stored and spans is not None else None)
+    # The current, the largest signal, on a reader of its own while this one reads the rest
+    # (streamed in, where its pieces' dots are found as it comes; else in one call).
+    with stream or _SideRead(path, cur.signal_id, n, read) as current_read:
         if vol is not None:
             voltage = read(reader, vol.signal_id, n, np.float64)
         else:  # set, not measured: one value for every sample, a read-only view (no memory)
@@ -567,13 +587,15 @@ def _read_jls_signals(
             voltage = np.broadcast_to(np.float64(set_v[0]), (n,))
             meta["voltage_set"] = {"volts": set_v[0], "source": set_v[1]}
         gpio = _read_gpio(reader, gpi, n, path)
-        rng = by_name.get(JLS_RANGE)
-        names = meta["user_data"].get(RANGE_NAMES_KEY)
         current_range = None
-        if rng is not None and isinstance(names, list) and names:
+        if told:
+            assert rng is not None
             current_range = _read_range(reader, rng, cur, n)
-        edges = None
-        if current_read.reading():
+        edges, piece_dots = None, None
+        if isinstance(current_read, _StreamedCurrent):
+            current, edges, piece_dots = current_read.finish(reader, voltage, gpio,
+                                                             current_range, range_names)
+        elif current_read.reading():
             # Time this thread would spend waiting: find what every analysis of the trace
             # asks for first (the timestamp edges, where the ranges change), kept for it.
             edges = _find_marks(gpio, current_range, n)
@@ -594,10 +616,9 @@ def _read_jls_signals(
            and rng is not None else {}),
     }
     trace = Trace(sample_rate=rate, current=current, voltage=voltage, gpio=gpio, meta=meta,
-                  current_range=current_range,
-                  range_names=tuple(str(x) for x in names) if current_range is not None
-                  else ())
+                  current_range=current_range, range_names=range_names)
     trace._edges = edges
+    trace._piece_dots = piece_dots
     return trace
 
 
@@ -665,6 +686,156 @@ class _SideRead:
             raise self._error
         assert self._out is not None
         return self._out
+
+
+class _ReadFailed(Exception):
+    """The streamed current's reader stopped (`_Arrival.fail`)."""
+
+
+class _Arrival:
+    """How many of a signal's first samples are in, for threads that wait on them."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._upto = 0
+        self._failed = False
+
+    def advance(self, upto: int) -> None:
+        with self._cond:
+            self._upto = upto
+            self._cond.notify_all()
+
+    def fail(self) -> None:
+        with self._cond:
+            self._failed = True
+            self._cond.notify_all()
+
+    def wait(self, upto: int) -> None:
+        """Return once the first `upto` samples are in; `_ReadFailed` if they never will."""
+        with self._cond:
+            while self._upto < upto:
+                if self._failed:
+                    raise _ReadFailed
+                self._cond.wait()
+
+
+@functools.cache
+def _jls_c() -> Any:
+    """pyjls's C library (its extension exports the JLS reader's C API), for reading a signal
+    block by block into one array of ours, which pyjls's `fsr` cannot (each call returns a new
+    array: copying each into place cost as much as streaming gained). None where the
+    functions are not there."""
+    try:
+        from pyjls import binding
+
+        lib = ctypes.CDLL(binding.__file__)
+        lib.jls_rd_open.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p]
+        lib.jls_rd_open.restype = ctypes.c_int32
+        lib.jls_rd_fsr.argtypes = [ctypes.c_void_p, ctypes.c_uint16, ctypes.c_int64,
+                                   ctypes.c_void_p, ctypes.c_int64]
+        lib.jls_rd_fsr.restype = ctypes.c_int32
+        lib.jls_rd_close.argtypes = [ctypes.c_void_p]
+        lib.jls_rd_close.restype = None
+    except (ImportError, OSError, AttributeError):
+        return None
+    return lib
+
+
+#: Samples read at a time where the current streams in: the sums' block (each waits for one).
+_STREAM_BLOCK = BLOCK
+
+
+class _StreamedCurrent:
+    """A large trace's float32 current read block by block into one array, on a reader of
+    our own (pyjls's C library), and the dots of the pieces `span_figures` will take (the
+    caller's `spans`, cut at every range change, the whole trace: `span_pieces`) found as
+    the blocks come in, block for block as `span_dots` finds them after a read (the same
+    sums): the blocks come in on a thread of their own while the caller reads the other
+    signals, then finds the edges and the dots, so that the read and the sums overlap instead
+    of following each other (the PPK2 trace: ~3 ms less). Not with one reader per trace
+    (`one_reader_per_trace`): there the other CPUs are busy already, and a helper summing
+    as the blocks came in slowed the runs re-derived together (~3 ms more). Where our
+    reader stops (a damaged chunk), the current is read again on the caller's reader, which
+    refuses it as it would have, and nothing was found ahead."""
+
+    def __init__(self, path: Path, signal_id: int, n: int, spans: np.ndarray) -> None:
+        self._path, self._signal_id, self._n, self._spans = path, signal_id, n, spans
+        self.out = np.empty(n, dtype=np.float32)
+        self.arrival = _Arrival()
+        self.ok = False
+        self._thread = threading.Thread(target=self._read_blocks, name="rig-trace-read",
+                                        daemon=True)
+
+    @classmethod
+    def make(cls, path: Path, cur: Any, n: int, spans: np.ndarray) -> _StreamedCurrent | None:
+        """One for a large float32 current and valid spans on a host with CPUs to spare,
+        outside `one_reader_per_trace`; else None (read as `_SideRead` reads)."""
+        import pyjls
+
+        rows = np.asarray(spans)
+        if (n < SIDE_READ_SAMPLES or usable_cpus() < 2 or getattr(_one_reader, "on", False)
+                or cur.data_type != pyjls.DataType.F32 or _jls_c() is None
+                or rows.ndim != 2 or rows.shape[1:] != (2,)
+                or not np.issubdtype(rows.dtype, np.integer)):
+            return None
+        rows = rows.astype(np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() > n or (rows[:, 1] <= rows[:, 0]).any()):
+            return None  # `span_figures` will refuse them, by name
+        return cls(path, int(cur.signal_id), n, rows)
+
+    def __enter__(self) -> _StreamedCurrent:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join()  # no reader left reading, whatever happened
+
+    def _read_blocks(self) -> None:
+        lib, rd = _jls_c(), ctypes.c_void_p()
+        try:
+            if lib.jls_rd_open(ctypes.byref(rd), os.fsencode(self._path)) != 0:
+                return
+            try:
+                at = self.out.ctypes.data
+                for lo in range(0, self._n, _STREAM_BLOCK):
+                    length = min(_STREAM_BLOCK, self._n - lo)
+                    if lib.jls_rd_fsr(rd, self._signal_id, lo, at + 4 * lo, length) != 0:
+                        return
+                    self.arrival.advance(lo + length)
+                self.ok = True
+            finally:
+                lib.jls_rd_close(rd)
+        finally:
+            if not self.ok:
+                self.arrival.fail()
+
+    def _find(self, voltage: np.ndarray, gpio: np.ndarray, current_range: RangeSignal | None,
+              range_names: tuple[str, ...]
+              ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """The edges (and range changes), then the pieces' dots as their blocks come in."""
+        from rig.traces.analysis.dot import span_dots
+        from rig.traces.analysis.energy import span_pieces
+
+        edges = _find_marks(gpio, current_range, self._n)
+        cut = span_pieces(self._spans, self._n, current_range, range_names, whole=True)
+        if cut is None:
+            return edges, None
+        try:
+            dots = span_dots(self.out, voltage, cut[0], ready=self.arrival.wait)
+        except _ReadFailed:
+            return edges, None
+        return edges, (cut[0], dots)
+
+    def finish(self, reader: Any, voltage: np.ndarray, gpio: np.ndarray,
+               current_range: RangeSignal | None, range_names: tuple[str, ...]
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """(current, edges, piece dots or None), the caller's own reads done: found here
+        while the blocks come in."""
+        edges, dots = self._find(voltage, gpio, current_range, range_names)
+        self._thread.join()
+        if not self.ok:  # our reader stopped: the caller's reader says why (or reads it)
+            return _read_whole(reader, self._signal_id, self._n, np.float32), edges, None
+        return self.out, edges, dots
 
 
 _one_reader = threading.local()

@@ -1,10 +1,14 @@
 """A large trace's current read on a reader and thread of its own (`rig.traces.files._SideRead`)
 while the caller's reader reads the other signals: the same samples as one reader gives, a
 damaged chunk refused alike, no thread left behind, and one reader per trace where the caller
-keeps every CPU busy already (runs re-derived together)."""
+keeps every CPU busy already (runs re-derived together); and, given the spans the analysis will
+integrate, the current streamed in and their pieces dotted as it comes.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import threading
 from pathlib import Path
 
@@ -174,3 +178,161 @@ def test_small_traces_leave_the_edges_to_whoever_asks(tmp_path: Path, side_threa
     trace = read_trace(path)
     assert trace._edges is None and trace.current_range._changes is None
     assert trace.falling_edges().tolist() == [1000, 30_000] and trace._edges is not None
+
+
+# -- the current streamed in, its pieces dotted as it comes (`files._StreamedCurrent`) --------
+SPANS = np.array([[1000, 30_000], [1200, 4000], [31_000, 39_500]])
+
+
+@pytest.fixture
+def small_blocks(monkeypatch) -> None:
+    """The current read 4096 samples at a time: ten blocks for the sums to wait on; pieces
+    of this small trace taken one by one (ranges change every 5000 samples)."""
+    from rig.traces.analysis import energy
+
+    monkeypatch.setattr(files, "_STREAM_BLOCK", 4096)
+    monkeypatch.setattr(energy, "_LONG_RUN", 1000)
+
+
+def figures(trace: files.Trace, known: bool) -> object:
+    from rig.traces.analysis.energy import span_figures
+
+    return span_figures(trace.current, trace.voltage, SPANS, trace.current_range,
+                        trace.range_names, whole=True, known=trace.piece_dots if known else None)
+
+
+@pytest.mark.parametrize("voltage", [True, False], ids=["measured", "set"])
+def test_the_pieces_are_dotted_while_the_current_streams_in(
+        tmp_path: Path, side_threads: list[str], small_blocks: None, voltage: bool) -> None:
+    from rig.traces.analysis.dot import span_dots
+
+    path = tmp_path / "t.jls"
+    written = write(path, voltage=voltage)
+    streamed = read_trace(path, dtype=np.float32, spans=SPANS)
+    plain = read_trace(path, dtype=np.float32)
+    assert side_threads == ["rig-trace-read"]  # only the plain read used _SideRead's thread
+    assert streamed.piece_dots is not None and plain.piece_dots is None
+    same(streamed, plain)
+    assert streamed.falling_edges().tolist() == [1000, 30_000]
+    pieces, dots = streamed.piece_dots
+    # Cut at every span boundary and range change (every 5000 samples), over the whole trace.
+    cuts = sorted({0, N, *SPANS.ravel().tolist(), *range(5000, N, 5000)})
+    assert pieces.tolist() == [list(p) for p in itertools.pairwise(cuts)]
+    assert np.array_equal(dots, span_dots(plain.current, plain.voltage, pieces))
+    volts = written["voltage"].astype(np.float64) if voltage else np.full(N, 1.8)
+    total = float(np.sum(written["current"].astype(np.float64) * volts))
+    assert math.isclose(float(dots.sum()), total, rel_tol=1e-12)
+    from rig.traces.analysis import energy
+
+    dotted: list[int] = []
+    real = energy.span_dots
+    energy.span_dots = lambda *args, **kw: dotted.append(1) or real(*args, **kw)
+    try:
+        a = figures(streamed, known=True)
+        assert dotted == []  # the pieces' dots were taken as found, not made again
+        b = figures(plain, known=False)
+        assert dotted == [1]
+    finally:
+        energy.span_dots = real
+    assert np.array_equal(a.dots, b.dots) and a.shares == b.shares and a.finite is b.finite
+
+
+def test_the_sums_wait_for_each_block_and_take_them_in_order(
+        tmp_path: Path, side_threads: list[str], small_blocks: None, monkeypatch) -> None:
+    path = tmp_path / "t.jls"
+    write(path)
+    asked: list[tuple[int, int]] = []  # (sample waited for, samples in when it was asked)
+    wait = files._Arrival.wait
+
+    def spy(self: files._Arrival, upto: int) -> None:
+        asked.append((upto, self._upto))
+        wait(self, upto)
+        assert self._upto >= upto
+
+    monkeypatch.setattr(files._Arrival, "wait", spy)
+    trace = read_trace(path, dtype=np.float32, spans=SPANS)
+    assert trace.piece_dots is not None
+    ends = [k for k, _ in asked]
+    assert ends == sorted(ends) and ends[-1] == N  # every piece, up to the trace's end
+
+
+def test_a_stream_that_stops_midway_is_read_again_on_the_callers_reader(
+        tmp_path: Path, side_threads: list[str], small_blocks: None, monkeypatch) -> None:
+    """Our reader refusing the third block (as on a damaged chunk it would): the sums waiting
+    for it are let go, the current comes from the caller's reader, nothing found ahead."""
+    path = tmp_path / "t.jls"
+    written = write(path)
+    lib = files._jls_c()
+    calls = {"n": 0}
+
+    class Stopping:
+        jls_rd_open, jls_rd_close = lib.jls_rd_open, lib.jls_rd_close
+
+        @staticmethod
+        def jls_rd_fsr(*args: object) -> int:
+            calls["n"] += 1
+            return 9 if calls["n"] == 3 else lib.jls_rd_fsr(*args)
+
+    monkeypatch.setattr(files, "_jls_c", lambda: Stopping)
+    trace = read_trace(path, dtype=np.float32, spans=SPANS)
+    assert calls["n"] == 3 and trace.piece_dots is None
+    assert np.array_equal(trace.current, written["current"])
+    assert trace.falling_edges().tolist() == [1000, 30_000]
+    assert not [t for t in threading.enumerate() if t.name == "rig-trace-read"]
+
+
+def test_a_damaged_current_chunk_streamed_is_refused_as_on_one_reader(
+        tmp_path: Path, side_threads: list[str], small_blocks: None) -> None:
+    path = tmp_path / "t.jls"
+    written = write(path)
+    data = bytearray(path.read_bytes())
+    at = data.find(written["current"][20_000:20_004].tobytes())
+    data[at + 1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(AnalysisError) as streamed:
+        read_trace(path, dtype=np.float32, spans=SPANS)
+    with one_reader_per_trace(), pytest.raises(AnalysisError) as alone:
+        read_trace(path, dtype=np.float32, spans=SPANS)
+    assert streamed.value.message == alone.value.message
+    assert not [t for t in threading.enumerate() if t.name == "rig-trace-read"]
+
+
+@pytest.mark.parametrize("case", ["one reader", "no C reader", "float64", "spans outside"])
+def test_where_nothing_streams_the_trace_is_read_as_before(
+        tmp_path: Path, side_threads: list[str], monkeypatch, case: str) -> None:
+    path = tmp_path / "t.jls"
+    write(path)
+    spans, dtype = SPANS, np.float32
+    if case == "no C reader":
+        monkeypatch.setattr(files, "_jls_c", lambda: None)
+    elif case == "float64":
+        dtype = np.float64
+    elif case == "spans outside":
+        spans = np.array([[1000, N + 5]])
+    with one_reader_per_trace() if case == "one reader" else contextlib.nullcontext():
+        trace = read_trace(path, dtype=dtype, spans=spans)
+    assert trace.piece_dots is None
+    assert trace.falling_edges().tolist() == [1000, 30_000]
+    assert side_threads == ([] if case == "one reader" else ["rig-trace-read"])
+
+
+def test_span_dots_taken_as_the_samples_come_in_equal_those_taken_after() -> None:
+    from rig.traces.analysis import dot
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(3 * dot.BLOCK + 123).astype(np.float32)
+    b = rng.standard_normal(len(a)).astype(np.float32)
+    spans = np.array([[0, len(a)], [5, 2 * dot.BLOCK + 9], [dot.BLOCK, dot.BLOCK + 1]])
+    asked: list[int] = []
+    assert np.array_equal(dot.span_dots(a, b, spans, ready=asked.append),
+                          dot.span_dots(a, b, spans))
+    assert asked == sorted(asked) and asked[-1] == len(a) and len(asked) == 4 + 3 + 1
+    set_v = np.broadcast_to(np.float32(1.5), a.shape)
+    assert np.array_equal(dot.span_dots(a, set_v, spans, ready=lambda _k: None),
+                          dot.span_dots(a, set_v, spans))
+
+    def refuse(_k: int) -> None:
+        raise files._ReadFailed
+
+    with pytest.raises(files._ReadFailed):
+        dot.span_dots(a, b, spans, ready=refuse)

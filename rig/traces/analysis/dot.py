@@ -138,7 +138,8 @@ def _total(sums: list[float]) -> float:
     return float(sum(sums))
 
 
-def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
+def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray, *,
+              ready: Callable[[int], None] | None = None) -> np.ndarray:
     """sum(a[s:e] * b[s:e]) for each [s, e) row of `spans`, products and sums in float64.
 
     All the spans' blocks go into one queue, so the threads wait for each other once per call,
@@ -146,10 +147,13 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray) -> np.ndarray:
     Where `b` is one value broadcast to every sample (a set voltage), each span's sum of `a`
     times that value: half the memory traffic (~2x quicker), and within a few units in the
     last place of the product-by-product sum (each product rounds once, the sum only once).
+    `ready`: `a` is still coming in (`rig.traces.files`): `ready(k)` returns once its first
+    k samples are there; the blocks are then taken in order on this thread alone, each as
+    soon as its samples are in (the same blocks, the same result).
     """
     if b.ndim == 1 and len(b) and b.strides == (0,) and math.isfinite(float(b[0])):
-        return span_sums(a, spans) * float(b[0])
-    return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]))
+        return span_sums(a, spans, ready=ready) * float(b[0])
+    return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]), ready)
 
 
 def _block_sum(a: np.ndarray) -> float:
@@ -157,16 +161,19 @@ def _block_sum(a: np.ndarray) -> float:
     return float(np.add.reduce(float64_block(a))) if len(a) else 0.0
 
 
-def span_sums(a: np.ndarray, spans: np.ndarray) -> np.ndarray:
+def span_sums(a: np.ndarray, spans: np.ndarray, *,
+              ready: Callable[[int], None] | None = None) -> np.ndarray:
     """sum(a[s:e]) for each [s, e) row of `spans`, in float64 whatever a's dtype (as
-    `span_dots` with b = 1, without the products): e.g. the current in each run of one
-    current range."""
-    return _span_blocks(spans, lambda lo, hi: _block_sum(a[lo:hi]))
+    `span_dots` with b = 1, without the products, `ready` alike): e.g. the current in each
+    run of one current range."""
+    return _span_blocks(spans, lambda lo, hi: _block_sum(a[lo:hi]), ready)
 
 
-def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.ndarray:
+def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float],
+                 ready: Callable[[int], None] | None = None) -> np.ndarray:
     """For each [s, e) row of `spans`, the exact sum of `block(lo, hi)` over its blocks of at
-    most BLOCK samples; long calls share the blocks among the threads."""
+    most BLOCK samples; long calls share the blocks among the threads (`ready`: in order on
+    this thread, each once `ready(hi)` has returned)."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     tasks: list[tuple[int, int]] = []
     first: list[int] = []  # index of each span's first block in `tasks`
@@ -175,6 +182,11 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float]) -> np.nd
         tasks.extend((lo, min(lo + BLOCK, e)) for lo in range(s, e, BLOCK))
     first.append(len(tasks))
     sums = [0.0] * len(tasks)
+    if ready is not None:
+        for k in sorted(range(len(tasks)), key=lambda k: tasks[k][1]):
+            ready(tasks[k][1])
+            sums[k] = block(*tasks[k])
+        return np.array([_total(sums[i:j]) for i, j in itertools.pairwise(first)])
     done = [False] * len(tasks)
     claim = iter(range(len(tasks)))
     lock = threading.Lock()

@@ -86,9 +86,37 @@ class SpanFigures:
     finite: bool | None = None
 
 
+def span_pieces(spans: np.ndarray, n: int,
+                current_range: np.ndarray | RangeSignal | None = None,
+                range_names: Sequence[str] = (), *, whole: bool = False
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The pieces `span_figures` dots for valid `spans` of an `n`-sample trace: (pieces, an
+    (m, 2) array; inside, whether each lies inside a span), the spans cut at every span
+    boundary and range change (`whole`: the samples outside every span too); None where the
+    ranges change too often to take piece by piece."""
+    packed = current_range if isinstance(current_range, RangeSignal) else None
+    cuts = np.unique(np.concatenate((spans.ravel(), [0, n] if whole else [])).astype(np.int64))
+    if current_range is not None and range_names and spans.size:
+        lo, hi = int(spans.min()), int(spans.max())
+        cuts = np.union1d(cuts, packed.changes(lo, hi) if packed is not None
+                          else change_points(np.asarray(current_range)[lo:hi]) + lo)
+    # A piece [cuts[k], cuts[k + 1]) lies wholly inside a span or wholly outside every one.
+    depth = np.zeros(len(cuts), dtype=np.int64)
+    np.add.at(depth, np.searchsorted(cuts, spans[:, 0]), 1)
+    np.add.at(depth, np.searchsorted(cuts, spans[:, 1]), -1)
+    inside = np.cumsum(depth)[:-1] > 0
+    pieces = np.column_stack((cuts[:-1], cuts[1:]))
+    if not whole:
+        pieces, inside = pieces[inside], inside[inside]
+    if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):
+        return None  # runs of one range too short to take one by one
+    return pieces, inside
+
+
 def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
                  current_range: np.ndarray | RangeSignal | None = None,
-                 range_names: Sequence[str] = (), *, whole: bool = False) -> SpanFigures:
+                 range_names: Sequence[str] = (), *, whole: bool = False,
+                 known: tuple[np.ndarray, np.ndarray] | None = None) -> SpanFigures:
     """For each [start, stop) row of `spans` (they may overlap or nest, as the idle span and
     its sub-spans do): sum(current * voltage) over it in float64, and where a range signal is
     given, how it spreads over the ranges. What `span_dots` and `span_range_occupancies`
@@ -99,7 +127,9 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     once (`span_dots`), and each span's figures added up from its pieces (`math.fsum`). A
     piece's current sum is its dot / v where the voltage is set (one value for every sample:
     rounding apart, the same), else a second pass (`span_sums`). Ranges changing every few
-    samples would make too many pieces: then the two are taken apart (and `finite` is None)."""
+    samples would make too many pieces: then the two are taken apart (and `finite` is None).
+    `known`: (pieces, their dots) found already, as while the trace was read
+    (`rig.traces.files.read_trace`'s `spans`): taken where the pieces are these."""
     current = np.asarray(current)
     voltage = np.asarray(voltage)
     _check_signals(current, voltage, 1.0)
@@ -110,25 +140,17 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     if current_range is not None:
         current_range = packed if packed is not None else np.asarray(current_range)
         _check_spans(spans, len(current_range), "range signal")
-    cuts = np.unique(np.concatenate((spans.ravel(), [0, n] if whole else [])).astype(np.int64))
-    if current_range is not None and range_names and spans.size:
-        lo, hi = int(spans.min()), int(spans.max())
-        cuts = np.union1d(cuts, packed.changes(lo, hi) if packed is not None
-                          else change_points(current_range[lo:hi]) + lo)
-    # A piece [cuts[k], cuts[k + 1]) lies wholly inside a span or wholly outside every one.
-    depth = np.zeros(len(cuts), dtype=np.int64)
-    np.add.at(depth, np.searchsorted(cuts, spans[:, 0]), 1)
-    np.add.at(depth, np.searchsorted(cuts, spans[:, 1]), -1)
-    inside = np.cumsum(depth)[:-1] > 0
-    pieces = np.column_stack((cuts[:-1], cuts[1:]))
-    if not whole:
-        pieces, inside = pieces[inside], inside[inside]
-    if len(pieces) * _LONG_RUN > int((pieces[:, 1] - pieces[:, 0]).sum()):
+    cut = span_pieces(spans, n, current_range, range_names, whole=whole)
+    if cut is None:
         # Runs of one range too short to take one by one: each figure on its own.
         return SpanFigures(span_dots(current, voltage, spans), None if current_range is None
                            else span_range_occupancies(current, np.asarray(current_range),
                                                        range_names, spans))
-    every_dot = span_dots(current, voltage, pieces)
+    pieces, inside = cut
+    if known is not None and np.array_equal(known[0], pieces):
+        every_dot = known[1]
+    else:
+        every_dot = span_dots(current, voltage, pieces)
     finite = bool(np.isfinite(every_dot).all()) if whole else None
     pieces, piece_dots = pieces[inside], every_dot[inside]
     first = np.searchsorted(pieces[:, 0], spans[:, 0])  # each span: pieces [first, last)
