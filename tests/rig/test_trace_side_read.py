@@ -2,7 +2,7 @@
 while the caller's reader reads the other signals: the same samples as one reader gives, a
 damaged chunk refused alike, no thread left behind, and one reader per trace where the caller
 keeps every CPU busy already (runs re-derived together); and, given the spans the analysis will
-integrate, the current streamed in and their pieces dotted as it comes.
+integrate, the current streamed in and their pieces dotted as it comes."""
 
 from __future__ import annotations
 
