@@ -6,7 +6,6 @@ integrate, the current streamed in and their pieces dotted as it comes."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import threading
@@ -297,9 +296,10 @@ def test_a_damaged_current_chunk_streamed_is_refused_as_on_one_reader(
     assert not [t for t in threading.enumerate() if t.name == "rig-trace-read"]
 
 
-@pytest.mark.parametrize("case", ["one reader", "no C reader", "float64", "spans outside"])
+@pytest.mark.parametrize("case", ["no C reader", "float64", "spans outside"])
 def test_where_nothing_streams_the_trace_is_read_as_before(
-        tmp_path: Path, side_threads: list[str], monkeypatch, case: str) -> None:
+        tmp_path: Path, side_threads: list[str], small_blocks: None, monkeypatch,
+        case: str) -> None:
     path = tmp_path / "t.jls"
     write(path)
     spans, dtype = SPANS, np.float32
@@ -309,11 +309,42 @@ def test_where_nothing_streams_the_trace_is_read_as_before(
         dtype = np.float64
     elif case == "spans outside":
         spans = np.array([[1000, N + 5]])
-    with one_reader_per_trace() if case == "one reader" else contextlib.nullcontext():
-        trace = read_trace(path, dtype=dtype, spans=spans)
-    assert trace.piece_dots is None
+    trace = read_trace(path, dtype=dtype, spans=spans)
+    assert side_threads == ["rig-trace-read"]  # read beside, in one call
     assert trace.falling_edges().tolist() == [1000, 30_000]
-    assert side_threads == ([] if case == "one reader" else ["rig-trace-read"])
+    if case == "spans outside":
+        assert trace.piece_dots is None
+    else:  # dotted after the read where it was over before the other signals'
+        plain = read_trace(path, dtype=dtype)
+        a, b = figures(trace, known=True), figures(plain, known=False)
+        assert np.array_equal(a.dots, b.dots) and a.shares == b.shares
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["helper free", "helpers busy"])
+def test_one_reader_dots_the_pieces_on_a_helper_while_it_reads_the_gpio(
+        tmp_path: Path, side_threads: list[str], small_blocks: None, busy: bool) -> None:
+    """With one reader per trace (runs re-derived together) nothing streams: the current is
+    read first, then a helper dots the pieces while this thread reads the GPIO line (all
+    helpers busy: dotted here after); the same dots as `span_figures` makes."""
+    from rig.traces.analysis import dot
+
+    path = tmp_path / "t.jls"
+    write(path)
+    pool = dot.helper_pool()
+    release = threading.Event()
+    blockers = [pool.submit(release.wait, 10) for _ in range(pool._max_workers)] if busy else []
+    try:
+        with one_reader_per_trace():
+            trace = read_trace(path, dtype=np.float32, spans=SPANS)
+    finally:
+        release.set()
+    assert all(b.result(timeout=10) for b in blockers)
+    assert side_threads == [] and trace.piece_dots is not None
+    plain = read_trace(path, dtype=np.float32)
+    same(trace, plain)
+    assert trace.falling_edges().tolist() == [1000, 30_000]
+    a, b = figures(trace, known=True), figures(plain, known=False)
+    assert np.array_equal(a.dots, b.dots) and a.shares == b.shares and a.finite is b.finite
 
 
 def test_span_dots_taken_as_the_samples_come_in_equal_those_taken_after() -> None:
