@@ -41,7 +41,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 #: Rounds: each read takes tens of ms, which one time slice lost to another process
 #: stretches by a third: the best of 3 rounds varied more from run to run than the best of 15.
 #: 40 rounds take ~3 s (making the runs takes most of the script's half minute).
-REPEATS = 40
+REPEATS = 100
 RIG = [str(Path(sys.executable).parent / "rig")]
 BENCHES = ("sim", "sim-otii", "sim-ppk2")
 #: The trace signals the re-derivation reads (`rig.traces.files.read_trace`): the GPIO input

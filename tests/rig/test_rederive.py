@@ -792,3 +792,17 @@ def test_uncertainty_budgets_compared_within_rounding_of_their_figure() -> None:
         stated, {**stated, "idle_power_w": budget}, "t").detail
     assert rederive._uncertainty(None, {}, "t").ok is None
     assert rederive._uncertainty(stated, None, "t").ok is False
+
+
+def test_the_highest_score_is_found_as_numpy_finds_it() -> None:
+    """`_highest` (plain Python for a few finite scores) against `np.argmax`: ties to the
+    first, a NaN counted highest, ints and floats mixed, tuples, none at all."""
+    from rig.submission.rederive import _highest
+
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        scores = rng.choice([0.0, 1.0, -1.0, 0.5, 2.0], size=int(rng.integers(1, 7))).tolist()
+        assert _highest(scores) == int(np.argmax(scores)), scores
+    assert _highest([1, 3.0, 3]) == 1 and _highest((0.1, 0.7, 0.2)) == 1
+    assert _highest([1.0, float("nan"), 2.0]) == int(np.argmax([1.0, float("nan"), 2.0])) == 1
+    assert _highest([]) is None
