@@ -40,7 +40,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 #: Rounds: each read takes tens of ms, which one time slice lost to another process
 #: stretches by a third: the best of 3 rounds varied more from run to run than the best of 15.
-#: 40 rounds take ~3 s (making the runs takes most of the script's half minute).
+#: And a busy host's quieter spells come and go over seconds: 100 rounds (~8 s) meet more
+#: of them than 40 did (making the runs takes most of the script's ~40 s).
 REPEATS = 100
 RIG = [str(Path(sys.executable).parent / "rig")]
 BENCHES = ("sim", "sim-otii", "sim-ppk2")
