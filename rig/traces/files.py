@@ -879,8 +879,9 @@ def one_reader_per_trace() -> Iterator[None]:
     """Traces read on this thread during the block read every signal on one reader, on this
     thread (`_SideRead` off): for callers that already keep every CPU busy, e.g. runs
     re-derived together (`rig.submission.verify.rederive_runs`), where a second reader per
-    trace only shares the same CPUs. (A large trace's edges and range changes are still found
-    on a helper thread while its current is read: ~1 ms of numpy, not a second read.)"""
+    trace only shares the same CPUs. (A large trace's range changes and pieces are still
+    found and dotted on a helper thread while its GPIO line is read: numpy, not a second
+    read.)"""
     before = getattr(_one_reader, "on", False)
     _one_reader.on = True
     try:
