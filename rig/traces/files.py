@@ -639,8 +639,12 @@ def _valid_spans(spans: np.ndarray | None, n: int) -> np.ndarray | None:
     rows = np.asarray(spans)
     if rows.ndim != 2 or rows.shape[1:] != (2,) or not np.issubdtype(rows.dtype, np.integer):
         return None
+    from rig.traces.analysis.energy import check_spans
+
     rows = rows.astype(np.int64)
-    if rows.size and (rows.min() < 0 or rows.max() > n or (rows[:, 1] <= rows[:, 0]).any()):
+    try:
+        check_spans(rows, n, "trace")
+    except AnalysisError:
         return None
     return rows
 

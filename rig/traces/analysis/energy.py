@@ -135,11 +135,11 @@ def span_figures(current: np.ndarray, voltage: np.ndarray, spans: np.ndarray,
     _check_signals(current, voltage, 1.0)
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     n = len(current)
-    _check_spans(spans, n, "trace")
+    check_spans(spans, n, "trace")
     packed = current_range if isinstance(current_range, RangeSignal) else None
     if current_range is not None:
         current_range = packed if packed is not None else np.asarray(current_range)
-        _check_spans(spans, len(current_range), "range signal")
+        check_spans(spans, len(current_range), "range signal")
     cut = span_pieces(spans, n, current_range, range_names, whole=whole)
     if cut is None:
         # Runs of one range too short to take one by one: each figure on its own.
@@ -188,7 +188,7 @@ def _exact_sum(values: np.ndarray) -> float:
     return math.fsum(values.tolist()) if np.isfinite(values).all() else float(values.sum())
 
 
-def _check_spans(spans: np.ndarray, n: int, what: str) -> None:
+def check_spans(spans: np.ndarray, n: int, what: str) -> None:
     """AnalysisError naming the first (n, 2) row that is not a non-empty span inside n samples."""
     bad = np.flatnonzero((spans[:, 0] < 0) | (spans[:, 1] <= spans[:, 0]) | (spans[:, 1] > n))
     if bad.size:
@@ -213,7 +213,7 @@ def span_range_occupancies(current: np.ndarray, current_range: np.ndarray,
     each in its own `span_sums` task, short ones a block at a time in one reduceat."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     current_range = np.asarray(current_range)
-    _check_spans(spans, len(current_range), "range signal")
+    check_spans(spans, len(current_range), "range signal")
     if not spans.size or not range_names:
         return [{} for _ in range(len(spans))]
     width = len(range_names)
