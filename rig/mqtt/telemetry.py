@@ -126,6 +126,10 @@ class PowerSummarizer:
     def __init__(self, rate_hz: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.period_s = 1.0 / rate_hz
         self._clock = clock
+        #: Wall time at clock 0: each summary's `at` is read off the clock that paces them, so
+        #: two summaries' `at` lie as far apart as the pacing let them (a second clock read
+        #: later, after a thread switch, put two rated summaries ~99 ms apart under load).
+        self._epoch = time.time() - clock()
         self._last: float | None = None
         self._first: int | None = None
         self._samples = 0
@@ -152,10 +156,13 @@ class PowerSummarizer:
         if now - self._last < self.period_s:
             return []
         self._last = now
-        return self.flush()
+        return self._summary(now)
 
     def flush(self) -> list[dict[str, Any]]:
         """The summary of what was gathered since the last one (none if nothing was)."""
+        return self._summary(self._clock())
+
+    def _summary(self, now: float) -> list[dict[str, Any]]:
         if self._first is None or not self._samples:
             return []
         summary = {
@@ -166,7 +173,7 @@ class PowerSummarizer:
             "min_w": self._min,
             "max_w": self._max,
             "samples": self._samples,
-            "at": time.time(),
+            "at": self._epoch + now,
         }
         self._first = self._first + self._samples
         self._samples, self._sum, self._min, self._max = 0, 0.0, math.inf, -math.inf

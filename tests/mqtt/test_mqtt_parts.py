@@ -3,6 +3,7 @@ power summaries, the queue's accounting, the command parser and the watch board.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -256,3 +257,21 @@ def test_status_and_power_summaries_say_simulated_once_an_instrument_does():
     assert body["simulated"] is True and body["mean_w"] == 1.5e-3 and body["run_id"] == "r"
     t(RunFinished(status="complete"))
     assert t.status["simulated"] is None and t.status["state"] == "idle"
+
+
+def test_power_summaries_are_stamped_by_the_clock_that_paces_them():
+    """Each summary's `at` (wall time) is read off the pacing clock: two rated summaries lie
+    exactly a period apart or more, however long the thread took between the two."""
+    import time
+
+    now = [100.0]
+    s = PowerSummarizer(rate_hz=8.0, clock=lambda: now[0])  # 0.125 s: exact in binary
+    wall0 = time.time()
+    out = []
+    for k in range(5):
+        now[0] = 100.0 + 0.125 * k  # the pacing clock steps a period each preview
+        out += s.add(preview(100 * k, 20, 5, 1000.0, 1e-3))
+    assert len(out) == 4
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(out)]
+    assert gaps == pytest.approx([0.125] * 3, abs=1e-9)
+    assert abs(out[0]["at"] - (wall0 + 0.125)) < 1.0  # wall time, not the pacing clock's own
