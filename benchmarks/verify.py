@@ -18,7 +18,9 @@ Makes three ASC runs on the virtual bench (benches sim, sim-otii and sim-ppk2: a
   thread (what a one-CPU machine gets);
 - `verify_s`: the whole `rig verify` in process (extraction, digests, ledger, re-derivation,
   the report made again);
-- `host`: the load average against the CPUs; on a busy host (other processes running) the
+- `host`: the CPU time other processes (and the hypervisor, as steal) took while the rounds
+  were timed, against the CPU time there was (Linux `/proc/stat` less this process's own; the
+  load average elsewhere, which counts this benchmark's own runs too); on a busy host the
   figures are noisy: run it again when it is quiet.
 
 Each figure is the best of `REPEATS` rounds, the reads taken in turn so that both meet the same
@@ -85,16 +87,48 @@ def best_of(runs: list[Callable[[], object]]) -> list[tuple[float, float]]:
     return best
 
 
-def host_line(load: float) -> str:
-    """The load average against the CPUs, and whether that makes the figures noisy."""
+#: Others' share of the CPU time above which the figures are called noisy: one time slice lost
+#: in a 20-30 ms read already moves it by a few per cent.
+BUSY_SHARE = 0.05
+
+
+def cpu_seconds() -> tuple[float, float, float] | None:
+    """(all CPUs' busy seconds, of which steal, this process's CPU seconds) now; None where
+    /proc/stat is not there to read."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    ticks = [int(v) for v in fields[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = sum(ticks[:3]) + sum(ticks[5:8])
+    return busy / hz, ticks[7] / hz, time.process_time()
+
+
+def host_line(before: tuple[float, float, float] | None,
+              after: tuple[float, float, float] | None, wall: float) -> str:
+    """What the rest of the host took while the rounds were timed, and whether that makes the
+    figures noisy."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cpus = cpus or 1
-    # Besides this benchmark itself: one thread, or one per CPU while it re-derives the runs
-    # together (they count in the load average too), about half the time.
-    busy = load > max(1.0, 0.75 * cpus)
-    return (f"host load average {load:.1f} on {cpus} CPUs: "
-            + ("BUSY (other processes running): the figures are noisy, the ratio most of all; "
-               "run it again on a quiet host" if busy else "quiet"))
+    if before is None or after is None:
+        # The load average counts this benchmark's own runs just made as well.
+        load = os.getloadavg()[0]
+        busy = load > max(1.0, 0.75 * cpus)
+        return (f"host load average {load:.1f} on {cpus} CPUs (this benchmark's own work "
+                "included): " + ("BUSY: the figures are noisy; run it again on a quiet host"
+                                 if busy else "quiet"))
+    steal = after[1] - before[1]
+    # A stolen tick can be charged to this process's threads as well: steal counted apart.
+    others = max(0.0, (after[0] - before[0]) - steal - (after[2] - before[2]))
+    share = (others + steal) / (wall * cpus)
+    return (f"host: other processes took {others:.2f} and the hypervisor (steal) {steal:.2f} "
+            f"of the {wall * cpus:.2f} CPU seconds while the rounds were timed ({share:.0%}): "
+            + (f"BUSY (above {BUSY_SHARE:.0%}): the figures are noisy, the ratio most of all; "
+               "run it again on a quiet host" if share > BUSY_SHARE else "quiet"))
 
 
 def main() -> None:
@@ -119,14 +153,14 @@ def main() -> None:
             rederive.asc_checks(run, None)
 
         rederive_runs(runs, {})
-        load_before = os.getloadavg()[0]
+        before, timed = cpu_seconds(), time.perf_counter()
         (read_s, read_cpu), (rederive_s, rederive_cpu), (one_s, _) = best_of([
             lambda: pyjls_read(traces),
             lambda: rederive_runs(runs, {}),
             lambda: [rederive.asc_checks(run, None) for run in runs],
         ])
+        after, timed = cpu_seconds(), time.perf_counter() - timed
         workers = rederive_workers(runs)
-        load = max(load_before, os.getloadavg()[0])
         t0 = time.perf_counter()
         result = verify_bundle(root / "b.zip", key=root / "lab.pub")
         verify_s = time.perf_counter() - t0
@@ -143,7 +177,7 @@ def main() -> None:
     print(f"cpu_ratio {read_cpu / rederive_cpu:.3f}")
     print(f"one_at_a_time_s {one_s:.4f}")
     print(f"one_at_a_time_ratio {read_s / one_s:.3f}")
-    print(host_line(load))
+    print(host_line(before, after, timed))
 
 
 if __name__ == "__main__":
