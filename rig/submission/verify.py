@@ -20,6 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -305,7 +306,10 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
 
     workers = rederive_workers(folders)
 
+    go = threading.Event()
+
     def one(folder: Path) -> list[Check]:
+        go.wait()
         say(f"re-deriving {folder.name} from its raw samples")
         if workers == 1:  # the trace's signals may come in on two threads
             return _rederive(folder, labels)
@@ -313,6 +317,7 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
             return _rederive(folder, labels)
 
     if workers == 1:
+        go.set()
         return [one(folder) for folder in folders]
     # A thread back from pyjls or numpy (which ran without the GIL) waits for the GIL until
     # the thread running Python gives it up, at the latest after the switch interval: 5 ms
@@ -324,6 +329,7 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
             # The largest traces first, so that a long one does not start last.
             order = sorted(range(len(folders)), key=lambda k: -_trace_bytes(folders[k]))
             futures = {k: pool.submit(one, folders[k]) for k in order}
+            go.set()
             return [futures[k].result() for k in range(len(folders))]
     finally:
         sys.setswitchinterval(interval)
