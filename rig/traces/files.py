@@ -43,7 +43,7 @@ import numpy as np
 
 from rig import __version__
 from rig.errors import AnalysisError
-from rig.traces.analysis.dot import BLOCK, helper_pool, usable_cpus
+from rig.traces.analysis.dot import BLOCK, Crew, helper_pool, usable_cpus
 from rig.traces.analysis.edges import falling_edges
 from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
 
@@ -607,12 +607,14 @@ def _read_jls_signals(
             # caller's spans (the sums leave the end of the work; ~3 ms for the PPK2 trace).
             current = current_read.result(reader)
             rows = _valid_spans(spans, n)
+            crew = Crew()
             job = helper_pool().submit(_dot_pieces, current, voltage, current_range,
-                                       range_names, rows, n)
+                                       range_names, rows, n, crew=crew)
             gpio = _read_gpio(reader, gpi, n, path)
             edges = falling_edges(gpio)
+            # Then this thread takes the blocks the helper has not come to yet.
             piece_dots = (_dot_pieces(current, voltage, current_range, range_names, rows, n)
-                          if job.cancel() else job.result())
+                          if job.cancel() else crew.join(job))
         else:
             gpio = _read_gpio(reader, gpi, n, path)
             current = current_read.result(reader)
@@ -651,7 +653,7 @@ def _valid_spans(spans: np.ndarray | None, n: int) -> np.ndarray | None:
 
 def _dot_pieces(current: np.ndarray, voltage: np.ndarray, current_range: RangeSignal | None,
                 range_names: tuple[str, ...], spans: np.ndarray | None, n: int, *,
-                ready: Callable[[int], None] | None = None
+                ready: Callable[[int], None] | None = None, crew: Crew | None = None
                 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(pieces, their dots) of `spans` over the whole trace, as `span_figures(..., whole=True)`
     takes them (`span_pieces`; the range changes found and kept on the way); None without
@@ -666,7 +668,7 @@ def _dot_pieces(current: np.ndarray, voltage: np.ndarray, current_range: RangeSi
     cut = span_pieces(spans, n, current_range, range_names, whole=True)
     if cut is None:
         return None
-    return cut[0], span_dots(current, voltage, cut[0], ready=ready)
+    return cut[0], span_dots(current, voltage, cut[0], ready=ready, crew=crew)
 
 
 def _find_marks(gpio: np.ndarray, current_range: RangeSignal | None, n: int) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,47 @@ def test_a_helper_thread_off_its_cpu_is_not_waited_for(monkeypatch: pytest.Monke
     took = time.perf_counter() - t0
     release.set()
     assert took < 2.5 and got.tolist() == want.tolist()
+
+
+def test_a_thread_joining_a_crew_takes_blocks_off_the_helpers_queue(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that waits for a helper's `span_dots` (`Crew.join`) sums blocks too, and the
+    sums are the same as one thread's."""
+    a = np.random.default_rng(4).random(8 * BLOCK).astype(np.float32)
+    b = np.random.default_rng(5).random(len(a)).astype(np.float32)
+    spans = np.array([[0, 3 * BLOCK + 7], [3 * BLOCK + 7, len(a)]])
+    want = span_dots(a, b, spans)
+    real = dot_mod._block_dot
+    joined = threading.Event()
+    takers: list[str] = []
+
+    def watched(x: np.ndarray, y: np.ndarray) -> float:
+        takers.append(threading.current_thread().name)
+        if threading.current_thread() is threading.main_thread():
+            joined.set()
+        else:  # the helper holds its first block until the joining thread has taken one
+            joined.wait(5)
+        return real(x, y)
+
+    monkeypatch.setattr(dot_mod, "_block_dot", watched)
+    crew = dot_mod.Crew()
+    with ThreadPoolExecutor(1, thread_name_prefix="test-helper") as pool:
+        job = pool.submit(span_dots, a, b, spans, crew=crew)
+        got = crew.join(job)
+    assert got.tolist() == want.tolist()
+    assert "MainThread" in takers and any(t.startswith("test-helper") for t in takers)
+
+
+def test_a_crew_whose_helper_posts_nothing_or_fails_is_not_waited_on_forever() -> None:
+    """A job that never gets to its sums (no spans, or an error first): `join` returns its
+    result or raises its error."""
+    crew = dot_mod.Crew()
+    with ThreadPoolExecutor(1) as pool:
+        assert crew.join(pool.submit(lambda: "no sums")) == "no sums"
+        crew = dot_mod.Crew()
+
+        def fails() -> None:
+            raise AnalysisError("spans refused")
+
+        with pytest.raises(AnalysisError, match="spans refused"):
+            crew.join(pool.submit(fails))

@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
@@ -75,6 +76,32 @@ def helper_pool() -> ThreadPoolExecutor:
             _pool = (os.getpid(),
                      ThreadPoolExecutor(max(1, _THREADS - 1), thread_name_prefix="rig-dot64"))
         return _pool[1]
+
+
+_T = TypeVar("_T")
+
+
+class Crew:
+    """Lets a thread that waits for a helper's `span_dots` or `span_sums` (handed to it with
+    `crew=`) take blocks off that call's queue instead of waiting idle: the sums are the same
+    whichever thread takes which block."""
+
+    def __init__(self) -> None:
+        self._posted = threading.Event()
+        self._work: Callable[[], None] | None = None
+
+    def _post(self, work: Callable[[], None] | None) -> None:
+        self._work = work
+        self._posted.set()
+
+    def join(self, job: Future[_T]) -> _T:
+        """`job`'s result, once this thread has taken what blocks were left in its queue."""
+        job.add_done_callback(lambda _f: self._posted.set())  # nothing posted: not stuck
+        self._posted.wait()
+        work = self._work
+        if work is not None:
+            work()
+        return job.result()
 
 
 def _in_place(a: np.ndarray) -> bool:
@@ -139,7 +166,8 @@ def _total(sums: list[float]) -> float:
 
 
 def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray, *,
-              ready: Callable[[int], None] | None = None) -> np.ndarray:
+              ready: Callable[[int], None] | None = None, crew: Crew | None = None
+              ) -> np.ndarray:
     """sum(a[s:e] * b[s:e]) for each [s, e) row of `spans`, products and sums in float64.
 
     All the spans' blocks go into one queue, so the threads wait for each other once per call,
@@ -150,10 +178,11 @@ def span_dots(a: np.ndarray, b: np.ndarray, spans: np.ndarray, *,
     `ready`: `a` is still coming in (`rig.traces.files`): `ready(k)` returns once its first
     k samples are there; the blocks are then taken in order on this thread alone, each as
     soon as its samples are in (the same blocks, the same result).
+    `crew`: a thread waiting for this call (`Crew.join`) takes blocks too.
     """
     if b.ndim == 1 and len(b) and b.strides == (0,) and math.isfinite(float(b[0])):
-        return span_sums(a, spans, ready=ready) * float(b[0])
-    return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]), ready)
+        return span_sums(a, spans, ready=ready, crew=crew) * float(b[0])
+    return _span_blocks(spans, lambda lo, hi: _block_dot(a[lo:hi], b[lo:hi]), ready, crew)
 
 
 def _block_sum(a: np.ndarray) -> float:
@@ -162,18 +191,21 @@ def _block_sum(a: np.ndarray) -> float:
 
 
 def span_sums(a: np.ndarray, spans: np.ndarray, *,
-              ready: Callable[[int], None] | None = None) -> np.ndarray:
+              ready: Callable[[int], None] | None = None, crew: Crew | None = None
+              ) -> np.ndarray:
     """sum(a[s:e]) for each [s, e) row of `spans`, in float64 whatever a's dtype (as
-    `span_dots` with b = 1, without the products, `ready` alike): e.g. the current in each
-    run of one current range."""
-    return _span_blocks(spans, lambda lo, hi: _block_sum(a[lo:hi]), ready)
+    `span_dots` with b = 1, without the products, `ready` and `crew` alike): e.g. the current
+    in each run of one current range."""
+    return _span_blocks(spans, lambda lo, hi: _block_sum(a[lo:hi]), ready, crew)
 
 
 def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float],
-                 ready: Callable[[int], None] | None = None) -> np.ndarray:
+                 ready: Callable[[int], None] | None = None, crew: Crew | None = None
+                 ) -> np.ndarray:
     """For each [s, e) row of `spans`, the exact sum of `block(lo, hi)` over its blocks of at
     most BLOCK samples; long calls share the blocks among the threads (`ready`: in order on
-    this thread, each once `ready(hi)` has returned)."""
+    this thread, each once `ready(hi)` has returned; `crew`: with the thread that joins it
+    too, whatever the length)."""
     spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     tasks: list[tuple[int, int]] = []
     first: list[int] = []  # index of each span's first block in `tasks`
@@ -201,6 +233,8 @@ def _span_blocks(spans: np.ndarray, block: Callable[[int, int], float],
             done[k] = True
 
     helpers: list[Future[None]] = []
+    if crew is not None:
+        crew._post(work)
     if _THREADS > 1 and len(tasks) > 1 and int((spans[:, 1] - spans[:, 0]).sum()) >= _PARALLEL_MIN:
         pool = helper_pool()
         helpers = [pool.submit(work) for _ in range(_THREADS - 1)]
