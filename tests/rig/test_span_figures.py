@@ -228,25 +228,28 @@ def test_a_thread_joining_a_crew_takes_blocks_off_the_helpers_queue(
     b = np.random.default_rng(5).random(len(a)).astype(np.float32)
     spans = np.array([[0, 3 * BLOCK + 7], [3 * BLOCK + 7, len(a)]])
     want = span_dots(a, b, spans)
+    joiner = threading.current_thread().name
     real = dot_mod._block_dot
-    joined = threading.Event()
+    took = {"main": threading.Event(), "helper": threading.Event()}
     takers: list[str] = []
 
     def watched(x: np.ndarray, y: np.ndarray) -> float:
-        takers.append(threading.current_thread().name)
-        if threading.current_thread() is threading.main_thread():
-            joined.set()
-        else:  # the helper holds its first block until the joining thread has taken one
-            joined.wait(5)
+        me = threading.current_thread().name
+        takers.append(me)
+        mine, other = ("main", "helper") if me == joiner else ("helper", "main")
+        took[mine].set()
+        if takers.count(me) == 1:  # each holds its first block until the other has one
+            took[other].wait(5)
         return real(x, y)
 
+    monkeypatch.setattr(dot_mod, "_THREADS", 1)  # no pool helpers: the two threads alone
     monkeypatch.setattr(dot_mod, "_block_dot", watched)
     crew = dot_mod.Crew()
     with ThreadPoolExecutor(1, thread_name_prefix="test-helper") as pool:
         job = pool.submit(span_dots, a, b, spans, crew=crew)
         got = crew.join(job)
     assert got.tolist() == want.tolist()
-    assert "MainThread" in takers and any(t.startswith("test-helper") for t in takers)
+    assert joiner in takers and any(t.startswith("test-helper") for t in takers)
 
 
 def test_a_crew_whose_helper_posts_nothing_or_fails_is_not_waited_on_forever() -> None:
