@@ -328,8 +328,12 @@ def rederive_runs(folders: list[Path], labels: dict[str, Any],
         with ThreadPoolExecutor(workers, thread_name_prefix="rig-verify") as pool:
             # The largest traces first, so that a long one does not start last.
             order = sorted(range(len(folders)), key=lambda k: -_trace_bytes(folders[k]))
-            futures = {k: pool.submit(one, folders[k]) for k in order}
-            go.set()
+            # All submitted before any starts: the first to start would hold the GIL while
+            # the next thread is made (one CPU idle for the first few ms).
+            try:
+                futures = {k: pool.submit(one, folders[k]) for k in order}
+            finally:
+                go.set()  # never leaves a submitted run waiting
             return [futures[k].result() for k in range(len(folders))]
     finally:
         sys.setswitchinterval(interval)
