@@ -132,6 +132,18 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def _space_note(writer: TraceWriter) -> tuple[str, bool]:
+    """The free space on the trace's disk as a note after a write error (a full disk is the
+    usual cause: pyjls does not say so itself), and whether the disk is full (True where
+    that cannot be told)."""
+    try:
+        free, reserve = space_left(writer.path.parent)
+    except OSError:
+        return "", True
+    full = free < reserve
+    return f"; {binary_size(free)} free on its disk" + (" (full)" if full else ""), full
+
+
 def trace_voltage(set_voltage: tuple[float, str] | None) -> dict[str, Any]:
     """The manifest's word on the trace's voltage: measured (a signal), or set (a value)."""
     if set_voltage is None:
@@ -174,7 +186,7 @@ class EmonRecorder:
         self.stop_after = stop_after
         self._writer = (
             TraceWriter(trace_path, sample_rate, simulated=simulated, set_voltage=set_voltage,
-                        instrument=instrument)
+                        instrument=instrument, own_process=True)
             if trace_path else None
         )
         # `_cond` guards the counters below; `_writer_lock` the JLS writer, so that a slow disk
@@ -303,20 +315,24 @@ class EmonRecorder:
                           range_names=tuple(self._range_names))
         except OSError as exc:
             self._stop_trace(writer, write_failure(exc))
-        except RuntimeError as exc:  # pyjls's own error (it rarely says anything)
-            self._stop_trace(writer, f"the trace cannot be written ({exc})")
+        except RuntimeError as exc:  # pyjls's own error, or its writer process ended
+            note, full = _space_note(writer)
+            self._stop_trace(writer, f"the trace cannot be written ({exc}{note})", hint=None
+                             if full else "the disk had room: see the system log (dmesg) for "
+                             "the disk's own errors, then run again; the run stopped there and "
+                             "keeps what it measured")
 
-    def _stop_trace(self, writer: TraceWriter, why: str) -> NoReturn:
+    def _stop_trace(self, writer: TraceWriter, why: str, hint: str | None = None) -> NoReturn:
         """Finish `writer`, the trace, with what it holds (a readable JLS file) and raise
-        `StorageError`."""
+        `StorageError` (`hint`: what to do, where it is not the full disk's)."""
         self._writer = None
         self._trace_end = writer.samples_written + writer.dropped_samples
         with contextlib.suppress(Exception):  # the file's end may not fit: it holds what it can
             writer.close()
         raise StorageError(
             f"{why}: trace file {writer.path} stopped at {self._trace_end:,} samples",
-            hint="free space on that disk or write the runs to another one; the run stopped "
-            "there and keeps what it measured",
+            hint=hint or "free space on that disk or write the runs to another one; the run "
+            "stopped there and keeps what it measured",
         )
 
     def _integrate(

@@ -46,6 +46,7 @@ from rig.errors import AnalysisError
 from rig.traces.analysis.dot import BLOCK, Crew, helper_pool, usable_cpus
 from rig.traces.analysis.edges import falling_edges
 from rig.traces.analysis.range_signal import RANGE_NOT_TOLD, RangeSignal
+from rig.traces.writer_process import WriterProcess
 
 log = logging.getLogger(__name__)
 
@@ -1048,6 +1049,8 @@ class TraceWriter:
     fake a timestamp edge or a zero-energy stretch. Chunks that tell each sample's current
     range add the u4 range signal (`JLS_RANGE`, from the first such chunk on; `RANGE_NOT_TOLD`
     in a gap).
+    `own_process`: pyjls writes in a child process (`rig.traces.writer_process`); its errors,
+    a crash included, come as `RuntimeError` from a later call or `close`.
     """
 
     def __init__(
@@ -1060,6 +1063,7 @@ class TraceWriter:
         set_voltage: tuple[float, str] | None = None,
         jls_options: dict[str, int] | None = None,
         instrument: dict[str, Any] | None = None,
+        own_process: bool = False,
     ) -> None:
         import pyjls
 
@@ -1099,7 +1103,10 @@ class TraceWriter:
         self._range_first: int | None = None  # the range signal's first sample id
         self._range_half: int | None = None
         self._jls = pyjls
-        self._writer: Any = pyjls.Writer(str(self.path))
+        # A live recording's writer in a child process (`own_process`): pyjls's C code can
+        # crash on a disk that fills under it, which must not take the rig down with it.
+        self._writer: Any = (WriterProcess(str(self.path)) if own_process
+                             else pyjls.Writer(str(self.path)))
         try:
             self._define(source)
         except BaseException:

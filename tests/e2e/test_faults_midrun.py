@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -259,6 +260,51 @@ def test_disk_fills_up_while_the_trace_is_written(tmp_path: Path, monkeypatch, c
     stopped_at = record.manifest["traces"][0]["samples"]
     assert f"stopped at {stopped_at:,} samples" in line
     assert len(read_trace(trace_path)) == stopped_at  # a finished JLS file, readable
+
+
+def writer_processes(under: Path) -> list[int]:
+    """The pids of pyjls writer processes (`rig.traces.writer_process`) writing under `under`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+        if b"-c" in argv and any(a.startswith(bytes(under)) for a in argv):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_the_trace_writer_crashing_mid_run_ends_the_run_not_the_rig(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """pyjls's writer crashes (as it did on a full disk in the short soak: SIGSEGV) during a
+    timed run. It runs in a child process, so the rig goes on: the run stops with one line
+    naming how the writer ended and the disk's free space, the DUT off, what was measured
+    kept."""
+    runs = tmp_path / "runs"
+    killed: list[int] = []
+
+    def crash() -> None:
+        for pid in writer_processes(runs):
+            os.kill(pid, signal.SIGSEGV)
+            killed.append(pid)
+
+    with virtual_bench(speed=10) as vb:
+        bench = hardware_bench(tmp_path, vb.ports["dut"], vb.ports["emon"])
+        code, err = measure(monkeypatch, capsys, bench, runs, on_latency_run(AFTER_RUNS, crash))
+        line = error_line(code, err)
+        assert vb.world.powered is False
+    assert len(killed) == 1
+    run = only_run(runs)
+    assert line.startswith("rig: error: the trace cannot be written (pyjls's writer process "
+                           "died (SIGSEGV); "), line
+    assert "free on its disk" in line and f": trace file {run / 'traces' / 'emon.jls'}" in line
+    assert "(the disk had room: see the system log" in err  # not told to free space
+    record = load_run(run)
+    assert record.status == "failed" and record.manifest["error"] in line
+    assert [r["kind"] for r in record.rows].count("latency_run") >= AFTER_RUNS
 
 
 def _user_namespaces() -> bool:

@@ -76,6 +76,9 @@ def test_samples_lost_on_a_full_disk_are_counted_from_the_file(
     monkeypatch.setattr(recording, "SPACE_CHECK_S", 3600.0)
     rec = EmonRecorder(FS, small_disk / "t.jls")
     rec.on_chunk(chunk(0))
+    # pyjls writes in a process of its own, which opens the file once it has started: let it
+    # hold chunk 0 before the disk fills.
+    rec._writer._writer.flush()
     filler = fill(small_disk)
     for k in range(1, 6):
         rec.on_chunk(chunk(k))
