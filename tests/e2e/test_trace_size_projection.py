@@ -142,7 +142,12 @@ PORT_BENCHES: dict[str, tuple[float, dict[str, tuple[str, str]], str]] = {
 }
 
 
-@pytest.mark.parametrize("base", list(PORT_BENCHES))
+#: Alone (`make test`'s serial part) for the PPK2: its stream is the densest, so the host time a
+#: loaded machine adds between the windows shows most. Beside the other tests its trace came out
+#: 23 to 29 % over the projection (three runs on 2026-11-29: a clean-clone CI on Python 3.11 and
+#: on 3.13, a `make test`); alone, 1.5 % over.
+@pytest.mark.parametrize("base", [pytest.param(b, marks=pytest.mark.serial) if b == "arduino-ppk2"
+                                  else b for b in PORT_BENCHES])
 def test_a_shipped_bench_with_its_dut_on_a_port_is_projected_within_20_percent(
         tmp_path, base) -> None:
     """The shipped file as it is (its ports those of a `rig sim` stand-in for its DUT, IO
