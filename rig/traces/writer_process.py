@@ -2,7 +2,7 @@
 
 On a full disk pyjls's writer drops data with a line on stderr, and then, reading back the
 headers of chunks it could not write, can take its whole process down (SIGSEGV: the short
-soak in CI, a `rig measure` under a filled runs volume, at 3b6145a). A live recording is the
+soak in CI, a `rig measure` under a filled runs volume, at dc5ddbd). A live recording is the
 one place a disk fills under a writer, and the process it runs in holds the DUT's power and
 the run folder: there the writer runs here instead. The caller's thread only snapshots each
 call (pickled at once: a chunk's buffer may be reused as soon as `fsr` returns) and queues
