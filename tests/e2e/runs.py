@@ -135,19 +135,25 @@ def wait_for_event(runs_dir: Path, kind: str, count: int, proc: subprocess.Popen
     pytest.fail(f"no {count} {kind} events within {timeout_s} s")
 
 
-def sim_children(bench_path: Path) -> list[int]:
-    """Pids of virtual-bench child processes serving `bench_path`."""
+def processes(match: Callable[[list[bytes]], bool]) -> list[int]:
+    """Pids of the processes whose argv (from /proc) `match` accepts."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
             continue
-        if VIRTUAL_BENCH_MODULE.encode() in cmd and str(bench_path).encode() in cmd:
+        if match(argv):
             pids.append(int(entry.name))
     return pids
+
+
+def sim_children(bench_path: Path) -> list[int]:
+    """Pids of virtual-bench child processes serving `bench_path`."""
+    return processes(lambda argv: VIRTUAL_BENCH_MODULE.encode() in argv
+                     and str(bench_path).encode() in argv)
 
 
 def wait_gone(bench_path: Path, timeout_s: float = 10.0) -> list[int]:

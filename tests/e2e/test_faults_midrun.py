@@ -31,7 +31,7 @@ from rig.traces.files import read_trace
 from virtual_bench.bench import VirtualBench
 from virtual_bench.description import load_description
 
-from .runs import REPO, RIG, events, only_run, wait_for_event
+from .runs import REPO, RIG, events, only_run, processes, wait_for_event
 from .test_faults import hardware_bench, one_line_error
 
 pytestmark = pytest.mark.slow
@@ -264,17 +264,8 @@ def test_disk_fills_up_while_the_trace_is_written(tmp_path: Path, monkeypatch, c
 
 def writer_processes(under: Path) -> list[int]:
     """The pids of pyjls writer processes (`rig.traces.writer_process`) writing under `under`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile
-            continue
-        if b"-c" in argv and any(a.startswith(bytes(under)) for a in argv):
-            pids.append(int(entry.name))
-    return pids
+    return processes(lambda argv: b"-c" in argv
+                     and any(a.startswith(bytes(under)) for a in argv))
 
 
 def test_the_trace_writer_crashing_mid_run_ends_the_run_not_the_rig(
