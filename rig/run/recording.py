@@ -316,11 +316,15 @@ class EmonRecorder:
         except OSError as exc:
             self._stop_trace(writer, write_failure(exc))
         except RuntimeError as exc:  # pyjls's own error, or its writer process ended
-            note, full = _space_note(writer)
-            self._stop_trace(writer, f"the trace cannot be written ({exc}{note})", hint=None
-                             if full else "the disk had room: see the system log (dmesg) for "
-                             "the disk's own errors, then run again; the run stopped there and "
-                             "keeps what it measured")
+            self._writer_failed(writer, exc)
+
+    def _writer_failed(self, writer: TraceWriter, exc: RuntimeError) -> NoReturn:
+        """Stop the trace after pyjls (or its writer process) failed, naming the disk's room."""
+        note, full = _space_note(writer)
+        self._stop_trace(writer, f"the trace cannot be written ({exc}{note})", hint=None
+                         if full else "the disk had room: see the system log (dmesg) for the "
+                         "disk's own errors, then run again; the run stopped there and keeps "
+                         "what it measured")
 
     def _stop_trace(self, writer: TraceWriter, why: str, hint: str | None = None) -> NoReturn:
         """Finish `writer`, the trace, with what it holds (a readable JLS file) and raise
@@ -655,7 +659,10 @@ class EmonRecorder:
         """Mark a sample in the stored trace (window edges, so a viewer shows what was what)."""
         with self._writer_lock:
             if self._writer is not None:
-                self._writer.annotate(sample_id, text)
+                try:
+                    self._writer.annotate(sample_id, text)
+                except RuntimeError as exc:  # its writer process ended: as a chunk's write
+                    self._writer_failed(self._writer, exc)
 
     def lost_in_trace(self) -> tuple[int, int | None]:
         """After `close`: how many samples the trace file holds as lost (not finite) where the

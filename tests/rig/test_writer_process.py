@@ -82,6 +82,22 @@ def test_a_writer_process_that_dies_stops_the_trace_by_name(tmp_path: Path) -> N
     rec.close()
 
 
+def test_a_note_for_a_dead_writer_process_stops_the_trace_by_name(tmp_path: Path) -> None:
+    """The procedure's window notes (`annotate`) meet a dead writer as a chunk's write does
+    (CI: a window's note came first and left a traceback)."""
+    rec = EmonRecorder(FS, tmp_path / "emon.jls")
+    lo, i, v, g, _r = chunks()[0]
+    rec.on_chunk(Chunk(lo, i, v, g))
+    proc = child_of(rec)
+    os.kill(proc.pid, signal.SIGSEGV)
+    proc.wait(timeout=30)
+    with pytest.raises(StorageError, match=r"pyjls's writer process died \(SIGSEGV\); .* free "
+                       "on its disk"):
+        rec.annotate(100, "run 1 start")
+    rec.annotate(200, "after it: nothing to write to, nothing raised")
+    rec.close()
+
+
 def test_the_writer_process_is_out_of_the_terminals_reach(tmp_path: Path) -> None:
     """A Ctrl-C at the terminal reaches the rig only, which then closes the trace itself."""
     with TraceWriter(tmp_path / "t.jls", FS, own_process=True) as w:
