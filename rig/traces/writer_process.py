@@ -20,6 +20,7 @@ dies, the child reads the end of its input and closes the file with what it hold
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import queue
 import signal
@@ -92,6 +93,8 @@ class WriterProcess:
                 pipe.flush()
             except (OSError, ValueError) as exc:  # the child is gone (EPIPE)
                 self._broken = str(exc) or type(exc).__name__
+                with contextlib.suppress(OSError, ValueError):
+                    pipe.close()  # its unsent bytes let go now, not at garbage collection
                 self._drain()
                 return
             finally:
