@@ -14,6 +14,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 from PySide6 import QtCore
 from serial.tools.list_ports_common import ListPortInfo
 
@@ -131,15 +132,22 @@ def test_clicking_through_an_asc_run_gives_the_cli_numbers(window, qtbot, tmp_pa
     log = w.log.toPlainText()
     assert "run 5:" in log and "finished: complete" in log and "Traceback" not in log
 
-    # The live trace saw the monitor: idle most of the time the DUT was on, active during
-    # inference. (Over every bin it was given: the stream runs on at 50x while a loaded host
-    # finishes the run, so its last 10 s of monitor time, the visible ones, can be all idle or,
-    # once the DUT is off, all 0 W: CI with a load of ~11 beside it.)
+    # The live trace saw the monitor: idle while the DUT was on and waiting, active during
+    # inference, and little else (a bin across an edge mixes the two). (Over every bin it was
+    # given: the stream runs on at 50x while a loaded host finishes the run, so its last 10 s
+    # of monitor time, the visible ones, can be all idle or, once the DUT is off, all 0 W: CI
+    # with a load of ~11 beside it.) How the powered time splits between the two levels is the
+    # host's: the steps between inferences are host-paced while the monitor runs at 50x (idle
+    # 48 % of the powered bins on a quiet host, 2026-11-29, where the idle majority this test
+    # once asked for failed), so each level must hold a fair share, neither a majority.
     means = w.live.visible_bins()
     assert w.live.bins_seen == len(plotted) > 1000
     assert max(plotted) == pytest.approx(TRUTH["active_power_w"], rel=0.02)
-    powered = sorted(m for m in plotted if m > 0)
-    assert powered[len(powered) // 2] == pytest.approx(1.2e-3, rel=0.02)
+    powered = np.array([m for m in plotted if m > 0])
+    idle = np.isclose(powered, 1.2e-3, rtol=0.02)
+    active = np.isclose(powered, TRUTH["active_power_w"], rtol=0.02)
+    assert idle.mean() > 0.25 and active.mean() > 0.25, (idle.mean(), active.mean())
+    assert (idle | active).mean() > 0.98, (idle | active).mean()  # 0.995 there
     assert len(means) > 0 and max(means) <= TRUTH["active_power_w"] * 1.02
 
     # The earlier-runs list has the run; reopening it shows the same table.
